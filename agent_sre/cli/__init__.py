@@ -1,0 +1,24 @@
+"""`agent-sre`: one command line with a subcommand per area. Each area's commands live in their own module."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="agent-sre",
+    help="A Kubernetes SRE agent that learns from its own incidents, on Temporal durable execution.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    """Attach every area's sub-app. Imported lazily so `agent-sre --help` stays quick."""
+    from agent_sre.cli import dev, scenarios, sim
+
+    app.add_typer(dev.app, name="dev")
+    app.add_typer(sim.app, name="sim")
+    app.add_typer(scenarios.app, name="scenarios")
+
+
+_register()

@@ -1,0 +1,60 @@
+"""`agent-sre episodes run`: a batch of simulated incidents through Temporal, with a summary per fault type."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from agent_sre.models.episode import OutcomeStats
+
+app = typer.Typer(help="Simulated incidents: stage-1 data and evaluation.", no_args_is_help=True)
+console = Console()
+
+
+def outcome_table(rows: Sequence[OutcomeStats], title: str) -> Table:
+    table = Table(title=title)
+    for col in ("fault", "n", "success", "TTM s", "steps", "false pos.", "harmful", "invalid", "reward"):
+        table.add_column(col, justify="left" if col == "fault" else "right")
+    for r in rows:
+        table.add_row(r.group, str(r.episodes), f"{r.success_rate:.0%}",
+                      f"{r.mean_time_to_mitigate_s:.1f}" if r.mean_time_to_mitigate_s is not None else "-",
+                      f"{r.mean_steps:.1f}", f"{r.false_positive_rate:.0%}", f"{r.harmful_rate:.0%}",
+                      f"{r.invalid_action_rate:.0%}", f"{r.mean_reward:+.2f}", end_section=r.group == "all")
+    return table
+
+
+@app.command("run")
+def run(
+    scenarios: Path = typer.Option(None, "--scenarios", help="scenario file or directory (default: the catalog)"),
+    n: int = typer.Option(20, "--n", min=1, help="number of episodes"),
+    policy: str = typer.Option("runbook", "--policy", help="runbook (the LLM policy arrives with training)"),
+    concurrency: int = typer.Option(8, "--concurrency", min=1),
+) -> None:
+    """Run N simulated incidents (scenarios cycled) and print success, time-to-mitigate, false positives."""
+    from agent_sre.config import get_settings
+    from agent_sre.episodes import run_episodes, summarize
+    from agent_sre.models.remediation import PolicyRef
+    from agent_sre.scenarios import default_catalog, load_scenarios
+    from agent_sre.temporal import connect
+
+    settings = get_settings()
+    loaded = load_scenarios(scenarios or default_catalog())
+    if policy != "runbook":
+        raise typer.BadParameter(f"policy {policy!r} is not available yet; use runbook", param_hint="--policy")
+
+    async def go() -> list:
+        client = await connect(settings)
+        with Progress(TextColumn("[bold]episodes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console) as progress:
+            task = progress.add_task("episodes", total=n)
+            return await run_episodes(client, settings, loaded, n, PolicyRef(name="runbook"), concurrency,
+                                      on_done=lambda _: progress.advance(task))
+
+    results = asyncio.run(go())
+    console.print(outcome_table(summarize(results), f"{n} simulated incidents · policy {policy}"))

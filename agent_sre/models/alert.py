@@ -1,0 +1,45 @@
+"""Alerts as Alertmanager sends them (webhook payload version 4)."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Alert(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    status: Literal["firing", "resolved"] = "firing"
+    labels: dict[str, str]
+    annotations: dict[str, str] = Field(default_factory=dict)
+    startsAt: datetime | None = None
+    endsAt: datetime | None = None
+    generatorURL: str = ""
+    fingerprint: str = ""
+
+    def stable_fingerprint(self) -> str:
+        """Alertmanager's fingerprint when present, else a hash of the sorted labels (the same identity)."""
+        if self.fingerprint:
+            return self.fingerprint
+        canon = ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
+        return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+
+class AlertmanagerWebhook(BaseModel):
+    """The body Alertmanager POSTs to a webhook receiver."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    version: Literal["4"]
+    groupKey: str
+    truncatedAlerts: int = 0
+    status: Literal["firing", "resolved"]
+    receiver: str
+    groupLabels: dict[str, str] = Field(default_factory=dict)
+    commonLabels: dict[str, str] = Field(default_factory=dict)
+    commonAnnotations: dict[str, str] = Field(default_factory=dict)
+    externalURL: str = ""
+    alerts: list[Alert] = Field(min_length=1)

@@ -1,0 +1,56 @@
+"""Simulated episodes: a scenario injected into an isolated simulator environment, then remediated."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from agent_sre.models.alert import Alert
+from agent_sre.models.incident import RemediationLimits
+from agent_sre.models.remediation import IncidentOutcome, PolicyRef, TaskQueues
+from agent_sre.models.reward import RewardConfig
+from agent_sre.models.scenario import Scenario
+
+
+class SimEnvironment(BaseModel):
+    name: str
+    server: str = Field(description="Kubernetes API URL of this isolated environment")
+
+
+class EpisodeRequest(BaseModel):
+    scenario: Scenario
+    policy: PolicyRef = Field(default_factory=PolicyRef)
+    limits: RemediationLimits = Field(default_factory=lambda: RemediationLimits(settle_s=2.0, deadline_s=600.0))
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    with_user_report: bool = Field(default=True, description="a simulated user also describes the symptom")
+    queues: TaskQueues = Field(default_factory=TaskQueues)
+
+
+class InjectRequest(BaseModel):
+    environment: SimEnvironment
+    scenario: Scenario
+
+
+class InjectedFault(BaseModel):
+    environment: SimEnvironment
+    alert: Alert
+
+
+class EpisodeResult(BaseModel):
+    scenario: str
+    fault: str
+    environment: str
+    outcome: IncidentOutcome
+
+
+class OutcomeStats(BaseModel):
+    """Aggregate figures for a group of episodes (one fault type, or all)."""
+
+    group: str
+    episodes: int
+    success_rate: float
+    mean_time_to_mitigate_s: float | None
+    mean_steps: float
+    false_positive_rate: float
+    harmful_rate: float
+    invalid_action_rate: float
+    mean_reward: float

@@ -1,0 +1,70 @@
+"""An incident: what the remediation workflow is asked to fix, however it arrived."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agent_sre.models.alert import Alert
+from agent_sre.models.scenario import Scenario
+from agent_sre.models.tools import Risk
+
+IncidentSource = Literal["alertmanager", "sdk", "cli", "user_report", "simulation"]
+
+
+class RemediationLimits(BaseModel):
+    """Bounds on one remediation. Times are real seconds on the Temporal clock (durable timers)."""
+
+    max_steps: int = Field(default=15, ge=1, le=100)
+    deadline_s: float = Field(default=900.0, gt=0)
+    settle_s: float = Field(default=30.0, ge=0, description="wait after the last action before judging")
+    feedback_window_s: float = Field(default=0.0, ge=0, description="how long human feedback is accepted")
+    approval_risk: Risk | None = Field(default=None, description="writes at or above this risk wait for a human")
+    approval_timeout_s: float = Field(default=600.0, gt=0)
+
+
+class Incident(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(default="", description="stable identity; derived from the alert fingerprint when empty")
+    source: IncidentSource = "sdk"
+    alert: Alert | None = None
+    report: str | None = Field(default=None, max_length=4000, description="a user's own words")
+    namespace: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    service: str | None = None
+    kubeconfig: str | None = Field(default=None, description="cluster to act on; None = the worker's default")
+    scenario: Scenario | None = Field(default=None, description="ground truth, only for simulated incidents")
+    limits: RemediationLimits = Field(default_factory=RemediationLimits)
+    created_at: datetime | None = None
+
+    @model_validator(mode="after")
+    def _identity(self) -> Incident:
+        if self.alert is None and not self.report:
+            raise ValueError("an incident needs an alert or a report")
+        if not self.id:
+            if self.alert is not None:
+                self.id = self.alert.stable_fingerprint()
+            else:
+                self.id = hashlib.sha256(f"{self.namespace}\n{self.report}".encode()).hexdigest()[:16]
+        if self.service is None and self.alert is not None:
+            self.service = self.alert.labels.get("service") or self.alert.labels.get("deployment")
+        return self
+
+    @property
+    def workflow_id(self) -> str:
+        """One remediation per alert identity: a repeated firing attaches to the running workflow."""
+        return f"incident-{self.namespace}-{self.id}"
+
+    @property
+    def fault_class(self) -> str:
+        return self.scenario.ground_truth.fault_class if self.scenario else "unknown"
+
+    @classmethod
+    def from_alert(cls, alert: Alert, source: IncidentSource = "alertmanager", **kw: object) -> Incident:
+        namespace = alert.labels.get("namespace")
+        if not namespace:
+            raise ValueError(f"alert {alert.labels.get('alertname', '?')} has no 'namespace' label")
+        return cls(source=source, alert=alert, namespace=namespace, **kw)  # type: ignore[arg-type]

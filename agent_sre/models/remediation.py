@@ -1,0 +1,98 @@
+"""Inputs, outputs and live status of `IncidentRemediationWorkflow` and its activities."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from agent_sre.models.incident import Incident
+from agent_sre.models.reward import RewardConfig, RewardRecord
+from agent_sre.models.tools import ToolCall
+from agent_sre.models.trajectory import Trajectory
+from agent_sre.models.verdict import Verdict
+
+PolicyName = Literal["runbook", "scripted", "llm"]
+
+
+class PolicyRef(BaseModel):
+    """Which policy serves an incident. `version` names a registered model for the LLM policy."""
+
+    name: PolicyName = "runbook"
+    version: str = "runbook-v1"
+    script: list[ToolCall] | None = Field(default=None, description="the actions of a scripted policy (tests)")
+
+
+class TaskQueues(BaseModel):
+    """Where each kind of activity runs, so tools, inference and training scale on different machines."""
+
+    tools: str = "agent-tools"
+    policy: str = "agent-policy"
+
+
+class RemediationRequest(BaseModel):
+    incident: Incident
+    policy: PolicyRef | None = Field(default=None, description="None: the routing activity decides")
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    store_trajectory: bool = True
+    queues: TaskQueues = Field(default_factory=TaskQueues)
+
+
+Phase = Literal["routing", "investigating", "awaiting_approval", "settling", "observing", "rewarding",
+                "awaiting_feedback", "storing", "done"]
+
+
+class RemediationStatus(BaseModel):
+    incident_id: str
+    phase: Phase
+    model_version: str | None = None
+    steps: int = 0
+    last_action: str | None = None
+    pending_approval: ToolCall | None = None
+    outcome: str | None = None
+    alert_resolved: bool = False
+
+
+class IncidentOutcome(BaseModel):
+    incident_id: str
+    workflow_id: str
+    outcome: Literal["resolved", "unresolved", "worse"]
+    termination: str
+    model_version: str
+    steps: int
+    writes: int
+    refused: int
+    invalid: int
+    diagnosis: str | None
+    reward: RewardRecord
+    time_to_mitigate_s: float | None
+    trajectory_key: str | None = None
+
+
+class PolicyRequest(BaseModel):
+    policy: PolicyRef
+    trajectory: Trajectory
+
+
+class ObserveRequest(BaseModel):
+    incident: Incident
+    baseline: dict[str, Any] = Field(description="cluster snapshot taken before the agent acted")
+
+
+class RewardRequest(BaseModel):
+    trajectory: Trajectory
+    config: RewardConfig
+
+
+class ApprovalDecision(BaseModel):
+    step: int
+    approved: bool
+    by: str = ""
+    reason: str = ""
+
+
+class StoredTrajectory(BaseModel):
+    key: str
+    bytes: int
+    written_at: datetime

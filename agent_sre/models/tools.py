@@ -1,0 +1,222 @@
+"""The agent's tool vocabulary: names, typed arguments (their JSON schemas go into the model's prompt), risk.
+
+The implementations live in `agent_sre.tools`; this module is only the contract, shared by policies, the
+workflow, guardrails, scenarios (ground-truth fixes are tool calls) and training.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Name = Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=253)
+ReadableKind = Literal["pod", "deployment", "replicaset", "service", "node", "configmap", "secret", "networkpolicy",
+                       "resourcequota", "endpoints", "namespace"]
+ChaosKind = Literal["PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "Schedule"]
+
+
+class Risk(IntEnum):
+    READ = 0
+    LOW = 1  # reversible and self-healing (delete a pod, restart a rollout)
+    MEDIUM = 2  # changes a spec (patch, scale, set image, edit config)
+    HIGH = 3  # could take a service down (scale to zero, remove policies)
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NoArgs(_Args):
+    pass
+
+
+class ListPods(_Args):
+    namespace: str | None = Field(None, description="defaults to the incident's namespace")
+    selector: str | None = Field(None, description="label selector, e.g. app=cart")
+
+
+class Describe(_Args):
+    kind: ReadableKind
+    name: str = Name
+    namespace: str | None = None
+
+
+class GetLogs(_Args):
+    pod: str = Name
+    container: str | None = None
+    tail: int = Field(50, ge=1, le=500)
+    previous: bool = False
+    namespace: str | None = None
+
+
+class GetEvents(_Args):
+    namespace: str | None = None
+    object_name: str | None = Field(None, description="only events about this object")
+
+
+class ServiceRef(_Args):
+    service: str = Name
+    namespace: str | None = None
+
+
+class Top(_Args):
+    kind: Literal["pods", "nodes"] = "pods"
+    namespace: str | None = None
+
+
+class DeploymentRef(_Args):
+    deployment: str = Name
+
+
+class ListChaos(_Args):
+    namespace: str | None = None
+
+
+class GetResource(_Args):
+    kind: ReadableKind
+    name: str = Name
+    namespace: str | None = None
+
+
+class Patch(_Args):
+    kind: Literal["deployment", "service", "configmap", "secret", "networkpolicy", "resourcequota"]
+    name: str = Name
+    patch: dict[str, Any] | list[dict[str, Any]]
+    patch_type: Literal["strategic", "merge", "json"] = "strategic"
+
+
+class SetImage(_Args):
+    deployment: str = Name
+    container: str = Name
+    image: str = Field(min_length=1, max_length=512, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$")
+
+
+class RolloutUndo(_Args):
+    deployment: str = Name
+    to_revision: int | None = Field(None, ge=1)
+
+
+class Scale(_Args):
+    deployment: str = Name
+    replicas: int = Field(ge=0, le=50)
+
+
+class PatchService(_Args):
+    service: str = Name
+    port: int | None = Field(None, ge=1, le=65535)
+    target_port: int | str | None = None
+    selector: dict[str, str] | None = None
+
+
+class SetResources(_Args):
+    deployment: str = Name
+    container: str = Name
+    memory_limit: str | None = Field(None, pattern=r"^[0-9]+(Ki|Mi|Gi)?$")
+    memory_request: str | None = Field(None, pattern=r"^[0-9]+(Ki|Mi|Gi)?$")
+    cpu_limit: str | None = Field(None, pattern=r"^[0-9]+m?$")
+    cpu_request: str | None = Field(None, pattern=r"^[0-9]+m?$")
+
+
+class SetEnv(_Args):
+    deployment: str = Name
+    container: str = Name
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    value: str = Field(max_length=4096)
+
+
+class NodeRef(_Args):
+    node: str = Name
+
+
+class PodRef(_Args):
+    pod: str = Name
+
+
+class ChaosRef(_Args):
+    kind: ChaosKind
+    name: str = Name
+
+
+class SetConfigKey(_Args):
+    kind: Literal["configmap", "secret"]
+    name: str = Name
+    key: str = Field(pattern=r"^[-._a-zA-Z0-9]+$")
+    value: str = Field(max_length=65536)
+
+
+class NetworkPolicyRef(_Args):
+    name: str = Name
+
+
+class PatchQuota(_Args):
+    name: str = Name
+    hard: dict[str, str] = Field(min_length=1)
+
+
+class Finish(_Args):
+    diagnosis: str = Field(min_length=1, max_length=2000, description="root cause, e.g. 'deployment/cart: OOMKilled'")
+    summary: str = Field(max_length=4000, description="what was done and why")
+
+
+class ToolSpec(BaseModel):
+    name: str
+    description: str
+    args: type[_Args]
+    risk: Risk
+    write: bool
+
+
+def _spec(name: str, args: type[_Args], risk: Risk, description: str) -> ToolSpec:
+    return ToolSpec(name=name, description=description, args=args, risk=risk, write=risk > Risk.READ)
+
+
+TOOL_SPECS: dict[str, ToolSpec] = {s.name: s for s in (
+    _spec("list_pods", ListPods, Risk.READ, "kubectl get pods: phase, readiness, restarts, age"),
+    _spec("describe", Describe, Risk.READ, "kubectl describe KIND NAME: spec, status, conditions, recent events"),
+    _spec("get_logs", GetLogs, Risk.READ, "kubectl logs POD [--previous] --tail N"),
+    _spec("get_events", GetEvents, Risk.READ, "kubectl get events, newest last; optionally about one object"),
+    _spec("get_endpoints", ServiceRef, Risk.READ, "kubectl get endpoints SERVICE: the ready pod addresses behind it"),
+    _spec("top", Top, Risk.READ, "kubectl top pods|nodes: CPU and memory usage"),
+    _spec("rollout_history", DeploymentRef, Risk.READ, "kubectl rollout history deployment: revisions and changes"),
+    _spec("list_chaos_experiments", ListChaos, Risk.READ, "Chaos Mesh experiments in the namespace"),
+    _spec("get_resource", GetResource, Risk.READ, "kubectl get KIND NAME -o yaml (secret values are shown decoded)"),
+    _spec("patch", Patch, Risk.MEDIUM, "kubectl patch KIND NAME --type strategic|merge|json -p PATCH"),
+    _spec("set_image", SetImage, Risk.MEDIUM, "kubectl set image deployment/NAME CONTAINER=IMAGE"),
+    _spec("rollout_undo", RolloutUndo, Risk.MEDIUM, "kubectl rollout undo deployment/NAME [--to-revision N]"),
+    _spec("scale", Scale, Risk.MEDIUM, "kubectl scale deployment/NAME --replicas N"),
+    _spec("rollout_restart", DeploymentRef, Risk.LOW, "kubectl rollout restart deployment/NAME"),
+    _spec("patch_service", PatchService, Risk.MEDIUM, "change a service's port, targetPort or selector"),
+    _spec("set_resources", SetResources, Risk.MEDIUM, "kubectl set resources: container limits and requests"),
+    _spec("set_env", SetEnv, Risk.MEDIUM, "kubectl set env deployment/NAME -c CONTAINER NAME=VALUE"),
+    _spec("remove_scheduling_constraints", DeploymentRef, Risk.MEDIUM, "drop nodeSelector and affinity"),
+    _spec("uncordon", NodeRef, Risk.MEDIUM, "kubectl uncordon NODE"),
+    _spec("delete_pod", PodRef, Risk.LOW, "kubectl delete pod NAME (its controller recreates it)"),
+    _spec("delete_chaos_experiment", ChaosRef, Risk.MEDIUM, "remove a Chaos Mesh experiment, ending its fault"),
+    _spec("set_config_key", SetConfigKey, Risk.MEDIUM, "set one key of a configmap or secret"),
+    _spec("delete_network_policy", NetworkPolicyRef, Risk.HIGH, "kubectl delete networkpolicy NAME"),
+    _spec("patch_quota", PatchQuota, Risk.MEDIUM, "raise a ResourceQuota's hard limits"),
+    _spec("finish", Finish, Risk.READ, "end the investigation with a diagnosis and a summary of what was done"),
+)}
+
+
+class ToolCall(BaseModel):
+    """One action of the agent. `args` are validated against the tool's spec by `validate()`."""
+
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+    def validate_args(self) -> _Args:
+        """Raise KeyError for an unknown tool or pydantic.ValidationError for bad arguments."""
+        return TOOL_SPECS[self.tool].args.model_validate(self.args)
+
+
+class ToolResult(BaseModel):
+    tool: str
+    ok: bool
+    output: str  # kubectl-like text, bounded in length, exactly what the model reads
+    refused: bool = False  # stopped by a guardrail before reaching the cluster
+    error: str | None = None
+    idempotent_replay: bool = False  # a retried write found its own earlier effect and did nothing
+    duration_ms: float = 0.0

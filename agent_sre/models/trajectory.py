@@ -1,0 +1,61 @@
+"""trajectory.v1: one remediation episode, exactly as the policy experienced it, ready to become training data."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from agent_sre.models.incident import Incident
+from agent_sre.models.policy import ChatMessage, PolicyDecision
+from agent_sre.models.reward import HumanFeedback, RewardRecord
+from agent_sre.models.tools import ToolCall, ToolResult
+from agent_sre.models.verdict import Verdict
+
+Termination = Literal["finished", "step_limit", "deadline", "cancelled"]
+
+
+class Step(BaseModel):
+    index: int
+    decision: PolicyDecision
+    result: ToolResult | None = Field(default=None, description="None for invalid actions and for finish")
+    at: datetime
+
+    @property
+    def action(self) -> ToolCall | None:
+        return self.decision.action
+
+
+class Trajectory(BaseModel):
+    schema_version: Literal["trajectory.v1"] = "trajectory.v1"
+    incident: Incident
+    workflow_id: str
+    run_id: str
+    policy: str
+    model_version: str
+    conversation: list[ChatMessage] = Field(default_factory=list)
+    steps: list[Step] = Field(default_factory=list)
+    termination: Termination | None = None
+    diagnosis: str | None = None
+    summary: str | None = None
+    verdict: Verdict | None = None
+    reward: RewardRecord | None = None
+    feedback: list[HumanFeedback] = Field(default_factory=list)
+    started_at: datetime
+    mitigated_at: datetime | None = Field(default=None, description="when the agent stopped acting")
+    ended_at: datetime | None = None
+
+    @property
+    def writes(self) -> list[Step]:
+        from agent_sre.models.tools import TOOL_SPECS
+
+        return [s for s in self.steps if s.result is not None and s.result.ok and s.action is not None
+                and TOOL_SPECS[s.action.tool].write]
+
+    @property
+    def time_to_mitigate_s(self) -> float | None:
+        """From the start until the agent stopped acting (the settle window excluded), if the verdict is resolved."""
+        if self.verdict is None or self.verdict.outcome != "resolved" or self.mitigated_at is None:
+            return None
+        return (self.mitigated_at - self.started_at).total_seconds()

@@ -1,0 +1,1 @@
+"""Policies: what decides the agent's next action. All speak one conversation format (`conversation.py`)."""

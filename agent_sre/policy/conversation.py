@@ -1,0 +1,106 @@
+"""The one conversation format, shared by serving and training: the model never sees a different prompt in
+production than it was trained on.
+
+    system     rules + every tool with its JSON schema
+    user       the alert and/or the user's report
+    assistant  {"tool": "...", "args": {...}}           ← exactly one JSON object per turn
+    tool       the tool's kubectl-like output, or why the action was invalid or refused
+    ...
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+from pydantic import ValidationError
+
+from agent_sre.models.incident import Incident
+from agent_sre.models.policy import ChatMessage
+from agent_sre.models.tools import TOOL_SPECS, ToolCall
+from agent_sre.models.trajectory import Trajectory
+
+MAX_COMPLETION_CHARS = 4000
+
+RULES = """You are an on-call Site Reliability Engineer for a Kubernetes cluster. An alert fired. Investigate with \
+read-only tools, find the root cause, fix it with the smallest safe change in the incident's namespace, then call \
+finish. If nothing is actually wrong (a false alarm), change nothing and call finish saying so.
+Answer with exactly one JSON object and nothing else: {"tool": "<name>", "args": {...}}."""
+
+
+@lru_cache
+def system_prompt() -> str:
+    lines = [RULES, "", "Tools:"]
+    for spec in TOOL_SPECS.values():
+        schema = spec.args.model_json_schema()
+        args = {name: _brief(prop) for name, prop in schema.get("properties", {}).items()}
+        required = schema.get("required", [])
+        lines.append(f"- {spec.name}: {spec.description}. args={json.dumps(args, separators=(',', ':'))}"
+                     + (f" required={required}" if required else ""))
+    return "\n".join(lines)
+
+
+def _brief(prop: dict) -> str:
+    """A compact type for a JSON-schema property: keeps the prompt short for a small model."""
+    if "enum" in prop:
+        return "|".join(map(str, prop["enum"]))
+    if "anyOf" in prop:
+        return "|".join(_brief(p) for p in prop["anyOf"] if p.get("type") != "null")
+    return str(prop.get("type", "any"))
+
+
+def incident_message(incident: Incident) -> str:
+    parts = [f"Namespace: {incident.namespace}"]
+    if incident.alert is not None:
+        labels = incident.alert.labels
+        parts.append(f"Alert: {labels.get('alertname', 'unnamed')} ({incident.alert.status})")
+        parts.append("Labels: " + ", ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "alertname"))
+        parts.extend(f"{k.capitalize()}: {v}" for k, v in sorted(incident.alert.annotations.items()))
+    if incident.report:
+        parts.append(f"User report: {incident.report}")
+    return "\n".join(parts)
+
+
+def pending_messages(trajectory: Trajectory) -> list[ChatMessage]:
+    """The messages the model has not seen yet: the opening pair, or the outcome of its last action."""
+    if not trajectory.steps:
+        return [ChatMessage(role="system", content=system_prompt()),
+                ChatMessage(role="user", content=incident_message(trajectory.incident))]
+    last = trajectory.steps[-1]
+    if last.decision.action is None:
+        return [ChatMessage(role="tool", content=f"invalid action: {last.decision.invalid_reason}. "
+                                                 'Answer with one JSON object {"tool": ..., "args": {...}}.')]
+    assert last.result is not None, "a finished trajectory has no next turn"
+    return [ChatMessage(role="tool", content=last.result.output)]
+
+
+def parse_action(completion: str) -> tuple[ToolCall | None, str | None]:
+    """Strictly parse one completion into a validated tool call, or explain why it is not one."""
+    text = completion.strip()
+    if len(text) > MAX_COMPLETION_CHARS:
+        return None, f"the answer is longer than {MAX_COMPLETION_CHARS} characters"
+    if text.startswith("```"):
+        text = text.strip("`").removeprefix("json").strip()
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        return None, f"not valid JSON ({e.msg} at position {e.pos})"
+    if not isinstance(obj, dict) or set(obj) - {"tool", "args"} or not isinstance(obj.get("tool"), str):
+        return None, 'expected an object with exactly the keys "tool" and "args"'
+    args = obj.get("args", {})
+    if not isinstance(args, dict):
+        return None, '"args" must be an object'
+    call = ToolCall(tool=obj["tool"], args=args)
+    if call.tool not in TOOL_SPECS:
+        return None, f"unknown tool {call.tool!r}; known tools: {', '.join(TOOL_SPECS)}"
+    try:
+        call.validate_args()
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'args'}: {err['msg']}" for err in e.errors())
+        return None, f"bad arguments for {call.tool}: {problems}"
+    return call, None
+
+
+def render_action(call: ToolCall) -> str:
+    """The canonical completion for an action: what a teacher policy 'says', and what SFT trains on."""
+    return json.dumps({"tool": call.tool, "args": call.args}, separators=(", ", ": "))

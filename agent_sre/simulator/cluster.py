@@ -1,0 +1,182 @@
+"""One isolated simulated cluster: an in-memory object store, a simulated clock, events, logs and an audit log.
+
+The store knows nothing about workloads; controllers registered on the cluster (see `workload.py`) turn specs
+into status whenever `sync()` is called. The API layer calls `sync()` before serving each request, so state is
+always current for the simulated time of the request without a background thread.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from agent_sre.simulator.resources import BY_KEY
+
+Obj = dict[str, Any]
+Controller = Callable[["Cluster"], None]
+
+SIM_EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z: simulated clocks start here, so runs are reproducible
+
+
+class SimClock:
+    """Simulated time: real elapsed time scaled by `speed`, plus explicit advances (for training episodes)."""
+
+    def __init__(self, speed: float = 1.0, start: float = SIM_EPOCH) -> None:
+        self.speed = speed
+        self._start = start
+        self._real0 = time.monotonic()
+        self._offset = 0.0
+
+    def now(self) -> float:
+        return self._start + (time.monotonic() - self._real0) * self.speed + self._offset
+
+    def advance(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError("the simulated clock cannot go backwards")
+        self._offset += seconds
+
+
+def rfc3339(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ApiError(Exception):
+    """An error the API layer returns as a Kubernetes `Status` object."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+
+@dataclass
+class AuditRecord:
+    """One mutating request that reached the cluster (the durability tests count these)."""
+
+    ts: float
+    verb: str
+    resource: str
+    namespace: str
+    name: str
+    idempotency_key: str | None = None
+    detail: str = ""
+
+
+@dataclass
+class Cluster:
+    name: str
+    clock: SimClock = field(default_factory=SimClock)
+    objects: dict[str, dict[tuple[str, str], Obj]] = field(default_factory=dict)
+    audit: list[AuditRecord] = field(default_factory=list)
+    # (namespace, pod, container) -> {"current": [...], "previous": [...]}; written by the workload model
+    logs: dict[tuple[str, str, str], dict[str, list[str]]] = field(default_factory=dict)
+    controllers: list[Controller] = field(default_factory=list)
+    # Free-form per-cluster state owned by controllers (e.g. the app model, usage figures, golden signals).
+    model: dict[str, Any] = field(default_factory=dict)
+    _rv: itertools.count = field(default_factory=lambda: itertools.count(1))
+    revision: int = 0  # bumped on every write; controllers use it to skip work when nothing changed
+
+    # --- store -----------------------------------------------------------------------------------------------
+    def get(self, resource: str, namespace: str, name: str) -> Obj | None:
+        return self.objects.get(resource, {}).get((namespace, name))
+
+    def must_get(self, resource: str, namespace: str, name: str) -> Obj:
+        obj = self.get(resource, namespace, name)
+        if obj is None:
+            rt = BY_KEY[resource]
+            raise ApiError(404, "NotFound", f'{rt.plural}{"." + rt.group if rt.group else ""} "{name}" not found')
+        return obj
+
+    def list(self, resource: str, namespace: str | None = None) -> list[Obj]:
+        items = self.objects.get(resource, {})
+        if namespace is None:
+            return list(items.values())
+        return [o for (ns, _), o in items.items() if ns == namespace]
+
+    def create(self, resource: str, obj: Obj) -> Obj:
+        rt = BY_KEY[resource]
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        if not meta.get("name"):
+            raise ApiError(422, "Invalid", "metadata.name: Required value")
+        ns = meta.get("namespace", "") if rt.namespaced else ""
+        if rt.namespaced and not ns:
+            ns = meta["namespace"] = "default"
+        if rt.namespaced and resource != "namespaces" and self.get("namespaces", "", ns) is None:
+            raise ApiError(404, "NotFound", f'namespaces "{ns}" not found')
+        bucket = self.objects.setdefault(resource, {})
+        if (ns, meta["name"]) in bucket:
+            raise ApiError(409, "AlreadyExists", f'{rt.plural} "{meta["name"]}" already exists')
+        obj.setdefault("apiVersion", rt.group_version)
+        obj.setdefault("kind", rt.kind)
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", rfc3339(self.clock.now()))
+        meta["generation"] = 1
+        meta["resourceVersion"] = str(next(self._rv))
+        bucket[(ns, meta["name"])] = obj
+        self.revision += 1
+        return obj
+
+    def replace(self, resource: str, obj: Obj) -> Obj:
+        """Store a new version of an existing object, bumping resourceVersion (and generation on spec change)."""
+        meta = obj["metadata"]
+        key = (meta.get("namespace", "") if BY_KEY[resource].namespaced else "", meta["name"])
+        old = self.objects.get(resource, {}).get(key)
+        if old is None:
+            raise ApiError(404, "NotFound", f'{resource} "{meta["name"]}" not found')
+        meta["uid"] = old["metadata"]["uid"]
+        meta["creationTimestamp"] = old["metadata"]["creationTimestamp"]
+        gen = old["metadata"].get("generation", 1)
+        meta["generation"] = gen + 1 if obj.get("spec") != old.get("spec") else gen
+        meta["resourceVersion"] = str(next(self._rv))
+        self.objects[resource][key] = obj
+        self.revision += 1
+        return obj
+
+    def delete(self, resource: str, namespace: str, name: str) -> Obj:
+        obj = self.must_get(resource, namespace, name)
+        del self.objects[resource][(namespace, name)]
+        self.revision += 1
+        return obj
+
+    def snapshot(self, resource: str, namespace: str, name: str) -> Obj | None:
+        """A deep copy, for callers that want to edit an object before `replace`."""
+        obj = self.get(resource, namespace, name)
+        return copy.deepcopy(obj) if obj is not None else None
+
+    # --- events, audit, time -----------------------------------------------------------------------------------
+    def record_event(self, involved: Obj, reason: str, message: str, type_: str = "Normal", count: int = 1) -> None:
+        """Record (or bump the count of) an event about `involved`, as the kubelet and controllers do."""
+        meta = involved["metadata"]
+        ns = meta.get("namespace", "default")
+        name = f'{meta["name"]}.{reason.lower()}'
+        now = rfc3339(self.clock.now())
+        existing = self.get("events", ns, name)
+        if existing is not None:
+            existing["count"] = existing.get("count", 1) + count
+            existing["lastTimestamp"] = now
+            existing["message"] = message
+            return
+        self.create("events", {
+            "metadata": {"name": name, "namespace": ns},
+            "involvedObject": {"kind": involved.get("kind"), "name": meta["name"], "namespace": ns,
+                               "uid": meta.get("uid"), "apiVersion": involved.get("apiVersion")},
+            "reason": reason, "message": message, "type": type_, "count": count,
+            "firstTimestamp": now, "lastTimestamp": now,
+            "source": {"component": "kubelet" if involved.get("kind") == "Pod" else "controller-manager"},
+        })
+
+    def record_audit(self, verb: str, resource: str, namespace: str, name: str,
+                     idempotency_key: str | None = None, detail: str = "") -> None:
+        self.audit.append(AuditRecord(self.clock.now(), verb, resource, namespace, name, idempotency_key, detail))
+
+    def sync(self) -> None:
+        """Bring status up to the current simulated time by running every controller."""
+        for controller in self.controllers:
+            controller(self)

@@ -1,0 +1,69 @@
+"""Connecting to Temporal and starting our workflows: the SDK entry point other teams' code can use too."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.contrib.opentelemetry import TracingInterceptor
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from agent_sre.config import Settings, get_settings
+from agent_sre.models.alert import Alert
+from agent_sre.models.incident import Incident
+from agent_sre.models.remediation import PolicyRef, RemediationRequest, TaskQueues
+
+
+async def connect(settings: Settings | None = None) -> Client:
+    """A client with the pydantic data converter and the OpenTelemetry tracing interceptor."""
+    settings = settings or get_settings()
+    return await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace,
+                                data_converter=pydantic_data_converter, interceptors=[TracingInterceptor()])
+
+
+def task_queues(settings: Settings) -> TaskQueues:
+    return TaskQueues(tools=settings.queue_tools, policy=settings.queue_policy)
+
+
+@dataclass(frozen=True)
+class StartedIncident:
+    handle: WorkflowHandle[Any, Any]
+    attached: bool  # True: a remediation for this alert was already running; the caller got that one
+
+    @property
+    def workflow_id(self) -> str:
+        return self.handle.id
+
+
+async def start_incident(client: Client, incident: Incident, *, policy: PolicyRef | None = None,
+                         settings: Settings | None = None, **request: Any) -> StartedIncident:
+    """Start a remediation, or attach to the one already running for the same alert identity.
+
+    A finished remediation does not block a new one: if the alert fires again later, it is a new incident.
+    """
+    settings = settings or get_settings()
+    req = RemediationRequest(incident=incident, policy=policy, queues=task_queues(settings), **request)
+    try:
+        handle = await client.start_workflow(
+            "IncidentRemediationWorkflow", req, id=incident.workflow_id, task_queue=settings.queue_agent,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL, id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE)
+        return StartedIncident(handle, attached=False)
+    except WorkflowAlreadyStartedError:
+        return StartedIncident(client.get_workflow_handle(incident.workflow_id), attached=True)
+
+
+async def signal_alert_resolved(client: Client, alert: Alert) -> str | None:
+    """Tell the running remediation for this alert that it stopped firing. Returns its workflow id, if any."""
+    incident = Incident.from_alert(alert)
+    handle = client.get_workflow_handle(incident.workflow_id)
+    try:
+        await handle.signal("alert_resolved")
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:  # nothing is running for this alert (any more)
+            return None
+        raise
+    return handle.id

@@ -1,0 +1,1 @@
+"""Worker processes: thin wiring of workflows and activities onto task queues."""

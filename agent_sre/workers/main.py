@@ -1,0 +1,46 @@
+"""`agent-sre worker`: runs workflows and activities on their task queues.
+
+One process may serve every queue (dev, demo, tests) or just one (production: tools near the cluster, policy on
+inference machines, training on GPUs). Activities are plain sync functions, run on a thread pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from agent_sre.activities import observer, policy, rewards, routing, tools, trajectories
+from agent_sre.config import Settings
+from agent_sre.workflows.incident import IncidentRemediationWorkflow
+
+
+def queue_contents(settings: Settings) -> dict[str, tuple[list[type], list[Callable[..., Any]]]]:
+    """Which workflows and activities each task queue serves."""
+    return {
+        settings.queue_agent: ([IncidentRemediationWorkflow],
+                               [routing.route_model, rewards.compute_reward, trajectories.store_trajectory]),
+        settings.queue_tools: ([], [tools.run_tool, observer.snapshot_cluster, observer.observe]),
+        settings.queue_policy: ([], [policy.decide_next_action]),
+    }
+
+
+def build_workers(client: Client, settings: Settings, queues: Sequence[str] | None = None,
+                  max_concurrent_activities: int = 64) -> list[Worker]:
+    contents = queue_contents(settings)
+    unknown = set(queues or ()) - set(contents)
+    if unknown:
+        raise ValueError(f"unknown task queue(s) {sorted(unknown)}; this worker serves {sorted(contents)}")
+    executor = ThreadPoolExecutor(max_workers=max_concurrent_activities, thread_name_prefix="activity")
+    return [Worker(client, task_queue=queue, workflows=workflows, activities=activities,
+                   activity_executor=executor, max_concurrent_activities=max_concurrent_activities)
+            for queue, (workflows, activities) in contents.items() if not queues or queue in queues]
+
+
+async def run_workers(client: Client, settings: Settings, queues: Sequence[str] | None = None) -> None:
+    workers = build_workers(client, settings, queues)
+    await asyncio.gather(*(w.run() for w in workers))

@@ -1,0 +1,231 @@
+"""IncidentRemediationWorkflow: route → investigate/act loop → settle → observe → reward → store.
+
+    routing ─▶ investigating ⇄ (awaiting_approval) ─▶ settling ─▶ observing ─▶ rewarding
+                  │  policy: decide_next_action                                 │
+                  │  tools:  run_tool (guardrails, idempotency key per step)    ▼
+                  └─ until finish / step limit / deadline / cancel     (awaiting_feedback) ─▶ storing ─▶ done
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey
+
+with workflow.unsafe.imports_passed_through():
+    from agent_sre.activities import observer, policy, rewards, routing, tools, trajectories
+    from agent_sre.models.incident import Incident
+    from agent_sre.models.policy import ChatMessage, PolicyDecision
+    from agent_sre.models.remediation import (
+        ApprovalDecision,
+        IncidentOutcome,
+        ObserveRequest,
+        Phase,
+        PolicyRef,
+        PolicyRequest,
+        RemediationRequest,
+        RemediationStatus,
+        RewardRequest,
+    )
+    from agent_sre.models.reward import HumanFeedback
+    from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolInvocation, ToolResult
+    from agent_sre.models.trajectory import Step, Trajectory
+
+FAULT_CLASS = SearchAttributeKey.for_keyword("FaultClass")
+SERVICE = SearchAttributeKey.for_keyword("Service")
+MODEL_VERSION = SearchAttributeKey.for_keyword("ModelVersion")
+OUTCOME = SearchAttributeKey.for_keyword("Outcome")
+
+QUICK = timedelta(seconds=30)
+STORE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+                          maximum_interval=timedelta(minutes=2))  # unlimited attempts: the trajectory must land
+
+
+@workflow.defn(name="IncidentRemediationWorkflow")
+class IncidentRemediationWorkflow:
+    @workflow.init
+    def __init__(self, request: RemediationRequest) -> None:
+        self._incident: Incident = request.incident
+        self._queues = request.queues
+        self._phase: Phase = "routing"
+        self._trajectory: Trajectory | None = None
+        self._model_version: str | None = None
+        self._cancelled = False
+        self._alert_resolved = False
+        self._pending: ToolCall | None = None
+        self._approval: ApprovalDecision | None = None
+        self._feedback: list[HumanFeedback] = []
+        self._feedback_open = False
+        self._outcome: str | None = None
+
+    # --- the state machine ------------------------------------------------------------------------------------
+    @workflow.run
+    async def run(self, request: RemediationRequest) -> IncidentOutcome:
+        incident = request.incident
+        info = workflow.info()
+        workflow.upsert_search_attributes([FAULT_CLASS.value_set(incident.fault_class),
+                                           SERVICE.value_set(incident.service or "unknown")])
+        policy_ref = request.policy or await workflow.execute_activity(
+            routing.route_model, incident, start_to_close_timeout=QUICK)
+        self._model_version = policy_ref.version
+        workflow.upsert_search_attributes([MODEL_VERSION.value_set(policy_ref.version)])
+        baseline = await workflow.execute_activity(
+            observer.snapshot_cluster, incident, start_to_close_timeout=QUICK, task_queue=self._queues.tools)
+
+        self._trajectory = trajectory = Trajectory(
+            incident=incident, workflow_id=info.workflow_id, run_id=info.run_id, policy=policy_ref.name,
+            model_version=policy_ref.version, started_at=workflow.now())
+        trajectory.termination = await self._investigate(policy_ref, trajectory)
+        trajectory.mitigated_at = workflow.now()
+
+        self._set_phase("settling")
+        await workflow.sleep(timedelta(seconds=incident.limits.settle_s))
+        self._set_phase("observing")
+        trajectory.verdict = await workflow.execute_activity(
+            observer.observe, ObserveRequest(incident=incident, baseline=baseline),
+            start_to_close_timeout=QUICK, task_queue=self._queues.tools)
+        self._outcome = trajectory.verdict.outcome
+        workflow.upsert_search_attributes([OUTCOME.value_set(trajectory.verdict.outcome)])
+
+        if incident.limits.feedback_window_s > 0:
+            self._set_phase("awaiting_feedback")
+            self._feedback_open = True
+            await workflow.wait_condition(lambda: bool(self._feedback),
+                                          timeout=timedelta(seconds=incident.limits.feedback_window_s))
+            self._feedback_open = False
+        trajectory.feedback = list(self._feedback)
+        trajectory.ended_at = workflow.now()
+
+        self._set_phase("rewarding")
+        trajectory.reward = await workflow.execute_activity(
+            rewards.compute_reward, RewardRequest(trajectory=trajectory, config=request.reward),
+            start_to_close_timeout=QUICK)
+
+        key = None
+        if request.store_trajectory:
+            self._set_phase("storing")
+            stored = await workflow.execute_activity(
+                trajectories.store_trajectory, trajectory, start_to_close_timeout=QUICK, retry_policy=STORE_RETRY)
+            key = stored.key
+        self._set_phase("done")
+        return _outcome(trajectory, key)
+
+    async def _investigate(self, policy_ref: PolicyRef, trajectory: Trajectory) -> str:
+        """The agent loop. Every exit is a termination reason; nothing here raises on bad model output."""
+        limits = trajectory.incident.limits
+        deadline = workflow.now() + timedelta(seconds=limits.deadline_s)
+        self._set_phase("investigating")
+        while True:
+            if self._cancelled:
+                return "cancelled"
+            if len(trajectory.steps) >= limits.max_steps:
+                return "step_limit"
+            if workflow.now() >= deadline:
+                return "deadline"
+            decision: PolicyDecision = await workflow.execute_activity(
+                policy.decide_next_action, PolicyRequest(policy=policy_ref, trajectory=trajectory),
+                start_to_close_timeout=timedelta(minutes=5), task_queue=self._queues.policy)
+            trajectory.conversation.extend(decision.new_messages)
+            trajectory.conversation.append(ChatMessage(role="assistant", content=decision.completion))
+            step = Step(index=len(trajectory.steps), decision=decision, at=workflow.now())
+            trajectory.steps.append(step)
+            action = decision.action
+            if action is None:
+                continue  # the policy explains the invalid action to the model on its next turn
+            self._set_phase("investigating", last_action=action.tool)
+            if action.tool == "finish":
+                trajectory.diagnosis = str(action.args.get("diagnosis", ""))
+                trajectory.summary = str(action.args.get("summary", ""))
+                return "finished"
+            step.result = await self._act(action, step.index, trajectory.incident)
+
+    async def _act(self, action: ToolCall, index: int, incident: Incident) -> ToolResult:
+        spec = TOOL_SPECS.get(action.tool)
+        threshold = incident.limits.approval_risk
+        if spec is not None and spec.write and threshold is not None and spec.risk >= threshold:
+            rejection = await self._await_approval(action, index, incident.limits.approval_timeout_s)
+            if rejection is not None:
+                return ToolResult(tool=action.tool, ok=False, refused=True, output=f"refused: {rejection}")
+        info = workflow.info()
+        invocation = ToolInvocation(call=action, namespace=incident.namespace, kubeconfig=incident.kubeconfig,
+                                    idempotency_key=f"{info.workflow_id}/{info.run_id}/{index}")
+        return await workflow.execute_activity(tools.run_tool, invocation, start_to_close_timeout=QUICK,
+                                               task_queue=self._queues.tools)
+
+    async def _await_approval(self, action: ToolCall, index: int, timeout_s: float) -> str | None:
+        """Block a risky write until a human approves it. Returns the reason it may not run, or None."""
+        self._pending, self._approval = action, None
+        self._set_phase("awaiting_approval")
+        try:
+            await workflow.wait_condition(
+                lambda: (self._approval is not None and self._approval.step == index) or self._cancelled,
+                timeout=timedelta(seconds=timeout_s))
+        except TimeoutError:
+            return f"no human approved {action.tool} within {timeout_s:.0f}s"
+        finally:
+            self._pending = None
+            self._set_phase("investigating")
+        if self._cancelled:
+            return "the incident was cancelled"
+        assert self._approval is not None
+        if not self._approval.approved:
+            return f"rejected by {self._approval.by or 'a human'}: {self._approval.reason or 'no reason given'}"
+        return None
+
+    def _set_phase(self, phase: Phase, last_action: str | None = None) -> None:
+        self._phase = phase
+        steps = len(self._trajectory.steps) if self._trajectory else 0
+        detail = f"**{phase}** · model `{self._model_version or '?'}` · step {steps}"
+        if last_action:
+            detail += f" · last action `{last_action}`"
+        workflow.set_current_details(detail)
+
+    # --- signals and queries ----------------------------------------------------------------------------------
+    @workflow.signal
+    def alert_resolved(self) -> None:
+        """Alertmanager says the alert stopped firing; recorded for the reward, the agent carries on."""
+        self._alert_resolved = True
+
+    @workflow.signal
+    def human_feedback(self, feedback: HumanFeedback) -> None:
+        if self._feedback_open:
+            self._feedback.append(feedback)
+        else:
+            workflow.logger.warning("feedback outside the feedback window was ignored: %s", feedback.comment)
+
+    @workflow.signal
+    def approve_action(self, decision: ApprovalDecision) -> None:
+        self._approval = decision.model_copy(update={"approved": True})
+
+    @workflow.signal
+    def reject_action(self, decision: ApprovalDecision) -> None:
+        self._approval = decision.model_copy(update={"approved": False})
+
+    @workflow.signal
+    def cancel(self) -> None:
+        """Stop acting at the next step boundary; the episode is still observed and recorded."""
+        self._cancelled = True
+
+    @workflow.query
+    def status(self) -> RemediationStatus:
+        t = self._trajectory
+        return RemediationStatus(
+            incident_id=self._incident.id, phase=self._phase, model_version=self._model_version,
+            steps=len(t.steps) if t else 0,
+            last_action=t.steps[-1].action.tool if t and t.steps and t.steps[-1].action else None,
+            pending_approval=self._pending, outcome=self._outcome, alert_resolved=self._alert_resolved)
+
+    @workflow.query
+    def trajectory(self) -> Trajectory | None:
+        return self._trajectory
+
+
+def _outcome(t: Trajectory, key: str | None) -> IncidentOutcome:
+    assert t.verdict is not None and t.reward is not None and t.termination is not None
+    results = [s.result for s in t.steps if s.result is not None]
+    return IncidentOutcome(
+        incident_id=t.incident.id, workflow_id=t.workflow_id, outcome=t.verdict.outcome, termination=t.termination,
+        model_version=t.model_version, steps=len(t.steps), writes=len(t.writes),
+        refused=sum(r.refused for r in results), invalid=sum(s.action is None for s in t.steps),
+        diagnosis=t.diagnosis, reward=t.reward, time_to_mitigate_s=t.time_to_mitigate_s, trajectory_key=key)
