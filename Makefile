@@ -29,5 +29,6 @@ test-all: setup
 bench: setup
 	$(BIN)/python bench/simulator.py
 
-clean:
+clean:  # stop the dev stack first: its processes would outlive their data dir
+	-[ ! -x $(BIN)/agent-sre ] || $(BIN)/agent-sre dev down
 	rm -rf $(VENV) .agent-sre

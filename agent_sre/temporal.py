@@ -15,7 +15,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from agent_sre.config import Settings, get_settings
 from agent_sre.models.alert import Alert
 from agent_sre.models.incident import Incident
-from agent_sre.models.remediation import PolicyRef, RemediationRequest, TaskQueues
+from agent_sre.models.remediation import IncidentOutcome, PolicyRef, RemediationRequest, TaskQueues
 
 
 async def connect(settings: Settings | None = None) -> Client:
@@ -50,10 +50,12 @@ async def start_incident(client: Client, incident: Incident, *, policy: PolicyRe
     try:
         handle = await client.start_workflow(
             "IncidentRemediationWorkflow", req, id=incident.workflow_id, task_queue=settings.queue_agent,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL, id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE)
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL, id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            result_type=IncidentOutcome)
         return StartedIncident(handle, attached=False)
     except WorkflowAlreadyStartedError:
-        return StartedIncident(client.get_workflow_handle(incident.workflow_id), attached=True)
+        return StartedIncident(client.get_workflow_handle(incident.workflow_id, result_type=IncidentOutcome),
+                               attached=True)
 
 
 async def signal_alert_resolved(client: Client, alert: Alert) -> str | None:

@@ -14,11 +14,15 @@ app = typer.Typer(
 
 def _register() -> None:
     """Attach every area's sub-app. Imported lazily so `agent-sre --help` stays quick."""
-    from agent_sre.cli import dev, scenarios, sim
+    from agent_sre.cli import alerts, dev, episodes, incident, scenarios, sim, worker
 
     app.add_typer(dev.app, name="dev")
     app.add_typer(sim.app, name="sim")
     app.add_typer(scenarios.app, name="scenarios")
+    app.add_typer(incident.app, name="incident")
+    app.add_typer(alerts.app, name="alerts")
+    app.add_typer(episodes.app, name="episodes")
+    app.command("worker")(worker.worker)
 
 
 _register()

@@ -14,13 +14,13 @@ from rich.table import Table
 from agent_sre.models.episode import OutcomeStats
 
 app = typer.Typer(help="Simulated incidents: stage-1 data and evaluation.", no_args_is_help=True)
-console = Console()
+console = Console(width=max(Console().width, 110))  # tables stay readable in logs and CI, not only in terminals
 
 
 def outcome_table(rows: Sequence[OutcomeStats], title: str) -> Table:
     table = Table(title=title)
     for col in ("fault", "n", "success", "TTM s", "steps", "false pos.", "harmful", "invalid", "reward"):
-        table.add_column(col, justify="left" if col == "fault" else "right")
+        table.add_column(col, justify="left" if col == "fault" else "right", no_wrap=True)
     for r in rows:
         table.add_row(r.group, str(r.episodes), f"{r.success_rate:.0%}",
                       f"{r.mean_time_to_mitigate_s:.1f}" if r.mean_time_to_mitigate_s is not None else "-",

@@ -43,3 +43,25 @@ class AlertmanagerWebhook(BaseModel):
     commonAnnotations: dict[str, str] = Field(default_factory=dict)
     externalURL: str = ""
     alerts: list[Alert] = Field(min_length=1)
+
+
+AlertHandling = Literal["started", "attached", "signalled", "not_running", "unsupported"]
+
+
+class AlertReceipt(BaseModel):
+    """What the webhook receiver did with one alert, so Alertmanager's logs and a human can tell."""
+
+    alertname: str
+    fingerprint: str
+    status: Literal["firing", "resolved"]
+    handling: AlertHandling
+    workflow_id: str | None = None
+    code: int = Field(default=200, description="HTTP-style status of this alert alone (501: no handler yet)")
+    detail: str = ""
+
+
+class WebhookReply(BaseModel):
+    """The receiver's answer to one delivery: a receipt per alert, in the order they came."""
+
+    receipts: list[AlertReceipt] = Field(default_factory=list)
+    error: str | None = None

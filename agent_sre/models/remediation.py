@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -11,7 +11,7 @@ from agent_sre.models.incident import Incident
 from agent_sre.models.reward import RewardConfig, RewardRecord
 from agent_sre.models.tools import ToolCall
 from agent_sre.models.trajectory import Trajectory
-from agent_sre.models.verdict import Verdict
+from agent_sre.models.verdict import HealthSnapshot
 
 PolicyName = Literal["runbook", "scripted", "llm"]
 
@@ -64,6 +64,7 @@ class IncidentOutcome(BaseModel):
     writes: int
     refused: int
     invalid: int
+    false_positive: bool = Field(description="acted on a false alarm, or claimed a fix the observer rejected")
     diagnosis: str | None
     reward: RewardRecord
     time_to_mitigate_s: float | None
@@ -77,7 +78,7 @@ class PolicyRequest(BaseModel):
 
 class ObserveRequest(BaseModel):
     incident: Incident
-    baseline: dict[str, Any] = Field(description="cluster snapshot taken before the agent acted")
+    baseline: HealthSnapshot = Field(description="the namespace's health before the agent acted")
 
 
 class RewardRequest(BaseModel):

@@ -220,3 +220,14 @@ class ToolResult(BaseModel):
     error: str | None = None
     idempotent_replay: bool = False  # a retried write found its own earlier effect and did nothing
     duration_ms: float = 0.0
+
+
+class ToolInvocation(BaseModel):
+    """One tool call as the tool activity receives it: the call plus where and as which write it runs."""
+
+    call: ToolCall
+    namespace: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63,
+                           description="the incident's namespace: the only one writes may touch")
+    kubeconfig: str | None = Field(default=None, description="cluster to act on; None = the worker's default")
+    idempotency_key: str = Field(min_length=1, max_length=253, description="unique per call; the same on retries")
+    max_chars: int = Field(default=2000, ge=200, le=100_000, description="bound on the rendered output")

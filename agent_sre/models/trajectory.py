@@ -40,6 +40,7 @@ class Trajectory(BaseModel):
     diagnosis: str | None = None
     summary: str | None = None
     verdict: Verdict | None = None
+    alert_resolved: bool = Field(default=False, description="Alertmanager reported the alert resolved (signal)")
     reward: RewardRecord | None = None
     feedback: list[HumanFeedback] = Field(default_factory=list)
     started_at: datetime

@@ -151,25 +151,32 @@ class Cluster:
         return copy.deepcopy(obj) if obj is not None else None
 
     # --- events, audit, time -----------------------------------------------------------------------------------
-    def record_event(self, involved: Obj, reason: str, message: str, type_: str = "Normal", count: int = 1) -> None:
-        """Record (or bump the count of) an event about `involved`, as the kubelet and controllers do."""
+    def record_event(self, involved: Obj, reason: str, message: str, type_: str = "Normal", count: int = 1, *,
+                     at: float | None = None, key: str | None = None, component: str | None = None) -> Obj:
+        """Record (or bump the count of) an event about `involved`, as the kubelet and controllers do.
+
+        `key` distinguishes events of the same reason (the apiserver aggregates by reason *and* message), `at`
+        stamps a past moment the caller computed, and `component` names the reporter (scheduler, controllers).
+        Returns the stored event so a caller may set an absolute `count`.
+        """
         meta = involved["metadata"]
         ns = meta.get("namespace", "default")
-        name = f'{meta["name"]}.{reason.lower()}'
-        now = rfc3339(self.clock.now())
+        name = f'{meta["name"]}.{key or reason.lower()}'
+        now = rfc3339(self.clock.now() if at is None else at)
         existing = self.get("events", ns, name)
         if existing is not None:
             existing["count"] = existing.get("count", 1) + count
             existing["lastTimestamp"] = now
             existing["message"] = message
-            return
-        self.create("events", {
+            return existing
+        return self.create("events", {
             "metadata": {"name": name, "namespace": ns},
             "involvedObject": {"kind": involved.get("kind"), "name": meta["name"], "namespace": ns,
                                "uid": meta.get("uid"), "apiVersion": involved.get("apiVersion")},
             "reason": reason, "message": message, "type": type_, "count": count,
             "firstTimestamp": now, "lastTimestamp": now,
-            "source": {"component": "kubelet" if involved.get("kind") == "Pod" else "controller-manager"},
+            "source": {"component": component or ("kubelet" if involved.get("kind") == "Pod"
+                                                  else "controller-manager")},
         })
 
     def record_audit(self, verb: str, resource: str, namespace: str, name: str,

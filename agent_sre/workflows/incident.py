@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_sre.models.reward import HumanFeedback
     from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolInvocation, ToolResult
     from agent_sre.models.trajectory import Step, Trajectory
+    from agent_sre.rewards.base import EpisodeFacts
 
 FAULT_CLASS = SearchAttributeKey.for_keyword("FaultClass")
 SERVICE = SearchAttributeKey.for_keyword("Service")
@@ -95,6 +96,7 @@ class IncidentRemediationWorkflow:
                                           timeout=timedelta(seconds=incident.limits.feedback_window_s))
             self._feedback_open = False
         trajectory.feedback = list(self._feedback)
+        trajectory.alert_resolved = self._alert_resolved
         trajectory.ended_at = workflow.now()
 
         self._set_phase("rewarding")
@@ -228,4 +230,5 @@ def _outcome(t: Trajectory, key: str | None) -> IncidentOutcome:
         incident_id=t.incident.id, workflow_id=t.workflow_id, outcome=t.verdict.outcome, termination=t.termination,
         model_version=t.model_version, steps=len(t.steps), writes=len(t.writes),
         refused=sum(r.refused for r in results), invalid=sum(s.action is None for s in t.steps),
+        false_positive=EpisodeFacts.of(t).false_positive,
         diagnosis=t.diagnosis, reward=t.reward, time_to_mitigate_s=t.time_to_mitigate_s, trajectory_key=key)

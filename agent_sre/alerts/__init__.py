@@ -1,0 +1,1 @@
+"""Alerts as a way in: the Alertmanager webhook receiver."""

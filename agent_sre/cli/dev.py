@@ -1,0 +1,108 @@
+"""`agent-sre dev up | down | status`: the embedded stack (Temporal, SeaweedFS S3, cluster simulator) on this machine.
+
+Ports and the data dir come from the AGENT_SRE_* settings; processes outlive the command and are stopped by pid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from agent_sre import stack
+from agent_sre.config import Settings
+
+app = typer.Typer(
+    help="The embedded dev stack: Temporal dev server, SeaweedFS S3 and the cluster simulator.",
+    no_args_is_help=True,
+)
+console = Console()
+errors = Console(stderr=True)
+
+Only = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--only",
+        help=f"Act on this component only (repeatable): {', '.join(stack.COMPONENTS)}. Default: all.",
+        show_default=False,
+    ),
+]
+
+
+@contextmanager
+def _reported_errors() -> Iterator[None]:
+    """Turn stack and settings errors into a red message and exit code 1 instead of a traceback."""
+    try:
+        yield
+    except (stack.StackError, ValidationError) as exc:
+        errors.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+
+
+def _settings() -> Settings:
+    with _reported_errors():
+        return Settings()
+
+
+def _where_to_look(settings: Settings, components: list[str]) -> None:
+    if "temporal" in components:
+        console.print(f"Temporal UI: {settings.temporal_ui_url}", soft_wrap=True)
+    if "sim" in components:
+        console.print(f"kubectl:     export KUBECONFIG={settings.sim_kubeconfig.resolve()}", soft_wrap=True)
+
+
+@app.command()
+def up(only: Only = None) -> None:
+    """Start the stack and wait until every endpoint answers; components already running are left as they are."""
+    settings = _settings()
+    began = time.monotonic()
+    with _reported_errors(), console.status("Starting the embedded stack…") as spinner:
+        pending = [c.name for c in stack.select(only)]
+
+        def ready(outcome: stack.Outcome) -> None:
+            pending.remove(outcome.component)
+            took = f"in {outcome.seconds:.1f}s" if outcome.state == "started" else f"(pid {outcome.pid})"
+            console.print(f"[green]✓[/] {outcome.component:<9} {outcome.endpoint:<28} {outcome.state} {took}")
+            if pending:
+                spinner.update(f"Waiting for {', '.join(pending)}…")
+
+        outcomes = asyncio.run(stack.up(settings, only, on_ready=ready))
+    console.print(f"Stack up in {time.monotonic() - began:.1f}s (data in {settings.data_dir.resolve()}).")
+    _where_to_look(settings, [o.component for o in outcomes])
+
+
+@app.command()
+def down(only: Only = None) -> None:
+    """Stop the stack's processes by pid (SIGTERM, then SIGKILL after AGENT_SRE_STACK_STOP_TIMEOUT_S)."""
+    settings = _settings()
+    with _reported_errors(), console.status("Stopping the embedded stack…"):
+        outcomes = asyncio.run(stack.down(settings, only))
+    for outcome in outcomes:
+        if outcome.pid is None:
+            console.print(f"[dim]-[/] {outcome.component:<9} was not running")
+        else:
+            took = f"in {outcome.seconds:.1f}s"
+            console.print(f"[green]✓[/] {outcome.component:<9} {outcome.state} (pid {outcome.pid}) {took}")
+
+
+@app.command()
+def status(only: Only = None) -> None:
+    """Print each endpoint and whether it answers; exit code 1 when any does not."""
+    settings = _settings()
+    with _reported_errors(), console.status("Probing endpoints…"):
+        rows = asyncio.run(stack.status(settings, only))
+    table = Table("component", "endpoint", "answers", "pid", "detail", title="agent-sre dev stack")
+    for row in rows:
+        answers = "[green]yes[/]" if row.health.answers else "[red]no[/]"
+        table.add_row(row.component, row.endpoint, answers, str(row.pid or "-"), row.health.detail)
+    console.print(table)
+    _where_to_look(settings, [r.component for r in rows])
+    if not all(r.health.answers for r in rows):
+        raise typer.Exit(1)

@@ -1,0 +1,329 @@
+"""`agent-sre incident`: start a remediation by hand, follow it, and answer it (approval, feedback, cancel).
+
+Every command talks to Temporal through the same entry points the alert receiver uses (`agent_sre.temporal`);
+ID is the remediation's workflow id, as printed by `start`/`report` and shown in the Temporal UI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from agent_sre.config import Settings, get_settings
+from agent_sre.models.alert import Alert, AlertmanagerWebhook
+from agent_sre.models.episode import EpisodeRequest, EpisodeResult
+from agent_sre.models.incident import Incident
+from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, PolicyRef, RemediationStatus
+from agent_sre.models.reward import HumanFeedback
+from agent_sre.models.scenario import Scenario
+
+app = typer.Typer(help="Start, follow and answer remediations.", no_args_is_help=True)
+console = Console()
+T = TypeVar("T")
+
+QUERY_TIMEOUT = timedelta(seconds=10)
+KUBECONFIG_HELP = ("the cluster to act on, as the worker sees it: a kubeconfig path or a simulator environment URL "
+                   "(default: the worker's own)")
+
+
+# --- ways in ----------------------------------------------------------------------------------------------------
+
+@app.command("start")
+def start(
+    alert: Path = typer.Option(None, "--alert", exists=True, dir_okay=False,
+                               help="an Alert JSON, or an Alertmanager v4 webhook JSON (each firing alert starts one)"),
+    scenario: Path = typer.Option(None, "--scenario", exists=True, dir_okay=False,
+                                  help="a scenario YAML: injected into a fresh simulated environment, then remediated"),
+    name: str = typer.Option(None, "--name", help="which scenario, when the file holds several"),
+    policy: str = typer.Option(None, "--policy", help="runbook; default: the routing activity picks the model"),
+    kubeconfig: str = typer.Option(None, "--kubeconfig", help=KUBECONFIG_HELP),
+    wait: bool = typer.Option(False, "--wait", help="wait for the outcome and print it"),
+) -> None:
+    """Start a remediation from an alert file or a scenario file."""
+    if (alert is None) == (scenario is None):
+        raise typer.BadParameter("give exactly one of --alert FILE or --scenario FILE")
+    ref = _policy_ref(policy)
+    if alert is not None:
+        incidents = [_bad_input(lambda a=a: Incident.from_alert(a, source="cli", kubeconfig=kubeconfig))
+                     for a in _firing_alerts(alert)]
+        _run(lambda client, settings: _start_incidents(client, settings, incidents, ref, wait))
+    else:
+        if kubeconfig is not None:
+            raise typer.BadParameter("a scenario runs in a fresh simulated environment of its own",
+                                     param_hint="--kubeconfig")
+        chosen = _load_scenario(scenario, name)
+        _run(lambda client, settings: _start_episode(client, settings, chosen, ref, wait))
+
+
+@app.command("report")
+def report(
+    text: str = typer.Argument(..., help='the problem in the user\'s words, e.g. "my checkout page keeps failing"'),
+    namespace: str = typer.Option(..., "--namespace", "-n"),
+    service: str = typer.Option(None, "--service", help="the service the user means, when known"),
+    policy: str = typer.Option(None, "--policy", help="runbook; default: the routing activity picks the model"),
+    kubeconfig: str = typer.Option(None, "--kubeconfig", help=KUBECONFIG_HELP),
+    wait: bool = typer.Option(False, "--wait", help="wait for the outcome and print it"),
+) -> None:
+    """Start a remediation from a user's plain-language report (no alert needed)."""
+    incident = _bad_input(lambda: Incident(source="user_report", report=text, namespace=namespace, service=service,
+                                           kubeconfig=kubeconfig))
+    ref = _policy_ref(policy)
+    _run(lambda client, settings: _start_incidents(client, settings, [incident], ref, wait))
+
+
+# --- following and answering ------------------------------------------------------------------------------------
+
+@app.command("status")
+def status(workflow_id: str = typer.Argument(..., metavar="ID", help="the remediation's workflow id")) -> None:
+    """Where a remediation stands: phase, steps, last action, and the outcome once judged."""
+    async def show(client: Client, settings: Settings) -> None:
+        handle = client.get_workflow_handle(workflow_id)
+        desc = await handle.describe()
+        if desc.workflow_type == "SimulatedIncidentWorkflow":  # an episode: what matters is its remediation
+            console.print(f"{workflow_id} is a simulated episode ({desc.status.name if desc.status else '?'}); "
+                          f"its remediation is {workflow_id}-remediation")
+            handle = client.get_workflow_handle(f"{workflow_id}-remediation")
+            desc = await handle.describe()
+        elif desc.workflow_type != "IncidentRemediationWorkflow":
+            _fail(f"{workflow_id} is a {desc.workflow_type}, not a remediation")
+        table = Table(show_header=False, title=f"incident {handle.id}")
+        table.add_row("workflow", f"{desc.workflow_type} · {desc.status.name if desc.status else '?'}")
+        table.add_row("started", f"{desc.start_time:%Y-%m-%d %H:%M:%S %Z}")
+        try:
+            _status_rows(table, await _status(handle))
+        except RPCError as e:
+            table.add_row("status", f"[yellow]no answer to the status query: {e.message}[/] (is a worker running?)")
+        if desc.status == WorkflowExecutionStatus.COMPLETED:
+            _outcome_rows(table, await _outcome(client, handle.id))
+        elif desc.status not in (None, WorkflowExecutionStatus.RUNNING):
+            table.add_row("ended", f"[red]{desc.status.name.lower()}[/] (see the Temporal UI for why)")
+        console.print(table)
+
+    _run(show)
+
+
+@app.command("feedback")
+def feedback(
+    workflow_id: str = typer.Argument(..., metavar="ID"),
+    rating: int = typer.Option(..., "--rating", min=-1, max=1, help="-1 bad, 0 neutral, 1 good"),
+    comment: str = typer.Option("", "--comment"),
+    author: str = typer.Option(None, "--author", help="default: your login name"),
+) -> None:
+    """Rate a remediation during its feedback window; the rating is folded into its reward."""
+    fb = _bad_input(lambda: HumanFeedback(rating=rating, comment=comment, author=author or getpass.getuser(),
+                                          at=datetime.now(UTC)))
+
+    async def send(client: Client, settings: Settings) -> None:
+        handle = client.get_workflow_handle(workflow_id)
+        st = await _status(handle)
+        if st.phase != "awaiting_feedback":
+            _fail(f"{workflow_id} is {st.phase}, not awaiting feedback: the workflow would ignore it "
+                  "(feedback is taken between the verdict and the reward, for limits.feedback_window_s)")
+        await handle.signal("human_feedback", fb)
+        console.print(f"feedback {rating:+d} sent to {workflow_id}")
+
+    _run(send)
+
+
+@app.command("approve")
+def approve(workflow_id: str = typer.Argument(..., metavar="ID"),
+            step: int = typer.Option(..., "--step", min=0, help="the step waiting for approval (see `status`)"),
+            reason: str = typer.Option("", "--reason"),
+            by: str = typer.Option(None, "--by", help="default: your login name")) -> None:
+    """Let a risky write that is waiting for a human run."""
+    _decide(workflow_id, ApprovalDecision(step=step, approved=True, by=by or getpass.getuser(), reason=reason))
+
+
+@app.command("reject")
+def reject(workflow_id: str = typer.Argument(..., metavar="ID"),
+           step: int = typer.Option(..., "--step", min=0, help="the step waiting for approval (see `status`)"),
+           reason: str = typer.Option("", "--reason", help="shown to the agent as the refusal"),
+           by: str = typer.Option(None, "--by", help="default: your login name")) -> None:
+    """Refuse a risky write; the agent sees the refusal and carries on."""
+    _decide(workflow_id, ApprovalDecision(step=step, approved=False, by=by or getpass.getuser(), reason=reason))
+
+
+@app.command("cancel")
+def cancel(workflow_id: str = typer.Argument(..., metavar="ID")) -> None:
+    """Stop acting at the next step; the incident is still judged and recorded."""
+    async def send(client: Client, settings: Settings) -> None:
+        await client.get_workflow_handle(workflow_id).signal("cancel")
+        console.print(f"cancel sent to {workflow_id}")
+
+    _run(send)
+
+
+# --- helpers ----------------------------------------------------------------------------------------------------
+
+def _decide(workflow_id: str, decision: ApprovalDecision) -> None:
+    async def send(client: Client, settings: Settings) -> None:
+        handle = client.get_workflow_handle(workflow_id)
+        st = await _status(handle)
+        if st.pending_approval is None:
+            _fail(f"nothing in {workflow_id} is waiting for approval (phase {st.phase})")
+        pending_step = st.steps - 1  # the workflow appends the step, then waits before running its action
+        if decision.step != pending_step:
+            _fail(f"step {decision.step} is not waiting for approval; step {pending_step} "
+                  f"({st.pending_approval.tool}) is")
+        await handle.signal("approve_action" if decision.approved else "reject_action", decision)
+        verb = "approved" if decision.approved else "rejected"
+        console.print(f"step {decision.step} ({st.pending_approval.tool}) of {workflow_id} {verb}")
+
+    _run(send)
+
+
+def _firing_alerts(path: Path) -> list[Alert]:
+    data = _bad_input(lambda: json.loads(path.read_text()))
+    if isinstance(data, dict) and "alerts" in data:
+        alerts = _bad_input(lambda: AlertmanagerWebhook.model_validate(data)).alerts
+    else:
+        alerts = [_bad_input(lambda: Alert.model_validate(data))]
+    firing = [a for a in alerts if a.status == "firing"]
+    if not firing:
+        _fail(f"{path}: no firing alert in it (resolved alerts do not start remediations)")
+    return firing
+
+
+def _load_scenario(path: Path, name: str | None) -> Scenario:
+    from agent_sre.scenarios import load_scenarios
+
+    loaded: list[Scenario] = list(_bad_input(lambda: load_scenarios(path)))
+    chosen = [s for s in loaded if name is None or s.name == name]
+    if len(chosen) != 1:
+        problem = f"no scenario named {name!r}" if name else f"{len(loaded)} scenarios"
+        _fail(f"{path} holds {problem}; pick one with --name ({', '.join(s.name for s in loaded)})")
+    return chosen[0]
+
+
+def _policy_ref(policy: str | None) -> PolicyRef | None:
+    if policy is None:
+        return None
+    if policy != "runbook":
+        raise typer.BadParameter(f"policy {policy!r} cannot be chosen here yet; use runbook or leave it to routing",
+                                 param_hint="--policy")
+    return PolicyRef(name="runbook")
+
+
+async def _start_incidents(client: Client, settings: Settings, incidents: list[Incident], policy: PolicyRef | None,
+                           wait: bool) -> None:
+    from agent_sre.temporal import start_incident
+
+    for incident in incidents:
+        started = await start_incident(client, incident, policy=policy, settings=settings)
+        how = "attached to the running remediation" if started.attached else "started"
+        console.print(f"{how} [bold]{started.workflow_id}[/]")
+        if wait:
+            _print_outcome(await _outcome(client, started.workflow_id))
+
+
+async def _start_episode(client: Client, settings: Settings, scenario: Scenario, policy: PolicyRef | None,
+                         wait: bool) -> None:
+    from agent_sre.temporal import task_queues
+
+    request = EpisodeRequest(scenario=scenario, queues=task_queues(settings), **({"policy": policy} if policy else {}))
+    episode_id = f"episode-cli-{uuid.uuid4().hex[:8]}-{scenario.name}"
+    handle = await client.start_workflow("SimulatedIncidentWorkflow", request, id=episode_id,
+                                         task_queue=settings.queue_agent, result_type=EpisodeResult)
+    console.print(f"started [bold]{episode_id}[/] (scenario {scenario.name}); "
+                  f"its remediation will be [bold]{episode_id}-remediation[/]")
+    if wait:
+        _print_outcome((await handle.result()).outcome)
+
+
+async def _outcome(client: Client, workflow_id: str) -> IncidentOutcome:
+    return await client.get_workflow_handle(workflow_id, result_type=IncidentOutcome).result()
+
+
+async def _status(handle: WorkflowHandle[Any, Any]) -> RemediationStatus:
+    return await handle.query("status", result_type=RemediationStatus, rpc_timeout=QUERY_TIMEOUT)
+
+
+def _status_rows(table: Table, st: RemediationStatus) -> None:
+    table.add_row("phase", st.phase)
+    table.add_row("model", st.model_version or "-")
+    table.add_row("steps", str(st.steps))
+    table.add_row("last action", st.last_action or "-")
+    if st.pending_approval is not None:
+        table.add_row("waiting for approval", f"step {st.steps - 1}: {st.pending_approval.tool} "
+                                              f"{json.dumps(st.pending_approval.args)}")
+    table.add_row("resolved signal", "received" if st.alert_resolved else "-")
+    table.add_row("outcome", st.outcome or "-")
+
+
+def _outcome_rows(table: Table, o: IncidentOutcome) -> None:
+    table.add_row("termination", o.termination)
+    table.add_row("writes / refused / invalid", f"{o.writes} / {o.refused} / {o.invalid}")
+    table.add_row("diagnosis", o.diagnosis or "-")
+    table.add_row("time to mitigate", f"{o.time_to_mitigate_s:.1f}s" if o.time_to_mitigate_s is not None else "-")
+    parts = ", ".join(f"{k} {v:+g}" for k, v in o.reward.components.items())
+    table.add_row("reward", f"{o.reward.total:+.2f} ({o.reward.function}: {parts})")
+    if o.trajectory_key:
+        table.add_row("trajectory", o.trajectory_key)
+
+
+def _print_outcome(o: IncidentOutcome) -> None:
+    table = Table(show_header=False, title=f"outcome of {o.workflow_id}")
+    table.add_row("outcome", o.outcome)
+    table.add_row("model", o.model_version)
+    table.add_row("steps", str(o.steps))
+    _outcome_rows(table, o)
+    console.print(table)
+
+
+def _bad_input(make: Callable[[], T]) -> T:
+    """Run a parser/constructor; turn what the user got wrong into one clear line."""
+    try:
+        return make()
+    except ValidationError as e:
+        _fail("; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'input'}: {err['msg']}" for err in e.errors()))
+    except (ValueError, OSError) as e:
+        _fail(str(e))
+
+
+def _fail(message: str) -> NoReturn:
+    console.print(f"[red]error:[/] {message}")
+    raise typer.Exit(1)
+
+
+def _run(action: Callable[[Client, Settings], Awaitable[None]]) -> None:
+    """Connect, run, and report Temporal's refusals as errors rather than tracebacks."""
+    from agent_sre.temporal import connect
+
+    settings = get_settings()
+
+    async def go() -> None:
+        try:
+            client = await connect(settings)
+        except RuntimeError as e:
+            _fail(f"cannot reach Temporal at {settings.temporal_address} ({e}); is `agent-sre dev up` running?")
+        await action(client, settings)
+
+    try:
+        asyncio.run(go())
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            _fail(f"no such workflow, or it has ended and cannot take signals: {e.message}")
+        _fail(f"Temporal refused: {e.message}")
+    except WorkflowQueryFailedError as e:
+        _fail(f"the workflow did not answer: {e}")
+    except WorkflowFailureError as e:
+        _fail(f"the workflow failed: {e.cause}")

@@ -1,0 +1,143 @@
+"""`agent-sre scenarios`: the fault catalog - list it, inject a scenario, clear it again.
+
+`inject` and `clear` go through the official Kubernetes client, so they work against the simulator (its
+kubeconfig is written to DATA_DIR/kubeconfig) and against a real cluster running the demo app and Chaos Mesh.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+    from agent_sre.models.scenario import Scenario
+
+app = typer.Typer(no_args_is_help=True)
+
+
+def _console() -> Console:
+    """A console sized to the terminal at the time of the command (COLUMNS is honoured)."""
+    return Console()
+
+KUBECONFIG_HELP = "kubeconfig of the cluster [default: KUBECONFIG, else the simulator's DATA_DIR/kubeconfig]"
+NAME_HELP = "which scenario of the file (needed when it holds several)"
+
+
+@app.callback()
+def scenarios() -> None:
+    """The fault catalog: scenario files, fault injection and clearing."""
+
+
+def _fail(message: str) -> typer.Exit:
+    _console().print(f"[red]error:[/] {message}", soft_wrap=True)
+    return typer.Exit(1)
+
+
+def _load(path: Path | None) -> list[Scenario]:
+    from agent_sre.scenarios import ScenarioError, load_scenarios
+
+    try:
+        return load_scenarios(path)
+    except ScenarioError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _pick(path: Path, name: str | None) -> Scenario:
+    loaded = _load(path)
+    chosen = [s for s in loaded if name is None or s.name == name]
+    if len(chosen) != 1:
+        what = f"no scenario named {name!r}" if name else f"{len(loaded)} scenarios"
+        names = ", ".join(s.name for s in loaded[:20]) + (" ..." if len(loaded) > 20 else "")
+        raise _fail(f"{path} holds {what}; pick one with --name ({names})")
+    return chosen[0]
+
+
+def _client(kubeconfig: Path | None) -> ApiClient:
+    from agent_sre.config import get_settings
+    from agent_sre.tools.client import KubeconfigError, api_client
+
+    settings = get_settings()
+    path = kubeconfig or settings.kubeconfig or settings.sim_kubeconfig
+    try:
+        return api_client(path)
+    except KubeconfigError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _run(action: str, file: Path, name: str | None, kubeconfig: Path | None) -> None:
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    from agent_sre import faults
+
+    scenario = _pick(file, name)
+    client = _client(kubeconfig)
+    try:
+        getattr(faults, action)(client, scenario)
+    except ApiException as exc:
+        raise _fail(f"the cluster refused: {exc.status} {exc.reason}: {(exc.body or '')[:300]}") from None
+    except (HTTPError, OSError) as exc:
+        raise _fail(f"cannot reach the cluster: {exc}") from None
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    verb = "injected" if action == "inject" else "cleared"
+    console = _console()
+    console.print(f"{verb} [bold]{scenario.name}[/]: {scenario.fault} on {scenario.namespace}/{scenario.target}",
+                  soft_wrap=True)
+    if action == "inject":
+        labels = scenario.alert.labels
+        console.print(f"alert: {labels.get('alertname')} ({labels.get('severity')}) on {labels.get('service')}",
+                      soft_wrap=True)
+        console.print(f"symptom: {scenario.symptom}", soft_wrap=True)
+
+
+@app.command("list")
+def list_(directory: Path = typer.Option(None, "--dir", help="scenario file or directory [default: the catalog]"),
+          fault: str = typer.Option(None, help="only scenarios of this fault type")) -> None:
+    """Print the scenarios (families expanded) as a table."""
+    from agent_sre.faults import FAULTS
+
+    loaded = [s for s in _load(directory) if fault is None or s.fault == fault]
+    table = Table(title=f"{len(loaded)} scenarios, {len({s.fault for s in loaded})} of {len(FAULTS)} fault types")
+    for column in ("NAME", "APP", "FAULT", "TARGET", "ALERT", "ROOT CAUSE", "FIX"):
+        table.add_column(column, overflow="fold")
+    for s in loaded:
+        fix = ", ".join(call.tool for call in s.ground_truth.fix) or "(none: change nothing)"
+        table.add_row(s.name, s.app, s.fault, s.target, s.alert.labels.get("alertname", ""),
+                      s.ground_truth.root_cause, fix)
+    _console().print(table)
+
+
+@app.command()
+def faults() -> None:
+    """Print the fault types, what each does and the benchmark fault it is modelled on."""
+    from agent_sre.faults import FAULTS
+
+    table = Table(title=f"{len(FAULTS)} fault types")
+    for column in ("FAULT", "CLASS", "WHAT IT DOES", "MODELLED ON"):
+        table.add_column(column, overflow="fold")
+    for f in FAULTS.values():
+        table.add_row(f.name, f.fault_class, f.summary, f.modelled_on)
+    _console().print(table)
+
+
+@app.command()
+def inject(file: Path = typer.Argument(..., help="scenario YAML file"),
+           name: str = typer.Option(None, "--name", help=NAME_HELP),
+           kubeconfig: Path = typer.Option(None, "--kubeconfig", help=KUBECONFIG_HELP)) -> None:
+    """Break the cluster as the scenario says (a bad rollout, a Chaos Mesh experiment, a NetworkPolicy...)."""
+    _run("inject", file, name, kubeconfig)
+
+
+@app.command()
+def clear(file: Path = typer.Argument(..., help="scenario YAML file"),
+          name: str = typer.Option(None, "--name", help=NAME_HELP),
+          kubeconfig: Path = typer.Option(None, "--kubeconfig", help=KUBECONFIG_HELP)) -> None:
+    """Undo the scenario's injection (safe to repeat, and after the incident was already fixed)."""
+    _run("clear", file, name, kubeconfig)

@@ -1,0 +1,41 @@
+"""`agent-sre worker`: a worker process with tracing and a Prometheus endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+
+import typer
+
+
+def worker(
+    queue: list[str] = typer.Option(None, "--queue", "-q",
+                                    help="task queue to serve (repeatable); default: every queue"),
+    metrics_port: int = typer.Option(None, "--metrics-port", min=0, max=65535,
+                                     help="Prometheus /metrics port (default: settings.metrics_port; 0 = off)"),
+) -> None:
+    """Run workflows and activities: the agent loop, tools, policy inference."""
+    from agent_sre.config import get_settings
+    from agent_sre.telemetry import instrument, setup_tracing, start_metrics_server
+    from agent_sre.temporal import connect
+    from agent_sre.workers.main import queue_contents, run_workers
+
+    settings = get_settings()
+    known = set(queue_contents(settings))
+    unknown = sorted(set(queue or ()) - known)
+    if unknown:
+        raise typer.BadParameter(f"unknown task queue(s) {unknown}; known: {sorted(known)}", param_hint="--queue")
+    setup_tracing(settings, service_name="agent-sre-worker")
+    port = settings.metrics_port if metrics_port is None else metrics_port
+    if port:
+        start_metrics_server(port)
+
+    async def serve() -> None:
+        client = instrument(await connect(settings))
+        typer.echo(f"worker on {', '.join(queue or sorted(known))} · Temporal {settings.temporal_address}"
+                   + (f" · metrics http://0.0.0.0:{port}/metrics" if port else ""))
+        await run_workers(client, settings, queue or None)
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass

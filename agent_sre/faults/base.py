@@ -1,0 +1,215 @@
+"""What every fault type provides: injection and clearing over the official client, the alert it fires, how a
+user would describe it, the ground truth for judging a fix, and any fault-specific health check.
+
+A fault type is a class with class-level metadata and a pydantic `Params` model (target-specific defaults come
+from `defaults`). `context()` validates a target and parameters against an app and is the single place where a
+scenario's inputs are checked, so the loader and the injector report the same clear errors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from kubernetes.client import ApiClient
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from agent_sre.faults.k8s import K8s
+from agent_sre.models.alert import Alert
+from agent_sre.models.scenario import GroundTruth, Scenario
+from agent_sre.models.tools import ToolCall
+from agent_sre.models.verdict import HealthSnapshot
+from agent_sre.simulator.apps import AppSpec, ServiceSpec, get_app
+
+
+class FaultError(ValueError):
+    """A scenario asks for something this fault cannot do (unknown target, parameter out of range...)."""
+
+
+class FaultParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NoParams(FaultParams):
+    pass
+
+
+@dataclass(frozen=True)
+class FaultContext:
+    """A fault type applied to one target of one installed app."""
+
+    app: AppSpec
+    namespace: str
+    target: str
+    params: Any  # the fault type's validated Params
+    seed: int = 0
+
+    @property
+    def svc(self) -> ServiceSpec:
+        return self.app.service(self.target)
+
+    def pick(self, options: list[str] | tuple[str, ...]) -> str:
+        """A seed-dependent choice (phrasings, names), stable for a given scenario."""
+        digest = hashlib.blake2b(f"{self.seed}/{self.target}/{len(options)}".encode(), digest_size=4).digest()
+        return options[int.from_bytes(digest, "big") % len(options)]
+
+
+# How users describe what they see; {feature} is the alerted service's user-facing function.
+SYMPTOMS = {
+    "errors": ("Customers report that {feature} fails with an error page.",
+               "{Feature} keeps failing since a few minutes ago - can you look?",
+               "Support is flooded: people get errors with {feature}."),
+    "partial": ("{Feature} fails for some customers and works for others.",
+                "Some requests for {feature} fail, maybe one in two."),
+    "slow": ("{Feature} has become really slow.", "Customers complain that {feature} takes forever to load."),
+}
+
+ALERTS = {
+    "KubePodCrashLooping": ("Pod is crash looping.",
+                            'Pods of deployment {ns}/{svc} are in waiting state (reason: "CrashLoopBackOff").'),
+    "KubeDeploymentReplicasMismatch": ("Deployment has not matched the expected number of replicas.",
+                                       "Deployment {ns}/{svc} has not matched the expected number of replicas "
+                                       "for longer than 15 minutes."),
+    "HighErrorRate": ("Service error ratio above 5%.",
+                      "More than 5% of requests to {svc} in {ns} fail (5m window)."),
+    "HighLatency": ("Service p99 latency above SLO.", "p99 latency of {svc} in {ns} is above 1s for 10 minutes."),
+    "TargetDown": ("One or more targets are unreachable.", "100% of the {svc} targets in {ns} namespace are down."),
+}
+
+
+class FaultType(ABC):
+    name: ClassVar[str]
+    summary: ClassVar[str]  # one line for `agent-sre scenarios list`
+    fault_class: ClassVar[str]  # coarse category, the diagnosis the agent should reach
+    modelled_on: ClassVar[str]  # the public benchmark fault it follows
+    Params: ClassVar[type[FaultParams]] = NoParams
+    alert_name: ClassVar[str] = "KubePodCrashLooping"
+    severity: ClassVar[str] = "critical"
+    symptom_kind: ClassVar[str] = "errors"
+
+    # --- targets and parameters --------------------------------------------------------------------------------
+    def targets(self, app: AppSpec) -> list[str]:
+        """The services this fault can break in `app`."""
+        return [s.name for s in app.services]
+
+    def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
+        """Target-specific parameter defaults (what breaks this particular service)."""
+        return {}
+
+    def validate(self, ctx: FaultContext) -> None:
+        """Raise FaultError when the parameters would not break the target."""
+
+    def context(self, app: str, namespace: str, target: str, params: dict[str, Any], seed: int = 0) -> FaultContext:
+        try:
+            spec = get_app(app)
+        except KeyError as exc:
+            raise FaultError(str(exc.args[0])) from None
+        valid = self.targets(spec)
+        if target not in valid:
+            raise FaultError(f"fault {self.name!r} cannot target {target!r} in app {app!r}; valid targets: "
+                             f"{', '.join(valid) or 'none'}")
+        try:
+            validated = self.Params.model_validate({**self.defaults(spec, target), **params})
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'params'}: {e['msg']}" for e in exc.errors())
+            raise FaultError(f"fault {self.name!r}: invalid params: {problems}") from None
+        ctx = FaultContext(spec, namespace, target, validated, seed)
+        self.validate(ctx)
+        return ctx
+
+    def context_of(self, scenario: Scenario) -> FaultContext:
+        return self.context(scenario.app, scenario.namespace, scenario.target, scenario.params, scenario.seed)
+
+    # --- acting on a cluster -----------------------------------------------------------------------------------
+    def inject(self, api: ApiClient, scenario: Scenario) -> None:
+        self._inject(K8s(api), self.context_of(scenario))
+
+    def clear(self, api: ApiClient, scenario: Scenario) -> None:
+        self._clear(K8s(api), self.context_of(scenario))
+
+    @abstractmethod
+    def _inject(self, k8s: K8s, ctx: FaultContext) -> None: ...
+
+    @abstractmethod
+    def _clear(self, k8s: K8s, ctx: FaultContext) -> None: ...
+
+    def check(self, k8s: K8s, ctx: FaultContext, baseline: HealthSnapshot) -> list[str]:
+        """Fault-specific reasons the incident is not resolved, beyond service health (none by default)."""
+        return []
+
+    # --- the scenario's alert, symptom and ground truth ---------------------------------------------------------
+    def alerted_service(self, ctx: FaultContext) -> str:
+        return ctx.target
+
+    def alert_name_for(self, ctx: FaultContext) -> str:
+        return self.alert_name
+
+    def alert(self, ctx: FaultContext) -> Alert:
+        service = self.alerted_service(ctx)
+        name = self.alert_name_for(ctx)
+        summary, description = ALERTS[name]
+        labels = {"alertname": name, "severity": self.severity, "namespace": ctx.namespace, "service": service}
+        if name in ("KubePodCrashLooping", "KubeDeploymentReplicasMismatch"):
+            labels["deployment"] = service
+        return Alert(labels=labels, annotations={
+            "summary": summary, "description": description.format(ns=ctx.namespace, svc=service),
+            "runbook_url": f"https://runbooks.prometheus-operator.dev/runbooks/kubernetes/{name.lower()}"})
+
+    def symptom(self, ctx: FaultContext) -> str:
+        service = ctx.app.service(self.alerted_service(ctx))
+        kind = self.symptom_kind
+        if kind == "errors" and service.replicas > 1 and service.name == ctx.target and \
+                self.alert_name_for(ctx) == "KubeDeploymentReplicasMismatch":
+            kind = "partial"
+        feature = service.feature or f"the {service.name} service"
+        sentence = ctx.pick(SYMPTOMS[kind])
+        return sentence.replace("{Feature}", feature[:1].upper() + feature[1:]).replace("{feature}", feature)
+
+    def root_cause(self, ctx: FaultContext) -> str:
+        return f"deployment/{ctx.target}"
+
+    @abstractmethod
+    def fix(self, ctx: FaultContext) -> list[ToolCall]: ...
+
+    def wrong_fix(self, ctx: FaultContext) -> list[ToolCall]:
+        """Plausible but wrong: restart the target (as if it were a transient glitch)."""
+        return [ToolCall(tool="rollout_restart", args={"deployment": ctx.target})]
+
+    def involved(self, ctx: FaultContext) -> set[str]:
+        """Services the fault touches (the destructive action picks a bystander outside these)."""
+        return {ctx.target}
+
+    def destructive(self, ctx: FaultContext) -> list[ToolCall]:
+        """Detach a healthy bystander's Service from its pods: it passes the guardrails and breaks one more service."""
+        involved = self.involved(ctx)
+        bystander = next(s.name for s in [ctx.app.entry(), *ctx.app.services] if s.name not in involved)
+        return [ToolCall(tool="patch_service", args={"service": bystander,
+                                                     "selector": {"app": f"{bystander}-canary"}})]
+
+    def ground_truth(self, ctx: FaultContext) -> GroundTruth:
+        return GroundTruth(fault_class=self.fault_class, root_cause=self.root_cause(ctx), fix=self.fix(ctx),
+                           wrong_fix=self.wrong_fix(ctx), destructive=self.destructive(ctx))
+
+    def scenario(self, name: str, app: str, namespace: str, target: str, params: dict[str, Any], seed: int = 0,
+                 tags: list[str] | None = None, alert: Alert | None = None, symptom: str | None = None,
+                 ground_truth: GroundTruth | None = None) -> Scenario:
+        """A complete scenario, with alert, symptom and ground truth derived from the fault unless given."""
+        ctx = self.context(app, namespace, target, params, seed)
+        return Scenario(name=name, app=app, namespace=namespace, fault=self.name, target=target,
+                        params=ctx.params.model_dump(mode="json", exclude_none=True), seed=seed,
+                        alert=alert or self.alert(ctx), symptom=symptom if symptom is not None else self.symptom(ctx),
+                        ground_truth=ground_truth or self.ground_truth(ctx), tags=list(tags or []))
+
+
+def first_caller(ctx: FaultContext) -> str:
+    """The service whose users notice first: the target's first caller, or the target if nobody calls it."""
+    callers = ctx.app.callers(ctx.target)
+    return callers[0].name if callers else ctx.target
+
+
+def restart_cause(ctx: FaultContext, what: str) -> str:
+    """A change-cause as a CI pipeline writes it: the history shows who changed what, as on a real cluster."""
+    build = 4000 + int(hashlib.blake2b(f"{ctx.seed}/{ctx.target}".encode(), digest_size=2).hexdigest(), 16) % 900
+    return f"{what} (ci pipeline #{build})"

@@ -1,0 +1,184 @@
+"""Faults in configuration the pods read at start-up: a rotated secret, a corrupted config map key.
+
+Both are time bombs, as on a real cluster: running pods keep the values they started with, so the injection
+also restarts the target (a deploy, an eviction); other consumers of the same key break only when they restart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from pydantic import Field
+
+from agent_sre.faults.base import FaultContext, FaultError, FaultParams, FaultType
+from agent_sre.faults.k8s import K8s
+from agent_sre.models.tools import ToolCall
+from agent_sre.simulator.apps import AppSpec, Ref, ServiceSpec, run_context
+from agent_sre.simulator.software import check_value
+
+
+def _restart(ctx: FaultContext) -> ToolCall:
+    return ToolCall(tool="rollout_restart", args={"deployment": ctx.target})
+
+
+def _undo(ctx: FaultContext) -> list[ToolCall]:
+    """Plausible but wrong for configuration faults: the previous revision reads the same broken key."""
+    return [ToolCall(tool="rollout_undo", args={"deployment": ctx.target})]
+
+
+class SecretParams(FaultParams):
+    value: str = Field(min_length=1, max_length=256)
+
+
+def _password_ref(svc: ServiceSpec) -> Ref | None:
+    ref = svc.refs().get("DB_PASSWORD")
+    return ref if ref is not None and ref.kind == "secret" else None
+
+
+class SecretPassword(FaultType):
+    name = "secret_password"
+    summary = "rotate the app's database password secret without the database (password authentication failed)"
+    fault_class = "config/secret"
+    modelled_on = "AIOpsLab revoke_auth / auth_miss_mongodb, ITBench corrupted secret"
+    Params = SecretParams
+
+    def targets(self, app: AppSpec) -> list[str]:
+        return [s.name for s in app.services if _password_ref(s) is not None]
+
+    def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
+        digest = hashlib.blake2b(f"{app.name}/{target}/rotated".encode(), digest_size=15).digest()
+        return {"value": digest.hex()[:20]}
+
+    def ref(self, ctx: FaultContext) -> Ref:
+        ref = _password_ref(ctx.svc)
+        assert ref is not None
+        return ref
+
+    def database(self, ctx: FaultContext) -> str:
+        return ctx.svc.literal_env().get("DB_HOST", "")
+
+    def password(self, ctx: FaultContext) -> str:
+        return ctx.app.password(ctx.seed, self.database(ctx))
+
+    def validate(self, ctx: FaultContext) -> None:
+        if ctx.params.value == self.password(ctx):
+            raise FaultError("that is the database's actual password; it would not break anything")
+
+    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+        ref = self.ref(ctx)
+        k8s.set_secret_key(ctx.namespace, ref.name, ref.key, ctx.params.value)
+        k8s.rollout_restart(ctx.namespace, ctx.target)
+
+    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
+        ref = self.ref(ctx)
+        k8s.set_secret_key(ctx.namespace, ref.name, ref.key, self.password(ctx))
+        k8s.rollout_restart(ctx.namespace, ctx.target)
+
+    def root_cause(self, ctx: FaultContext) -> str:
+        return f"secret/{self.ref(ctx).name}"
+
+    def fix(self, ctx: FaultContext) -> list[ToolCall]:
+        ref = self.ref(ctx)
+        return [ToolCall(tool="set_config_key", args={"kind": "secret", "name": ref.name, "key": ref.key,
+                                                      "value": self.password(ctx)}), _restart(ctx)]
+
+    def wrong_fix(self, ctx: FaultContext) -> list[ToolCall]:
+        return _undo(ctx)
+
+    def check(self, k8s: K8s, ctx: FaultContext, baseline: Any) -> list[str]:
+        ref = self.ref(ctx)
+        db_secret, db_key = ctx.app.databases[self.database(ctx)]
+        ours = k8s.secret_value(ctx.namespace, ref.name, ref.key)
+        theirs = k8s.secret_value(ctx.namespace, db_secret, db_key)
+        if ours is None or ours != theirs:
+            return [f"secret/{ref.name} key {ref.key} does not match the database's password (secret/{db_secret})"]
+        return []
+
+
+class ConfigParams(FaultParams):
+    key: str = Field(pattern=r"^[-._a-zA-Z0-9]+$")
+    value: str = Field(max_length=1024)
+
+
+def _config_refs(app: AppSpec, svc: ServiceSpec) -> dict[str, tuple[str, Ref]]:
+    """Config map keys this service validates at start-up: key -> (env var, reference)."""
+    out = {}
+    for env, ref in svc.refs().items():
+        rule = svc.software.env.get(env)
+        if ref.kind == "configmap" and rule is not None and rule.kind in ("int", "enum"):
+            out[ref.key] = (env, ref)
+    return out
+
+
+class BadConfig(FaultType):
+    name = "bad_config"
+    summary = "write an invalid value into a config map key the target reads (CrashLoopBackOff after restart)"
+    fault_class = "config/configmap"
+    modelled_on = "ITBench misconfigured ConfigMap, AIOpsLab misconfig_app"
+    Params = ConfigParams
+
+    def targets(self, app: AppSpec) -> list[str]:
+        return [s.name for s in app.services if _config_refs(app, s)]
+
+    def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
+        svc = app.service(target)
+        refs = _config_refs(app, svc)
+        # prefer a key only this service reads: the blast radius of the injection stays on the target
+        key = min(refs, key=lambda k: sum(1 for s in app.services if k in _config_refs(app, s)))
+        env, ref = refs[key]
+        original = app.configmaps[ref.name][key]
+        return {"key": key, "value": f"{original}s" if svc.software.env[env].kind == "int" else "verbose"}
+
+    def ref(self, ctx: FaultContext) -> tuple[str, Ref]:
+        return _config_refs(ctx.app, ctx.svc)[ctx.params.key]
+
+    def original(self, ctx: FaultContext) -> str:
+        return ctx.app.configmaps[self.ref(ctx)[1].name][ctx.params.key]
+
+    def validate(self, ctx: FaultContext) -> None:
+        refs = _config_refs(ctx.app, ctx.svc)
+        if ctx.params.key not in refs:
+            raise FaultError(f"{ctx.target} does not read config key {ctx.params.key!r} (it reads: "
+                             f"{', '.join(refs)})")
+        if not self.rejections(ctx, ctx.params.value):
+            raise FaultError(f"{ctx.params.key}={ctx.params.value!r} is a valid setting for {ctx.target}")
+
+    def rejections(self, ctx: FaultContext, value: str) -> list[str]:
+        """Consumers of the key that would refuse `value` at start-up."""
+        check = run_context(ctx.app, ctx.namespace, ctx.seed)
+        out = []
+        for svc in ctx.app.services:
+            refs = _config_refs(ctx.app, svc)
+            if ctx.params.key in refs and refs[ctx.params.key][1].name == self.ref(ctx)[1].name:
+                env = refs[ctx.params.key][0]
+                if check_value(env, svc.software.env[env], value, svc.literal_env(), check) is not None:
+                    out.append(svc.name)
+        return out
+
+    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+        k8s.set_configmap_key(ctx.namespace, self.ref(ctx)[1].name, ctx.params.key, ctx.params.value)
+        k8s.rollout_restart(ctx.namespace, ctx.target)
+
+    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
+        k8s.set_configmap_key(ctx.namespace, self.ref(ctx)[1].name, ctx.params.key, self.original(ctx))
+        k8s.rollout_restart(ctx.namespace, ctx.target)
+
+    def root_cause(self, ctx: FaultContext) -> str:
+        return f"configmap/{self.ref(ctx)[1].name}"
+
+    def fix(self, ctx: FaultContext) -> list[ToolCall]:
+        return [ToolCall(tool="set_config_key", args={"kind": "configmap", "name": self.ref(ctx)[1].name,
+                                                      "key": ctx.params.key, "value": self.original(ctx)}),
+                _restart(ctx)]
+
+    def wrong_fix(self, ctx: FaultContext) -> list[ToolCall]:
+        return _undo(ctx)
+
+    def check(self, k8s: K8s, ctx: FaultContext, baseline: Any) -> list[str]:
+        name = self.ref(ctx)[1].name
+        value = ((k8s.configmap(ctx.namespace, name) or {}).get("data") or {}).get(ctx.params.key)
+        if value is None:
+            return [f"configmap/{name} has no key {ctx.params.key}"]
+        broken = self.rejections(ctx, value)
+        return [f"configmap/{name} {ctx.params.key}={value!r} is rejected by {', '.join(broken)}"] if broken else []

@@ -1,0 +1,445 @@
+"""Faults shipped as a bad rollout: a deployment's pod template changes (a new revision), so the previous
+revision is intact and `rollout_undo` is a real fix where a real SRE would use it."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from agent_sre.faults.base import FaultContext, FaultError, FaultParams, FaultType, restart_cause
+from agent_sre.faults.k8s import K8s
+from agent_sre.models.tools import ToolCall
+from agent_sre.simulator.apps import NODE_ALLOCATABLE_CPU, NODES, AppSpec, ServiceSpec, run_context
+from agent_sre.simulator.kubelet import effective_argv, quantity
+from agent_sre.simulator.software import check_value
+
+BUSYBOX = "docker.io/library/busybox:1.36"
+INIT_RESOURCES = {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "32Mi"}}
+
+
+def _undo(ctx: FaultContext) -> list[ToolCall]:
+    return [ToolCall(tool="rollout_undo", args={"deployment": ctx.target})]
+
+
+class _TemplateFault(FaultType):
+    """A fault that patches fields of the target's container; clearing patches the app's own values back."""
+
+    group = "containers"
+
+    def broken(self, ctx: FaultContext) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def healthy(self, ctx: FaultContext) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def cause(self, ctx: FaultContext) -> str:
+        return restart_cause(ctx, f"update {ctx.target}")
+
+    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+        k8s.patch_container(ctx.namespace, ctx.target, ctx.svc.container, self.broken(ctx), self.cause(ctx))
+
+    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
+        k8s.patch_container(ctx.namespace, ctx.target, ctx.svc.container, self.healthy(ctx),
+                            restart_cause(ctx, f"restore {ctx.target} to its release configuration"))
+
+    def fix(self, ctx: FaultContext) -> list[ToolCall]:
+        return _undo(ctx)
+
+
+# --- image ------------------------------------------------------------------------------------------------------
+
+class ImageParams(FaultParams):
+    tag: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+def _missing_tag(svc: ServiceSpec) -> str:
+    """The next patch release, which was never pushed: the classic typo'd or not-yet-built tag."""
+    parts = svc.tag.split(".")
+    while True:
+        parts[-1] = str(int(parts[-1]) + 1) if parts[-1].isdigit() else parts[-1] + "1"
+        tag = ".".join(parts)
+        if tag not in svc.software.tags:
+            return tag
+
+
+class BadImage(_TemplateFault):
+    name = "bad_image"
+    summary = "deploy an image tag that does not exist in the registry (ErrImagePull / ImagePullBackOff)"
+    fault_class = "deploy/image"
+    modelled_on = "AIOpsLab misconfig_app (wrong image), ITBench invalid image tag"
+    Params = ImageParams
+    alert_name = "KubeDeploymentReplicasMismatch"
+
+    def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
+        return {"tag": _missing_tag(app.service(target))}
+
+    def validate(self, ctx: FaultContext) -> None:
+        if ctx.params.tag in ctx.svc.software.tags:
+            raise FaultError(f"tag {ctx.params.tag!r} exists for {ctx.svc.repo}; pick one that does not "
+                             f"(existing: {', '.join(ctx.svc.software.tags)})")
+
+    def broken(self, ctx: FaultContext) -> dict[str, Any]:
+        return {"image": f"{ctx.svc.repo}:{ctx.params.tag}"}
+
+    def healthy(self, ctx: FaultContext) -> dict[str, Any]:
+        return {"image": ctx.svc.image}
+
+    def cause(self, ctx: FaultContext) -> str:
+        return restart_cause(ctx, f"kubectl set image deployment/{ctx.target} {ctx.svc.container}="
+                                  f"{ctx.svc.repo}:{ctx.params.tag}")
+
+
+# --- environment ------------------------------------------------------------------------------------------------
+
+class EnvParams(FaultParams):
+    env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    value: str = Field(max_length=512)
+
+
+def _typo_host(host: str) -> str:
+    if host in ("postgres", "db"):
+        return f"{host}-primary"
+    if host == "redis":
+        return "redis-master"
+    return host + ("-v2" if host.endswith("s") else "s")
+
+
+def _breaking_value(svc: ServiceSpec, name: str, value: str) -> str:
+    kind = svc.software.env[name].kind
+    if kind in ("url", "addr", "host"):
+        m = re.search(r"([a-z][-a-z0-9]*)(?=[:/]|$)", value.split("//", 1)[-1])
+        assert m is not None
+        host = m.group(1)
+        return value.replace(host, _typo_host(host), 1)
+    if kind == "enum":
+        return {"live": "production", "sandbox": "test"}.get(value, "verbose")
+    return f"{value}h" if kind == "int" else ""
+
+
+def _env_candidates(svc: ServiceSpec) -> list[str]:
+    order = {"url": 0, "addr": 1, "host": 2, "enum": 3, "int": 4}
+    names = [k for k in svc.literal_env() if svc.software.env.get(k) and svc.software.env[k].kind in order]
+    return sorted(names, key=lambda k: order[svc.software.env[k].kind])
+
+
+def _rejected(ctx: FaultContext, name: str, value: str) -> bool:
+    """Would the target's program refuse to start with `name=value`?"""
+    svc = ctx.svc
+    check = run_context(ctx.app, ctx.namespace, ctx.seed)
+    return check_value(name, svc.software.env[name], value, svc.literal_env(), check) is not None
+
+
+class BadEnv(_TemplateFault):
+    name = "bad_env"
+    summary = "set an environment variable to a value the program rejects (CrashLoopBackOff, telling log line)"
+    fault_class = "config/env"
+    modelled_on = "ITBench misconfigured environment variable, AIOpsLab misconfig_app"
+    Params = EnvParams
+
+    def targets(self, app: AppSpec) -> list[str]:
+        return [s.name for s in app.services if _env_candidates(s)]
+
+    def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
+        svc = app.service(target)
+        name = _env_candidates(svc)[0]
+        return {"env": name, "value": _breaking_value(svc, name, svc.literal_env()[name])}
+
+    def validate(self, ctx: FaultContext) -> None:
+        literal = ctx.svc.literal_env()
+        if ctx.params.env not in literal:
+            raise FaultError(f"{ctx.target} has no literal environment variable {ctx.params.env!r} "
+                             f"(literal ones: {', '.join(literal) or 'none'})")
+        if ctx.params.env not in ctx.svc.software.env or not _rejected(ctx, ctx.params.env, ctx.params.value):
+            raise FaultError(f"{ctx.params.env}={ctx.params.value!r} does not break {ctx.target}: the program "
+                             f"accepts it")
+
+    def broken(self, ctx: FaultContext) -> dict[str, Any]:
+        return {"env": [{"name": ctx.params.env, "value": ctx.params.value}]}
+
+    def healthy(self, ctx: FaultContext) -> dict[str, Any]:
+        return {"env": [{"name": ctx.params.env, "value": ctx.svc.literal_env()[ctx.params.env]}]}
+
+    def cause(self, ctx: FaultContext) -> str:
+        return restart_cause(ctx, f"kubectl set env deployment/{ctx.target} {ctx.params.env}={ctx.params.value}")
+
+    def fix(self, ctx: FaultContext) -> list[ToolCall]:
+        return [ToolCall(tool="set_env", args={"deployment": ctx.target, "container": ctx.svc.container,
+                                               "name": ctx.params.env, "value": ctx.svc.literal_env()[ctx.params.env]})]
+
+
+# --- command ----------------------------------------------------------------------------------------------------
+
+class CommandParams(FaultParams):
+    command: list[str] | None = None
+    args: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> CommandParams:
+        if self.command is None and self.args is None:
+            raise ValueError("give command, args or both")
+        return self
+
+
+def _effective_argv(svc: ServiceSpec, command: list[str] | None, args: list[str] | None) -> tuple[str, ...]:
+    container: dict[str, Any] = {"command": command if command is not None else list(svc.command) or None,
+                                 "args": args if args is not None else list(svc.args) or None}
+    return effective_argv(container, svc.software)
+
+
+class BadCommand(_TemplateFault):
+    name = "bad_command"
+    summary = "change the container's command or arguments so the program cannot start"
+    fault_class = "deploy/command"
+    modelled_on = "AIOpsLab wrong_bin_usage, ITBench bad container command"
+    Params = CommandParams
+
+    def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
+        svc = app.service(target)
+        sw = svc.software
+        if sw.runtime == "go":
+            return {"args": ["server"]}
+        if sw.runtime == "node":
+            return {"args": ["index.js"]}
+        if sw.runtime == "python":
+            return {"command": ["python", "-m", sw.program + "s"]}
+        if sw.runtime == "java":
+            return {"command": ["java", "-jar", f"/app/{sw.program}-service.jar"]}
+        if sw.runtime == "redis":
+            return {"args": [*svc.args, "--maxmemory-polcy", "allkeys-lru"]}
+        return {"command": [f"{sw.program}-server"]}
+
+    def validate(self, ctx: FaultContext) -> None:
+        if _effective_argv(ctx.svc, ctx.params.command, ctx.params.args) == ctx.svc.software.argv:
+            raise FaultError(f"that command line is what {ctx.target} normally runs; it would not break it")
+
+    def broken(self, ctx: FaultContext) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if ctx.params.command is not None:
+            out["command"] = ctx.params.command
+        if ctx.params.args is not None:
+            out["args"] = ctx.params.args
+        return out
+
+    def healthy(self, ctx: FaultContext) -> dict[str, Any]:
+        return {"command": list(ctx.svc.command) or None, "args": list(ctx.svc.args) or None}
+
+
+# --- resources --------------------------------------------------------------------------------------------------
+
+class MemoryParams(FaultParams):
+    memory_limit: str = Field(pattern=r"^[0-9]+(Ki|Mi|Gi)?$")
+
+
+class OomLimit(_TemplateFault):
+    name = "oom_limit"
+    summary = "lower the memory limit below the program's working set (OOMKilled, CrashLoopBackOff)"
+    fault_class = "resources/memory"
+    modelled_on = "ITBench resource limit too low, AIOpsLab memory stress"
+    Params = MemoryParams
+
+    def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
+        return {"memory_limit": f"{max(8, app.service(target).software.memory_mib // 2)}Mi"}
+
+    def validate(self, ctx: FaultContext) -> None:
+        working_set = ctx.svc.software.memory_mib * 1024 * 1024
+        if quantity(ctx.params.memory_limit) >= working_set:
+            raise FaultError(f"{ctx.target} needs {ctx.svc.software.memory_mib}Mi; a {ctx.params.memory_limit} "
+                             f"limit would not OOM-kill it")
+
+    def broken(self, ctx: FaultContext) -> dict[str, Any]:
+        request = ctx.svc.memory if quantity(ctx.svc.memory) <= quantity(ctx.params.memory_limit) \
+            else ctx.params.memory_limit
+        return {"resources": {"limits": {"memory": ctx.params.memory_limit}, "requests": {"memory": request}}}
+
+    def healthy(self, ctx: FaultContext) -> dict[str, Any]:
+        return {"resources": {"limits": {"memory": ctx.svc.memory_limit}, "requests": {"memory": ctx.svc.memory}}}
+
+    def cause(self, ctx: FaultContext) -> str:
+        return restart_cause(ctx, f"kubectl set resources deployment/{ctx.target} --limits=memory="
+                                  f"{ctx.params.memory_limit}")
+
+    def fix(self, ctx: FaultContext) -> list[ToolCall]:
+        return [ToolCall(tool="set_resources", args={"deployment": ctx.target, "container": ctx.svc.container,
+                                                     "memory_limit": ctx.svc.memory_limit})]
+
+
+class CpuParams(FaultParams):
+    cpu_request: str = Field(pattern=r"^[0-9]+m?$")
+
+
+class CpuUnschedulable(_TemplateFault):
+    name = "cpu_unschedulable"
+    summary = "request more CPU than any node can offer (Pending, FailedScheduling: Insufficient cpu)"
+    fault_class = "scheduling/resources"
+    modelled_on = "ITBench CPU starvation / unschedulable requests"
+    Params = CpuParams
+    alert_name = "KubeDeploymentReplicasMismatch"
+
+    def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
+        return {"cpu_request": "4"}
+
+    def validate(self, ctx: FaultContext) -> None:
+        if quantity(ctx.params.cpu_request) <= quantity(NODE_ALLOCATABLE_CPU):
+            raise FaultError(f"a node offers {NODE_ALLOCATABLE_CPU} CPU; a request of {ctx.params.cpu_request} "
+                             f"still fits")
+
+    def broken(self, ctx: FaultContext) -> dict[str, Any]:
+        return {"resources": {"requests": {"cpu": ctx.params.cpu_request}}}
+
+    def healthy(self, ctx: FaultContext) -> dict[str, Any]:
+        return {"resources": {"requests": {"cpu": ctx.svc.cpu}}}
+
+    def fix(self, ctx: FaultContext) -> list[ToolCall]:
+        return [ToolCall(tool="set_resources", args={"deployment": ctx.target, "container": ctx.svc.container,
+                                                     "cpu_request": ctx.svc.cpu})]
+
+
+# --- placement --------------------------------------------------------------------------------------------------
+
+class PlacementParams(FaultParams):
+    mode: Literal["nodeSelector", "affinity"] = "nodeSelector"
+    key: str = Field(default="disktype", pattern=r"^[A-Za-z0-9./-]+$")
+    value: str = Field(default="nvme", pattern=r"^[A-Za-z0-9._-]*$")
+
+
+class NodeSelectorMissing(FaultType):
+    name = "node_selector_missing"
+    summary = "pin the pods to a node label no node has (Pending: didn't match Pod's node affinity/selector)"
+    fault_class = "scheduling/placement"
+    modelled_on = "AIOpsLab assign_non_existent_node, ITBench node selector to a missing node"
+    Params = PlacementParams
+    alert_name = "KubeDeploymentReplicasMismatch"
+
+    def validate(self, ctx: FaultContext) -> None:
+        p = ctx.params
+        if any(extra.get(p.key) == p.value or (p.key == "kubernetes.io/hostname" and name == p.value)
+               or (p.key == "topology.kubernetes.io/zone" and zone == p.value) for name, zone, extra in NODES):
+            raise FaultError(f"a node is labelled {p.key}={p.value}; the pods would still schedule")
+
+    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+        p = ctx.params
+        if p.mode == "nodeSelector":
+            spec: dict[str, Any] = {"nodeSelector": {p.key: p.value}}
+        else:
+            spec = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": p.key, "operator": "In", "values": [p.value]}]}]}}}}
+        k8s.patch_deployment(ctx.namespace, ctx.target, {"spec": {"template": {"spec": spec}}},
+                             cause=restart_cause(ctx, f"schedule {ctx.target} on {p.key}={p.value} nodes"))
+
+    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
+        spec = {"nodeSelector": {ctx.params.key: None}} if ctx.params.mode == "nodeSelector" else {"affinity": None}
+        k8s.patch_deployment(ctx.namespace, ctx.target, {"spec": {"template": {"spec": spec}}})
+
+    def fix(self, ctx: FaultContext) -> list[ToolCall]:
+        if ctx.svc.node_selector:  # its own pinning must stay: go back to the previous revision
+            return _undo(ctx)
+        return [ToolCall(tool="remove_scheduling_constraints", args={"deployment": ctx.target})]
+
+
+# --- probes -----------------------------------------------------------------------------------------------------
+
+class ProbeParams(FaultParams):
+    mode: Literal["path", "port"] = "path"
+    path: str = Field(default="/health", pattern=r"^/[A-Za-z0-9/_.-]*$")
+    port: int | None = Field(default=None, ge=1, le=65535)
+
+
+class ReadinessProbe(_TemplateFault):
+    name = "readiness_probe"
+    summary = "point the readiness probe at a path or port that does not answer (Running but never Ready)"
+    fault_class = "deploy/probe"
+    modelled_on = "ITBench broken readiness probe"
+    Params = ProbeParams
+    alert_name = "KubeDeploymentReplicasMismatch"
+
+    def targets(self, app: AppSpec) -> list[str]:
+        return [s.name for s in app.services if s.probe == "http"]
+
+    def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
+        return {"port": app.service(target).port + 1}
+
+    def validate(self, ctx: FaultContext) -> None:
+        p = ctx.params
+        if p.mode == "path" and p.path in ctx.svc.software.routes:
+            raise FaultError(f"{ctx.target} answers on {p.path}; pick a path it does not serve")
+        if p.mode == "port" and p.port == ctx.svc.port:
+            raise FaultError(f"{ctx.target} listens on {p.port}; pick another port")
+
+    def broken(self, ctx: FaultContext) -> dict[str, Any]:
+        get = {"path": ctx.params.path} if ctx.params.mode == "path" else {"port": ctx.params.port}
+        return {"readinessProbe": {"httpGet": get}}
+
+    def healthy(self, ctx: FaultContext) -> dict[str, Any]:
+        return {"readinessProbe": {"httpGet": {"path": "/ready", "port": ctx.svc.port}}}
+
+
+# --- init containers --------------------------------------------------------------------------------------------
+
+class InitHangParams(FaultParams):
+    container: str = Field(default="wait-for-migrations", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    service: str = Field(default="db-migrations", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    port: int = Field(default=5432, ge=1, le=65535)
+
+
+class InitFailParams(FaultParams):
+    container: str = Field(default="check-schema", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    required: str = Field(default="v42", pattern=r"^[A-Za-z0-9._-]+$")
+    found: str = Field(default="v41", pattern=r"^[A-Za-z0-9._-]+$")
+
+
+class _InitFault(FaultType):
+    fault_class = "deploy/init-container"
+    alert_name = "KubeDeploymentReplicasMismatch"
+
+    def init_container(self, ctx: FaultContext) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+        body = {"spec": {"template": {"spec": {"initContainers": [self.init_container(ctx)]}}}}
+        k8s.patch_deployment(ctx.namespace, ctx.target, body,
+                             cause=restart_cause(ctx, f"add init container {ctx.params.container}"))
+
+    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
+        dep = k8s.deployment(ctx.namespace, ctx.target)
+        inits = ((dep.get("spec") or {}).get("template") or {}).get("spec", {}).get("initContainers") or []
+        index = next((i for i, c in enumerate(inits) if c.get("name") == ctx.params.container), None)
+        if index is None:
+            return
+        path = "/spec/template/spec/initContainers" + ("" if len(inits) == 1 else f"/{index}")
+        k8s.patch_deployment(ctx.namespace, ctx.target, [{"op": "remove", "path": path}], "json")
+
+    def fix(self, ctx: FaultContext) -> list[ToolCall]:
+        return _undo(ctx)
+
+
+class InitContainerHang(_InitFault):
+    name = "init_container_hang"
+    summary = "add an init container that waits forever for a service that does not exist (Init:0/1)"
+    modelled_on = "ITBench hanging init container"
+    Params = InitHangParams
+
+    def validate(self, ctx: FaultContext) -> None:
+        if ctx.app.has(ctx.params.service):
+            raise FaultError(f"{ctx.params.service} is a service of {ctx.app.name}; the init container would not hang")
+
+    def init_container(self, ctx: FaultContext) -> dict[str, Any]:
+        p = ctx.params
+        script = f'until nc -z {p.service} {p.port}; do echo "waiting for {p.service}:{p.port}"; sleep 2; done'
+        return {"name": p.container, "image": BUSYBOX, "command": ["sh", "-c", script], "resources": INIT_RESOURCES}
+
+
+class InitContainerFail(_InitFault):
+    name = "init_container_fail"
+    summary = "add an init container whose check fails on every attempt (Init:CrashLoopBackOff)"
+    modelled_on = "ITBench failing init container"
+    Params = InitFailParams
+    alert_name = "KubePodCrashLooping"
+
+    def init_container(self, ctx: FaultContext) -> dict[str, Any]:
+        p = ctx.params
+        script = (f'echo "checking schema version (need {p.required})"; '
+                  f"wget -qO- http://{ctx.target}:{ctx.svc.port}/schema/version | grep -q {p.required} || "
+                  f'{{ echo "schema {p.required} required, found {p.found}"; exit 1; }}')
+        return {"name": p.container, "image": BUSYBOX, "command": ["sh", "-c", script], "resources": INIT_RESOURCES}

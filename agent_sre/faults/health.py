@@ -1,0 +1,233 @@
+"""Service health read from the Kubernetes API alone, so the oracle judges a real cluster the same way.
+
+A service is healthy when its deployment runs the replicas the app expects, fully rolled out and available, no
+pod of it is pending, crash-looping, unready or freshly restarted, its Service exposes the port clients use and
+has ready endpoints on a port the pods declare, no NetworkPolicy drops its callers' traffic, and no Chaos Mesh
+experiment is acting on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from agent_sre.faults.k8s import K8s, Obj
+from agent_sre.simulator.apps import AppSpec, labels
+from agent_sre.simulator.chaos import PAUSE_ANNOTATION, parse_duration
+from agent_sre.simulator.netpol import blocking_policy
+from agent_sre.simulator.selectors import selector_matches
+
+RECENT_RESTART_S = 600.0  # longer than the longest crash-loop back-off (5m) plus a run: a looping container
+# always shows a recent exit, and one that died this recently has not proven it is healthy again
+WAITING_PROBLEMS = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError",
+                    "RunContainerError", "CreateContainerError", "InvalidImageName"}
+# what must survive an incident (deleting one of these is "worse"); network policies and chaos experiments are
+# deliberately absent: deleting them is how some incidents are fixed
+KEPT_KINDS = ("deployment", "service", "configmap", "secret", "persistentvolumeclaim", "resourcequota", "node")
+
+
+def _time(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+    except ValueError:
+        return None
+
+
+def _pod_problem(pod: Obj, now: float | None) -> str | None:
+    name, status = pod["metadata"]["name"], pod.get("status") or {}
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return f"pod {name} is Pending: {cond.get('message') or cond.get('reason', '')}"
+    for cs in status.get("initContainerStatuses") or []:
+        state = cs.get("state") or {}
+        if "terminated" in state and state["terminated"].get("exitCode") == 0:
+            continue
+        reason = (state.get("waiting") or {}).get("reason") or ("running" if "running" in state else "Error")
+        return f"pod {name} is stuck initialising (init container {cs.get('name')}: {reason})"
+    problems = []
+    for cs in status.get("containerStatuses") or []:
+        state, last = cs.get("state") or {}, (cs.get("lastState") or {}).get("terminated") or {}
+        waiting = (state.get("waiting") or {}).get("reason")
+        if waiting in WAITING_PROBLEMS:
+            detail = f", last exit: {last.get('reason')}" if last.get("reason") else ""
+            problems.append(f"pod {name}: container {cs.get('name')} is {waiting} "
+                            f"({cs.get('restartCount', 0)} restarts{detail})")
+            continue
+        finished = _time(last.get("finishedAt"))
+        if now is not None and finished is not None and now - finished < RECENT_RESTART_S:
+            problems.append(f"pod {name}: container {cs.get('name')} restarted {int(now - finished)}s ago "
+                            f"(exit: {last.get('reason', 'Error')})")
+    if problems:
+        return problems[0]
+    if status.get("phase") not in ("Running", "Succeeded"):
+        return f"pod {name} is {status.get('phase', 'Pending')}"
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return None if ready else f"pod {name} is Running but not Ready"
+
+
+def _chaos_active(obj: Obj, now: float | None) -> bool:
+    meta, spec = obj["metadata"], obj.get("spec") or {}
+    if (meta.get("annotations") or {}).get(PAUSE_ANNOTATION) == "true":
+        return False
+    if obj.get("kind") == "Schedule":
+        return True
+    conditions = {c.get("type"): c.get("status") for c in (obj.get("status") or {}).get("conditions") or []}
+    if conditions.get("AllRecovered") == "True":
+        return False
+    duration, created = parse_duration(spec.get("duration")), _time(meta.get("creationTimestamp"))
+    return not (duration is not None and created is not None and now is not None and now - created >= duration)
+
+
+def _chaos_selects(obj: Obj, ns: str, pod_labels: dict[str, str]) -> bool:
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "Schedule":
+        kind = spec.get("type", "")
+        spec = spec.get(kind[:1].lower() + kind[1:]) or {}
+    selectors = [spec.get("selector") or {}]
+    if spec.get("direction") in ("from", "both") and spec.get("target"):
+        selectors.append((spec["target"] or {}).get("selector") or {})
+    for sel in selectors:
+        if ns not in (sel.get("namespaces") or [obj["metadata"].get("namespace")]):
+            continue
+        match = {"matchLabels": sel.get("labelSelectors") or {}, "matchExpressions": sel.get("expressionSelectors") or []}
+        if selector_matches(match, pod_labels):
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What one service should look like: from the app's spec, or (an app we do not know) from the cluster."""
+
+    name: str
+    replicas: int
+    port: int | None
+    port_name: str | None
+    labels: dict[str, str]
+    callers: tuple[tuple[str, dict[str, str]], ...] = ()
+
+
+def expectations(app: AppSpec | None, deployments: dict[str, Obj], services: dict[str, Obj]) -> list[Expected]:
+    if app is not None:
+        return [Expected(s.name, s.replicas, s.port, "http" if s.probe == "http" else s.name, labels(app, s),
+                         tuple((c.name, labels(app, c)) for c in app.callers(s.name))) for s in app.services]
+    out = []
+    for name, dep in sorted(deployments.items()):
+        ports = ((services.get(name) or {}).get("spec") or {}).get("ports") or [{}]
+        template = (dep.get("spec") or {}).get("template") or {}
+        out.append(Expected(name, (dep.get("spec") or {}).get("replicas", 1), ports[0].get("port"),
+                            ports[0].get("name"), dict((template.get("metadata") or {}).get("labels") or {})))
+    return out
+
+
+def service_health(k8s: K8s, app: AppSpec | None, ns: str) -> dict[str, list[str]]:
+    """service -> why it is unhealthy, for every unhealthy service in namespace `ns`. With `app`, the app's own
+    expectations apply (replicas, ports, the call graph); without, every deployment is held to its own spec."""
+    deployments = {d["metadata"]["name"]: d for d in k8s.deployments(ns)}
+    now = k8s.server_time
+    services = {s["metadata"]["name"]: s for s in k8s.services(ns)}
+    endpoints = {e["metadata"]["name"]: e for e in k8s.endpoints(ns)}
+    pods = [p for p in k8s.pods(ns) if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    policies = k8s.network_policies(ns)
+    ns_labels = k8s.namespace(ns)["metadata"].get("labels") or {}
+    chaos = [c for c in k8s.chaos(ns) if _chaos_active(c, now)]
+    out: dict[str, list[str]] = {}
+    for want in expectations(app, deployments, services):
+        dep = deployments.get(want.name)
+        selector = ((dep or {}).get("spec") or {}).get("selector") or {"matchLabels": {"app": want.name}}
+        own = [p for p in pods if selector_matches(selector, p["metadata"].get("labels"))]
+        reasons = _deployment_reasons(dep, want, own, now)
+        if want.port is not None:
+            reasons += _service_reasons(services.get(want.name), endpoints.get(want.name), want, own)
+        for caller, caller_labels in want.callers:
+            blocked = blocking_policy(policies, ns, want.labels, ns, caller_labels, ns_labels, want.port or 0,
+                                      want.port_name)
+            if blocked is not None:
+                reasons.append(f"ingress from {caller} is blocked by networkpolicy/{blocked}")
+        for exp in chaos:
+            if _chaos_selects(exp, ns, want.labels):
+                reasons.append(f"chaos experiment {exp.get('kind')}/{exp['metadata']['name']} is acting on it")
+        if reasons:
+            out[want.name] = reasons
+    return out
+
+
+def _deployment_reasons(dep: Obj | None, svc: Expected, pods: list[Obj], now: float | None) -> list[str]:
+    if dep is None:
+        return [f"deployment/{svc.name} is missing"]
+    spec, status, meta = dep.get("spec") or {}, dep.get("status") or {}, dep["metadata"]
+    replicas = spec.get("replicas", 1)
+    reasons = []
+    if replicas < svc.replicas:
+        reasons.append(f"deployment/{svc.name} is scaled to {replicas} (the app needs {svc.replicas})")
+    available = status.get("availableReplicas", 0)
+    if available < replicas:
+        reasons.append(f"deployment/{svc.name}: {available}/{replicas} replicas available")
+    if status.get("updatedReplicas", 0) < replicas or status.get("replicas", 0) > replicas or \
+            status.get("observedGeneration", 0) < meta.get("generation", 1):
+        reasons.append(f"deployment/{svc.name}: rollout not complete ({status.get('updatedReplicas', 0)} of "
+                       f"{replicas} updated, {status.get('replicas', 0)} pods)")
+    problems = [p for p in (_pod_problem(pod, now) for pod in sorted(pods, key=lambda p: p["metadata"]["name"]))
+                if p is not None]
+    return reasons + problems[:2]
+
+
+def _service_reasons(service: Obj | None, endpoints: Obj | None, svc: Expected, pods: list[Obj]) -> list[str]:
+    if service is None:
+        return [f"service/{svc.name} is missing"]
+    ports = [p.get("port") for p in (service.get("spec") or {}).get("ports") or []]
+    if svc.port not in ports:
+        return [f"service/{svc.name} exposes port(s) {ports}; its clients connect to {svc.port}"]
+    subsets = (endpoints or {}).get("subsets") or []
+    ready = [s for s in subsets if s.get("addresses")]
+    if not ready:
+        return [f"service/{svc.name} has no ready endpoints"]
+    declared = {p.get("containerPort") for pod in pods for c in pod["spec"].get("containers") or []
+                for p in c.get("ports") or []}
+    served = {p.get("port") for s in ready for p in s.get("ports") or []}
+    if declared and not served & declared:
+        return [f"service/{svc.name} sends traffic to port(s) {sorted(served)} but its pods listen on "
+                f"{sorted(declared)}"]
+    return []
+
+
+# --- what exists, and what it says -----------------------------------------------------------------------------
+
+def _items(k8s: K8s, ns: str) -> Iterable[tuple[str, Obj]]:
+    yield from (("deployment", o) for o in k8s.deployments(ns))
+    yield from (("service", o) for o in k8s.services(ns))
+    yield from (("configmap", o) for o in k8s.configmaps(ns))
+    yield from (("secret", o) for o in k8s.secrets(ns))
+    yield from (("persistentvolumeclaim", o) for o in k8s.pvcs(ns))
+    yield from (("resourcequota", o) for o in k8s.quotas(ns))
+    yield from (("networkpolicy", o) for o in k8s.network_policies(ns))
+    yield from (("node", o) for o in k8s.nodes())
+
+
+def _content(kind: str, obj: Obj) -> Any:
+    if kind in ("configmap", "secret"):
+        return obj.get("data") or {}
+    spec = dict(obj.get("spec") or {})
+    if kind == "deployment":
+        return {k: v for k, v in spec.items() if k != "template"} | {"template": spec.get("template")}
+    if kind == "service":
+        return {k: spec.get(k) for k in ("selector", "ports", "type")}
+    return spec
+
+
+def inventory(k8s: K8s, ns: str) -> tuple[list[str], dict[str, str]]:
+    """(kind/name of every object that must survive, kind/name -> hash of what it says)."""
+    kept, prints = [], {}
+    for kind, obj in _items(k8s, ns):
+        ref = f"{kind}/{obj['metadata']['name']}"
+        if kind in KEPT_KINDS:
+            kept.append(ref)
+        text = json.dumps(_content(kind, obj), sort_keys=True, default=str)
+        prints[ref] = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+    return sorted(kept), prints

@@ -1,0 +1,46 @@
+"""No fault at all: an alert fired on a blip that is already gone. The right action is to change nothing."""
+
+from __future__ import annotations
+
+from agent_sre.faults.base import FaultContext, FaultType
+from agent_sre.faults.health import inventory
+from agent_sre.faults.k8s import K8s
+from agent_sre.models.tools import ToolCall
+from agent_sre.models.verdict import HealthSnapshot
+from agent_sre.simulator.apps import AppSpec
+
+SYMPTOMS = ("A latency alert fired for {feature}, but nobody has complained - is anything actually wrong?",
+            "Someone thinks {feature} felt slow for a moment earlier; can you check?",
+            "We got paged about {feature}. Customers seem fine. Should we do something?")
+
+
+class FalseAlarm(FaultType):
+    name = "none"
+    summary = "no fault: a flaky latency alert on a healthy app (resolved only if nothing is changed)"
+    fault_class = "none"
+    modelled_on = "AIOpsLab noop (detection task with no anomaly)"
+    alert_name = "HighLatency"
+    severity = "warning"
+
+    def targets(self, app: AppSpec) -> list[str]:
+        return [s.name for s in app.services if s.tier != "data"]
+
+    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+        return None
+
+    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
+        return None
+
+    def symptom(self, ctx: FaultContext) -> str:
+        return ctx.pick(SYMPTOMS).replace("{feature}", ctx.svc.feature or ctx.target)
+
+    def root_cause(self, ctx: FaultContext) -> str:
+        return "none"
+
+    def fix(self, ctx: FaultContext) -> list[ToolCall]:
+        return []
+
+    def check(self, k8s: K8s, ctx: FaultContext, baseline: HealthSnapshot) -> list[str]:
+        _, now = inventory(k8s, ctx.namespace)
+        return [f"{ref} was changed although nothing was wrong" for ref, digest in sorted(now.items())
+                if baseline.fingerprints.get(ref, digest) != digest]

@@ -1,0 +1,138 @@
+"""Faults outside the workload's own spec: a cordoned node, a too-small quota, a NetworkPolicy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from agent_sre.faults.base import FaultContext, FaultError, FaultParams, FaultType, first_caller
+from agent_sre.faults.k8s import K8s
+from agent_sre.models.tools import ToolCall
+from agent_sre.simulator.apps import PART_OF, AppSpec, labels, nodes_for
+from agent_sre.simulator.selectors import selector_matches
+
+QUOTA = "compute-resources"
+
+
+class CordonedNode(FaultType):
+    name = "cordoned_node"
+    summary = "cordon and drain the only nodes a pinned service may run on (Pending: node(s) were unschedulable)"
+    fault_class = "scheduling/node"
+    modelled_on = "ITBench cordoned node / node maintenance left unfinished"
+    alert_name = "KubeDeploymentReplicasMismatch"
+
+    def targets(self, app: AppSpec) -> list[str]:
+        """Only pinned services: anything else would simply be rescheduled on another node."""
+        return [s.name for s in app.services if s.node_selector]
+
+    def nodes(self, ctx: FaultContext) -> list[str]:
+        return nodes_for(ctx.svc)
+
+    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+        for node in self.nodes(ctx):
+            k8s.cordon(node, True)
+        for pod in k8s.pods(ctx.namespace, f"app={ctx.target}"):  # the drain: evict what runs there
+            if pod["spec"].get("nodeName") in self.nodes(ctx):
+                k8s.delete_pod(ctx.namespace, pod["metadata"]["name"])
+
+    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
+        for node in self.nodes(ctx):
+            k8s.cordon(node, False)
+
+    def root_cause(self, ctx: FaultContext) -> str:
+        return f"node/{self.nodes(ctx)[0]}"
+
+    def fix(self, ctx: FaultContext) -> list[ToolCall]:
+        return [ToolCall(tool="uncordon", args={"node": node}) for node in self.nodes(ctx)]
+
+    def check(self, k8s: K8s, ctx: FaultContext, baseline: Any) -> list[str]:
+        cordoned = [n["metadata"]["name"] for n in k8s.nodes() if (n.get("spec") or {}).get("unschedulable")
+                    and n["metadata"]["name"] in self.nodes(ctx)]
+        return [f"node/{n} is still cordoned" for n in cordoned]
+
+
+class QuotaParams(FaultParams):
+    pods: int = Field(ge=0)
+
+
+class QuotaExceeded(FaultType):
+    name = "quota_exceeded"
+    summary = "shrink the namespace's pod quota, then roll the target: its new pods are forbidden (FailedCreate)"
+    fault_class = "capacity/quota"
+    modelled_on = "ITBench ResourceQuota too small"
+    Params = QuotaParams
+    alert_name = "KubeDeploymentReplicasMismatch"
+
+    def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
+        return {"pods": sum(s.replicas for s in app.services) - 1}
+
+    def validate(self, ctx: FaultContext) -> None:
+        running = sum(s.replicas for s in ctx.app.services)
+        if ctx.params.pods >= running:
+            raise FaultError(f"the app runs {running} pods; a quota of {ctx.params.pods} pods leaves room for the "
+                             f"rollout (use at most {running - 1})")
+
+    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+        k8s.set_quota(ctx.namespace, QUOTA, {"pods": str(ctx.params.pods)})
+        k8s.rollout_restart(ctx.namespace, ctx.target)
+
+    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
+        k8s.set_quota(ctx.namespace, QUOTA, {"pods": ctx.app.quota["pods"]})
+
+    def root_cause(self, ctx: FaultContext) -> str:
+        return f"resourcequota/{QUOTA}"
+
+    def fix(self, ctx: FaultContext) -> list[ToolCall]:
+        return [ToolCall(tool="patch_quota", args={"name": QUOTA, "hard": {"pods": ctx.app.quota["pods"]}})]
+
+
+class PolicyParams(FaultParams):
+    policy: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def guarded(app: AppSpec, service: str) -> bool:
+    """Does a baseline NetworkPolicy of the app already select this service's pods?"""
+    pod_labels = labels(app, app.service(service))
+    return any(selector_matches((p.get("spec") or {}).get("podSelector") or {}, pod_labels)
+               for p in app.network_policies)
+
+
+class NetworkPolicyDeny(FaultType):
+    name = "network_policy_deny"
+    summary = "apply a NetworkPolicy that admits only the monitoring namespace (callers time out)"
+    fault_class = "network/policy"
+    modelled_on = "ITBench NetworkPolicy blocking ingress, AIOpsLab network partition"
+    Params = PolicyParams
+    alert_name = "HighErrorRate"
+
+    def targets(self, app: AppSpec) -> list[str]:
+        # policies add up: a service that an existing policy already admits callers to cannot be blocked by a new one
+        return [s.name for s in app.services if app.callers(s.name) and not guarded(app, s.name)]
+
+    def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
+        return {"policy": f"{target}-allow-monitoring-only"}
+
+    def alerted_service(self, ctx: FaultContext) -> str:
+        return first_caller(ctx)
+
+    def involved(self, ctx: FaultContext) -> set[str]:
+        return {ctx.target, first_caller(ctx)}
+
+    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+        k8s.create_network_policy(ctx.namespace, {
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": ctx.params.policy, "labels": {PART_OF: ctx.app.name}},
+            "spec": {"podSelector": {"matchLabels": {"app": ctx.target}}, "policyTypes": ["Ingress"],
+                     "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {
+                         "kubernetes.io/metadata.name": "monitoring"}}}],
+                         "ports": [{"port": ctx.svc.port, "protocol": "TCP"}]}]}})
+
+    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
+        k8s.delete_network_policy(ctx.namespace, ctx.params.policy)
+
+    def root_cause(self, ctx: FaultContext) -> str:
+        return f"networkpolicy/{ctx.params.policy}"
+
+    def fix(self, ctx: FaultContext) -> list[ToolCall]:
+        return [ToolCall(tool="delete_network_policy", args={"name": ctx.params.policy})]

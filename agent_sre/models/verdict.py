@@ -1,0 +1,34 @@
+"""The health oracle's judgement of an incident: resolved, unresolved or made worse, and why."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Outcome = Literal["resolved", "unresolved", "worse"]
+
+
+class HealthSnapshot(BaseModel):
+    """The namespace as the oracle saw it right after injection: the baseline that 'worse' is measured against."""
+
+    namespace: str
+    unhealthy: dict[str, list[str]] = Field(default_factory=dict, description="service -> why it is unhealthy")
+    resources: list[str] = Field(default_factory=list, description="kind/name of every object that must survive")
+    fingerprints: dict[str, str] = Field(default_factory=dict, description="kind/name -> hash of its spec or data")
+
+
+class Verdict(BaseModel):
+    outcome: Outcome
+    reasons: list[str] = Field(default_factory=list, description="why: one line per finding, most important first")
+    unhealthy: dict[str, list[str]] = Field(default_factory=dict, description="service -> why, now")
+    baseline_unhealthy: list[str] = Field(default_factory=list, description="services unhealthy at the baseline")
+    deleted: list[str] = Field(default_factory=list, description="kind/name present at the baseline, gone now")
+
+    @property
+    def resolved(self) -> bool:
+        return self.outcome == "resolved"
+
+    @property
+    def worse(self) -> bool:
+        return self.outcome == "worse"

@@ -1,0 +1,131 @@
+"""The runbook policy: what a careful on-call engineer does from a wiki page, as rules over kubectl output.
+
+It is the baseline and the SFT teacher. Like a real runbook it is good but not perfect: it never looks at
+NetworkPolicies or Service wiring, treats every crash loop as a bad rollout (a corrupted Secret survives a
+rollback), and restarts anything that has been restarting — including benign noise on a false alarm.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from agent_sre.models.remediation import PolicyRef
+from agent_sre.models.tools import TOOL_SPECS, ToolCall
+from agent_sre.models.trajectory import Trajectory
+from agent_sre.policy.base import ActionPolicy
+
+POD_ROW = re.compile(r"^(?P<name>[a-z0-9][-a-z0-9.]*)\s+(?P<ready>\d+)/(?P<total>\d+)\s+(?P<status>\S+)\s+"
+                     r"(?P<restarts>\d+)", re.MULTILINE)
+CHAOS_ROW = re.compile(r"^(?P<kind>PodChaos|StressChaos|NetworkChaos|HTTPChaos|Schedule)\S*\s+(?P<name>\S+)",
+                       re.MULTILINE)
+CHAOS_SLASH = re.compile(r"(?P<kind>podchaos|stresschaos|networkchaos|httpchaos|schedule)[.\w-]*/(?P<name>[-a-z0-9]+)",
+                         re.IGNORECASE)
+NODE_CORDONED = re.compile(r"^(?P<name>[-a-z0-9.]+)\s.*SchedulingDisabled", re.MULTILINE)
+MEMORY_LIMIT = re.compile(r"Limits:\s*\n(?:\s+cpu:\s*\S+\s*\n)?\s+memory:\s*(?P<value>\d+)(?P<unit>Ki|Mi|Gi)")
+CONTAINER = re.compile(r"^Containers:\s*\n\s+(?P<name>[-a-z0-9]+):", re.MULTILINE)
+QUOTA_NAME = re.compile(r'exceeded quota: (?P<name>[-a-z0-9]+)')
+CHAOS_KIND_CASE = {k.lower(): k for k in ("PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "Schedule")}
+UNHEALTHY = ("CrashLoopBackOff", "Error", "ImagePullBackOff", "ErrImagePull", "OOMKilled", "Pending",
+             "CreateContainerConfigError", "Init:", "ContainerCreating")
+
+
+@dataclass
+class Evidence:
+    """Everything the runbook has read so far, as text, plus what it already did."""
+
+    text: str = ""
+    done: list[ToolCall] = field(default_factory=list)
+
+    def has(self, *needles: str) -> bool:
+        return any(n in self.text for n in needles)
+
+    def did(self, tool: str, **args: object) -> bool:
+        return any(c.tool == tool and all(c.args.get(k) == v for k, v in args.items()) for c in self.done)
+
+
+def deployment_of(pod: str) -> str:
+    """`cart-7d9f8c6b5d-x2k4q` → `cart` (a Deployment's pods carry two generated suffixes)."""
+    parts = pod.split("-")
+    return "-".join(parts[:-2]) if len(parts) > 2 else pod
+
+
+class RunbookPolicy(ActionPolicy):
+    def choose(self, ref: PolicyRef, trajectory: Trajectory) -> ToolCall:
+        ev = Evidence(done=[s.action for s in trajectory.steps if s.action is not None])
+        ev.text = "\n".join(s.result.output for s in trajectory.steps if s.result is not None)
+        service = trajectory.incident.service
+        for call in self._investigation(ev, service):
+            if not ev.did(call.tool, **call.args):
+                return call
+        if any(TOOL_SPECS[c.tool].write for c in ev.done):
+            return _finish("applied the runbook remediation", ev)
+        fix = self._remediation(ev, service)
+        return fix if fix is not None else _finish("no actionable fault found; likely a false alarm", ev)
+
+    def _investigation(self, ev: Evidence, service: str | None) -> list[ToolCall]:
+        calls = [ToolCall(tool="list_pods"), ToolCall(tool="get_events"), ToolCall(tool="list_chaos_experiments")]
+        if service:
+            calls += [ToolCall(tool="describe", args={"kind": "deployment", "name": service}),
+                      ToolCall(tool="get_endpoints", args={"service": service})]
+        pod = _worst_pod(ev.text, service)
+        if pod is not None:
+            calls.append(ToolCall(tool="describe", args={"kind": "pod", "name": pod["name"]}))
+            if int(pod["restarts"]) > 0:
+                calls.append(ToolCall(tool="get_logs", args={"pod": pod["name"], "previous": True}))
+            if pod["status"] == "Pending":
+                calls.append(ToolCall(tool="top", args={"kind": "nodes"}))
+        return calls
+
+    def _remediation(self, ev: Evidence, service: str | None) -> ToolCall | None:
+        chaos = CHAOS_ROW.search(ev.text) or CHAOS_SLASH.search(ev.text)
+        if chaos is not None:
+            kind = CHAOS_KIND_CASE.get(chaos["kind"].lower(), chaos["kind"])
+            return ToolCall(tool="delete_chaos_experiment", args={"kind": kind, "name": chaos["name"]})
+        pod = _worst_pod(ev.text, service)
+        deployment = deployment_of(pod["name"]) if pod is not None else service
+        if deployment is None:
+            return None
+        if ev.has("OOMKilled"):
+            container = CONTAINER.search(ev.text)
+            limit = MEMORY_LIMIT.search(ev.text)
+            new = f"{int(limit['value']) * 4}{limit['unit']}" if limit else "512Mi"
+            return ToolCall(tool="set_resources", args={"deployment": deployment,
+                                                        "container": container["name"] if container else deployment,
+                                                        "memory_limit": new})
+        if cordoned := NODE_CORDONED.search(ev.text):
+            return ToolCall(tool="uncordon", args={"node": cordoned["name"]})
+        if ev.has("didn't match Pod's node affinity/selector", "node affinity/selector"):
+            return ToolCall(tool="remove_scheduling_constraints", args={"deployment": deployment})
+        if quota := QUOTA_NAME.search(ev.text):
+            return ToolCall(tool="patch_quota", args={"name": quota["name"],
+                                                      "hard": {"pods": "50", "requests.cpu": "20",
+                                                               "requests.memory": "40Gi"}})
+        if ev.has("ImagePullBackOff", "ErrImagePull", "CrashLoopBackOff", "Readiness probe failed", "Init:"):
+            return ToolCall(tool="rollout_undo", args={"deployment": deployment})
+        if ev.has("0/0", "scaled to 0", "Replicas:          0 desired", "Replicas: 0 desired"):
+            return ToolCall(tool="scale", args={"deployment": deployment, "replicas": 2})
+        if pod is not None and int(pod["restarts"]) > 0:
+            return ToolCall(tool="rollout_restart", args={"deployment": deployment})
+        return None
+
+
+def _worst_pod(text: str, service: str | None) -> dict[str, str] | None:
+    """The pod that looks sickest, preferring the alerting service's pods."""
+    best: tuple[int, dict[str, str]] | None = None
+    for m in POD_ROW.finditer(text):
+        row = m.groupdict()
+        score = (4 if any(row["status"].startswith(u) for u in UNHEALTHY) else 0) \
+            + (2 if row["ready"] != row["total"] else 0) + (1 if int(row["restarts"]) > 0 else 0)
+        if score == 0:
+            continue
+        score += 8 if service and deployment_of(row["name"]) == service else 0
+        if best is None or score > best[0]:
+            best = (score, row)
+    return best[1] if best else None
+
+
+def _finish(summary: str, ev: Evidence) -> ToolCall:
+    writes = [c for c in ev.done if TOOL_SPECS[c.tool].write]
+    diagnosis = f"{writes[-1].tool} {writes[-1].args}" if writes else "no fault found"
+    return ToolCall(tool="finish", args={"diagnosis": diagnosis, "summary": summary})

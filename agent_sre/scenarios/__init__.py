@@ -1,0 +1,134 @@
+"""Scenario files: declarative YAML, expanded into `Scenario` objects.
+
+A file holds one or more YAML documents; each is either a single scenario (it has `name`) or a parameterised
+family (it has `family`). A family's `matrix` maps `target` and fault parameters to lists of values; every
+combination times every seed is one scenario, named `FAMILY-TARGET-VALUES-sSEED`. Whatever a document leaves
+out - the namespace (the app's), the alert, the user's symptom, the ground truth - is derived from the fault
+type, so a new scenario needs no code. The training catalog lives in `catalog/`, the held-out suite (fixed
+seeds, targets and values the catalog never uses, false alarms) in `heldout/`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from agent_sre.faults import FaultError, get_fault
+from agent_sre.models.alert import Alert
+from agent_sre.models.scenario import GroundTruth, Scenario, ScenarioFamily
+from agent_sre.simulator.apps import get_app
+
+CATALOG_DIR = Path(__file__).parent / "catalog"
+HELDOUT_DIR = Path(__file__).parent / "heldout"
+SCENARIO_KEYS = {"name", "app", "namespace", "fault", "target", "params", "seed", "alert", "symptom", "ground_truth",
+                 "tags"}
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; the message names the file, the document and what is wrong."""
+
+
+def default_catalog() -> Path:
+    return CATALOG_DIR
+
+
+def heldout_suite() -> Path:
+    return HELDOUT_DIR
+
+
+def _slug(value: Any) -> str:
+    text = "-".join(f"{k}-{v}" for k, v in sorted(value.items())) if isinstance(value, dict) else str(value)
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
+
+
+def _pydantic(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['msg']}" for e in exc.errors())
+
+
+def _family(doc: dict[str, Any]) -> list[Scenario]:
+    fam = ScenarioFamily.model_validate(doc)
+    fault = get_fault(fam.fault)
+    app = get_app(fam.app)
+    matrix = dict(fam.matrix)
+    for key, values in matrix.items():
+        if not isinstance(values, list) or not values:
+            raise FaultError(f"matrix.{key} must be a non-empty list")
+    targets = matrix.pop("target", None) or fault.targets(app)
+    keys = sorted(matrix)
+    out = []
+    for target in targets:
+        for combo in itertools.product(*(matrix[k] for k in keys)):
+            params = dict(zip(keys, combo, strict=True))
+            for seed in fam.seeds:
+                parts = [fam.family, _slug(target), *(_slug(v) for v in combo), f"s{seed}"]
+                out.append(fault.scenario("-".join(parts), fam.app, fam.app, str(target), params, seed,
+                                          tags=[*fam.tags, fam.family]))
+    return out
+
+
+def _single(doc: dict[str, Any]) -> Scenario:
+    unknown = set(doc) - SCENARIO_KEYS
+    if unknown:
+        raise FaultError(f"unknown keys {sorted(unknown)} (a scenario has: {', '.join(sorted(SCENARIO_KEYS))})")
+    for key in ("name", "app", "fault"):
+        if key not in doc:
+            raise FaultError(f"missing {key!r}")
+    fault = get_fault(str(doc["fault"]))
+    app = get_app(str(doc["app"]))
+    target = doc.get("target") or (fault.targets(app) or [""])[0]
+    params = doc.get("params") or {}
+    if not isinstance(params, dict):
+        raise FaultError("params must be a mapping")
+    return fault.scenario(
+        str(doc["name"]), app.name, str(doc.get("namespace") or app.name), str(target), params,
+        int(doc.get("seed", 0)), tags=list(doc.get("tags") or []),
+        alert=Alert.model_validate(doc["alert"]) if doc.get("alert") else None, symptom=doc.get("symptom"),
+        ground_truth=GroundTruth.model_validate(doc["ground_truth"]) if doc.get("ground_truth") else None)
+
+
+def _load_file(path: Path) -> list[Scenario]:
+    try:
+        docs = list(yaml.safe_load_all(path.read_text()))
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
+    out: list[Scenario] = []
+    for i, doc in enumerate(d for d in docs if d is not None):
+        where = f"{path}: document {i + 1}"
+        if not isinstance(doc, dict):
+            raise ScenarioError(f"{where}: expected a mapping with `name` (a scenario) or `family` (a family), "
+                                f"got {type(doc).__name__}")
+        try:
+            out.extend(_family(doc) if "family" in doc else [_single(doc)])
+        except ValidationError as exc:
+            raise ScenarioError(f"{where}: {_pydantic(exc)}") from None
+        except (FaultError, KeyError, TypeError, ValueError) as exc:
+            message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+            raise ScenarioError(f"{where}: {message}") from None
+    return out
+
+
+def load_scenarios(path: Path | str | None = None) -> list[Scenario]:
+    """Every scenario in a file, or in the `*.yaml` files under a directory (the catalog when None)."""
+    root = Path(path) if path is not None else CATALOG_DIR
+    if not root.exists():
+        raise ScenarioError(f"{root}: no such file or directory")
+    files = sorted(root.rglob("*.yaml")) if root.is_dir() else [root]
+    if not files:
+        raise ScenarioError(f"{root}: no scenario files (*.yaml) in it")
+    scenarios: list[Scenario] = []
+    seen: dict[str, Path] = {}
+    for file in files:
+        for scenario in _load_file(file):
+            if scenario.name in seen:
+                raise ScenarioError(f"{file}: scenario name {scenario.name!r} is already used in {seen[scenario.name]}")
+            seen[scenario.name] = file
+            scenarios.append(scenario)
+    return scenarios
+
+
+__all__ = ["CATALOG_DIR", "HELDOUT_DIR", "ScenarioError", "default_catalog", "heldout_suite", "load_scenarios"]

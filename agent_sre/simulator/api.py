@@ -1,0 +1,595 @@
+"""The Kubernetes REST API subset, as a pure function from a request to a response (no I/O).
+
+`handle` serves the HTTP server and the in-process transport alike, so tools behave identically over both.
+Paths under `/envs/E/` address environment E; bare paths address the "default" environment.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from email.utils import formatdate
+from typing import TYPE_CHECKING, Any
+
+from agent_sre.simulator import admission, derived, discovery, tables
+from agent_sre.simulator.cluster import ApiError, Cluster, Obj, rfc3339
+from agent_sre.simulator.patching import apply_patch
+from agent_sre.simulator.resources import RESOURCE_TYPES, ResourceType
+from agent_sre.simulator.selectors import (
+    LabelSelector, parse_field_selector, parse_label_selector, selector_to_string,
+)
+
+if TYPE_CHECKING:
+    from agent_sre.simulator.simulator import Simulator
+
+Response = tuple[int, dict[str, str], bytes]
+log = logging.getLogger(__name__)
+
+IDEMPOTENCY_ANNOTATION = "agent-sre.io/idempotency-key"
+IDEMPOTENCY_HEADER = "x-idempotency-key"
+JSON_TYPE = "application/json"
+BY_PATH: dict[tuple[str, str, str], ResourceType] = {(rt.group, rt.version, rt.plural): rt for rt in RESOURCE_TYPES}
+NAMESPACE_SUBRESOURCES = ("status", "finalize")
+AUDIT_DETAIL_LIMIT = 300
+# The apiserver discards a submitted status on create for these types (nodes keep theirs, as kubelets rely on).
+STATUS_ON_CREATE: dict[str, Obj] = {"pods": {"phase": "Pending"}, "deployments.apps": {},
+                                    "replicasets.apps": {"replicas": 0}}
+
+
+def _dump(doc: Any) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _json(doc: Any, status: int = 200) -> Response:
+    return status, {"Content-Type": JSON_TYPE}, _dump(doc)
+
+
+def status_response(error: ApiError, name: str | None = None, rt: ResourceType | None = None) -> Response:
+    """A failed request as the apiserver reports it: a `Status` object with the HTTP code."""
+    details: dict[str, Any] = {}
+    if name:
+        details["name"] = name
+    if rt is not None:
+        details.update(kind=rt.plural, **({"group": rt.group} if rt.group else {}))
+    doc = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": error.message,
+           "reason": error.reason, "code": error.code}
+    if error.reason == "Invalid":
+        # kubectl prints only the causes of an Invalid status, so the explanation must be one.
+        field, sep, detail = error.message.partition(" is invalid: ")[2].partition(": ")
+        cause = {"field": field, "message": detail} if sep else {"field": "request", "message": error.message}
+        details["causes"] = [cause]
+    if details:
+        doc["details"] = details
+    return _json(doc, error.code)
+
+
+def _not_found_path() -> ApiError:
+    return ApiError(404, "NotFound", "the server could not find the requested resource")
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: Mapping[str, list[str]]
+    headers: dict[str, str]  # lower-cased names
+    body: bytes
+
+    def arg(self, name: str, default: str | None = None) -> str | None:
+        values = self.query.get(name)
+        return values[-1] if values else default
+
+    def flag(self, name: str) -> bool:
+        return (self.arg(name) or "").lower() in ("true", "1")
+
+    def json_body(self) -> Any:
+        content_type = self.headers.get("content-type", JSON_TYPE).split(";", 1)[0].strip()
+        if content_type not in (JSON_TYPE, "", "*/*"):
+            raise ApiError(415, "UnsupportedMediaType",
+                           f"the body of the request was in an unknown format ({content_type}) - accepted media "
+                           f"types include: {JSON_TYPE} (the simulator does not decode protobuf, which kubectl's "
+                           "typed generators such as `kubectl create namespace` send; use `kubectl create -f` or "
+                           "`kubectl apply -f`)")
+        try:
+            return json.loads(self.body or b"null")
+        except ValueError as exc:
+            raise ApiError(400, "BadRequest", f"error decoding request body: {exc}") from None
+
+    def wants_table(self) -> bool:
+        return any("as=Table" in part and "g=meta.k8s.io" in part
+                   for part in self.headers.get("accept", "").split(","))
+
+
+def is_watch(method: str, query: Mapping[str, list[str]]) -> bool:
+    return method.upper() == "GET" and (query.get("watch") or [""])[-1].lower() in ("true", "1")
+
+
+def watch_events(known: dict[str, Obj], snapshot: bytes) -> tuple[bytes, dict[str, Obj]]:
+    """The watch events that turn `known` (uid -> object already reported) into a fresh snapshot (the body of a
+    watch response from `handle`), and the new `known`. The HTTP server polls with this to keep watches open."""
+    current: dict[str, Obj] = {}
+    for line in snapshot.splitlines():
+        obj = json.loads(line)["object"]
+        current[_watched_meta(obj)["uid"]] = obj
+    events = []
+    for uid, obj in current.items():
+        old = known.get(uid)
+        if old is None:
+            events.append(_dump({"type": "ADDED", "object": obj}))
+        elif _watched_meta(old).get("resourceVersion") != _watched_meta(obj).get("resourceVersion"):
+            events.append(_dump({"type": "MODIFIED", "object": obj}))
+    events += [_dump({"type": "DELETED", "object": obj}) for uid, obj in known.items() if uid not in current]
+    return b"".join(e + b"\n" for e in events), current
+
+
+def _watched_meta(obj: Obj) -> Obj:
+    """The metadata of a watched object, or of the one row of a Table event (`kubectl get -w`)."""
+    return obj["rows"][0]["object"]["metadata"] if obj.get("kind") == "Table" else obj["metadata"]
+
+
+def split_env(path: str) -> tuple[str, str]:
+    """`/envs/E/api/v1/pods` -> ("E", "/api/v1/pods"); any other path belongs to the "default" environment."""
+    if path.startswith("/envs/"):
+        env, _, rest = path[len("/envs/"):].partition("/")
+        return env, "/" + rest
+    return "default", path
+
+
+def handle(simulator: Simulator, method: str, path: str, query: Mapping[str, list[str]],
+           headers: Mapping[str, str], body: bytes) -> Response:
+    """Serve one Kubernetes API request against the environment the path names."""
+    env_name, k8s_path = split_env(path)
+    cluster = simulator.envs.get(env_name)
+    if cluster is None:
+        return status_response(ApiError(404, "NotFound", f'simulated environment "{env_name}" not found'))
+    req = Request(method.upper(), k8s_path, query, {k.lower(): v for k, v in headers.items()}, body)
+    with simulator.lock:
+        try:
+            cluster.sync()
+            response = Router(cluster, req).dispatch()
+        except ApiError as error:
+            response = status_response(error)
+        except Exception as exc:  # a bug, in the router or a controller: answer as the apiserver would
+            log.exception("%s %s failed", method, path)
+            response = status_response(ApiError(500, "InternalError", f"an error on the server ({type(exc).__name__}:"
+                                                                      f" {exc}) has prevented the request from "
+                                                                      "succeeding"))
+        # The simulated time, so clients can compute ages ("5m ago") on the cluster's clock, not the wall clock.
+        response[1]["Date"] = formatdate(cluster.clock.now(), usegmt=True)
+    return response
+
+
+@dataclass
+class Target:
+    """A request's resource coordinates: type, namespace (None = all), name and subresource."""
+
+    rt: ResourceType
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+
+    @property
+    def ns(self) -> str:
+        """The storage namespace of a named object ("" for cluster-scoped types)."""
+        return self.namespace or ""
+
+
+class Router:
+    def __init__(self, cluster: Cluster, req: Request) -> None:
+        self.cluster, self.req = cluster, req
+
+    # --- dispatch ---------------------------------------------------------------------------------------------
+    def dispatch(self) -> Response:
+        path = self.req.path.rstrip("/") or "/"
+        doc = discovery.documents().get(path)
+        if doc is not None:
+            if self.req.method != "GET":
+                raise ApiError(405, "MethodNotAllowed", f"{self.req.method} is not allowed on {path}")
+            return 200, {"Content-Type": JSON_TYPE}, doc
+        parts = [p for p in path.split("/") if p]
+        if parts[0] == "api" and len(parts) > 2 and parts[1] == "v1":
+            return self._resource("", "v1", parts[2:])
+        if parts[0] == "apis" and len(parts) > 3:
+            rest = parts[3:]
+            plural = rest[2] if rest[0] == "namespaces" and len(rest) > 2 else rest[0]
+            view = derived.BY_PATH.get((parts[1], parts[2], plural))
+            if view is not None:
+                return self._derived(view, rest)
+            return self._resource(parts[1], parts[2], rest)
+        raise _not_found_path()
+
+    def _target(self, group: str, version: str, rest: list[str]) -> Target:
+        namespace = None
+        if (len(rest) >= 3 and rest[0] == "namespaces"
+                and not (group == "" and len(rest) == 3 and rest[2] in NAMESPACE_SUBRESOURCES)):
+            namespace, rest = rest[1], rest[2:]
+        rt = BY_PATH.get((group, version, rest[0]))
+        if rt is None or len(rest) > 3 or (namespace is not None and not rt.namespaced):
+            raise _not_found_path()
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if sub is not None and sub not in rt.subresources:
+            raise _not_found_path()
+        if rt.namespaced and name is not None and namespace is None:
+            raise _not_found_path()
+        return Target(rt, namespace, name, sub)
+
+    def _resource(self, group: str, version: str, rest: list[str]) -> Response:
+        t = self._target(group, version, rest)
+        method = self.req.method
+        if self.req.arg("dryRun"):
+            raise ApiError(400, "BadRequest", "dryRun is not supported by the simulator")
+        try:
+            if t.name is None:
+                if method == "GET":
+                    return self._watch(t) if self.req.flag("watch") else self._list(t)
+                if method == "POST":
+                    return self._create(t)
+                if method == "DELETE":
+                    return self._delete_collection(t)
+            elif t.subresource == "log" and method == "GET":
+                return self._log(t)
+            elif t.subresource == "scale":
+                return self._scale(t)
+            elif t.subresource == "status" or t.subresource is None:
+                if method == "GET":
+                    return self._get(t)
+                if method == "PUT":
+                    return self._update(t)
+                if method == "PATCH":
+                    return self._patch(t)
+                if method == "DELETE" and t.subresource is None:
+                    return self._delete(t)
+        except ApiError as error:
+            return status_response(error, t.name, t.rt)
+        raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on the requested "
+                                                f"resource: {method} {self.req.path}")
+
+    # --- reads ------------------------------------------------------------------------------------------------
+    def _rv(self) -> str:
+        return str(self.cluster.revision)
+
+    def _select(self, t: Target) -> list[Obj]:
+        labels = parse_label_selector(self.req.arg("labelSelector"))
+        fields = parse_field_selector(self.req.arg("fieldSelector"), t.rt.key)
+        name = fields.value("metadata.name")
+        if name is not None and (t.namespace is not None or not t.rt.namespaced):
+            found_one = self.cluster.get(t.rt.key, t.ns, name)  # a one-object list: kubectl delete --wait
+            candidates = [found_one] if found_one is not None else []
+        else:
+            candidates = self.cluster.list(t.rt.key, t.namespace if t.rt.namespaced else None)
+        found = [o for o in candidates if _labels_match(labels, o) and fields.matches(o)]
+        found.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+        return found
+
+    def _render(self, t: Target, items: list[Obj], single: bool = False) -> Response:
+        if self.req.wants_table():
+            return _json(tables.to_table(t.rt.key, items, self.cluster.clock.now(), self._rv(),
+                                         self._include_object()))
+        if single:
+            return _json(items[0])
+        return _json({"kind": f"{t.rt.kind}List", "apiVersion": t.rt.group_version,
+                      "metadata": {"resourceVersion": self._rv()}, "items": items})
+
+    def _include_object(self) -> str:
+        include = self.req.arg("includeObject", "Metadata") or "Metadata"
+        if include not in ("Object", "Metadata", "None"):
+            raise ApiError(400, "BadRequest", f'includeObject must be one of "Object", "Metadata", "None"; '
+                                              f'got "{include}"')
+        return include
+
+    def _list(self, t: Target) -> Response:
+        return self._render(t, self._select(t))
+
+    def _watch(self, t: Target) -> Response:
+        """The current state as ADDED events. In-process the watch ends there (clients re-list); the HTTP server
+        keeps it open and streams what changes (see `watch_events`)."""
+        objects = self._select(t)
+        if self.req.wants_table():  # one single-row Table per event, which kubectl get -w prints as it comes
+            include = self._include_object()
+            if include == "None":
+                raise ApiError(400, "BadRequest", "a watch of tables needs includeObject Metadata or Object")
+            now, rv = self.cluster.clock.now(), self._rv()
+            objects = [tables.to_table(t.rt.key, [obj], now, rv, include) for obj in objects]
+        lines = [_dump({"type": "ADDED", "object": obj}) for obj in objects]
+        return 200, {"Content-Type": JSON_TYPE}, b"".join(line + b"\n" for line in lines)
+
+    def _get(self, t: Target) -> Response:
+        assert t.name is not None
+        return self._render(t, [self.cluster.must_get(t.rt.key, t.ns, t.name)], single=True)
+
+    def _log(self, t: Target) -> Response:
+        assert t.name is not None
+        pod = self.cluster.must_get("pods", t.ns, t.name)
+        names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+        init_names = [c.get("name") for c in (pod.get("spec") or {}).get("initContainers") or []]
+        container = self.req.arg("container")
+        if container is None:
+            if len(names) != 1:
+                raise ApiError(400, "BadRequest", f"a container name must be specified for pod {t.name}, "
+                                                  f"choose one of: [{' '.join(names)}]")
+            container = names[0]
+        elif container not in names + init_names:
+            raise ApiError(400, "BadRequest", f"container {container} is not valid for pod {t.name}")
+        entry = self.cluster.logs.get((t.ns, t.name, container))
+        previous = self.req.flag("previous")
+        if previous and not (entry and entry.get("previous")):
+            raise ApiError(400, "BadRequest",
+                           f'previous terminated container "{container}" in pod "{t.name}" not found')
+        if entry is None:
+            waiting = _waiting_reason(pod, container)
+            if waiting:
+                raise ApiError(400, "BadRequest",
+                               f'container "{container}" in pod "{t.name}" is waiting to start: {waiting}')
+        lines = (entry or {}).get("previous" if previous else "current") or []
+        tail = self.req.arg("tailLines")
+        if tail is not None:
+            n = _non_negative_int("tailLines", tail)
+            lines = lines[-n:] if n else []
+        text = "".join(f"{line}\n" for line in lines).encode()
+        limit = self.req.arg("limitBytes")
+        if limit is not None:
+            text = text[: _non_negative_int("limitBytes", limit)]
+        return 200, {"Content-Type": "text/plain"}, text
+
+    # --- writes -----------------------------------------------------------------------------------------------
+    def _audit(self, verb: str, t: Target, obj: Obj, detail: str = "") -> None:
+        key = self.req.headers.get(IDEMPOTENCY_HEADER) or \
+            (obj.get("metadata", {}).get("annotations") or {}).get(IDEMPOTENCY_ANNOTATION)
+        meta = obj.get("metadata", {})
+        self.cluster.record_audit(verb, t.rt.key, meta.get("namespace", "") if t.rt.namespaced else "",
+                                  meta.get("name", t.name or ""), key, detail[:AUDIT_DETAIL_LIMIT])
+
+    def _body_object(self, t: Target) -> Obj:
+        obj = self.req.json_body()
+        if not isinstance(obj, dict):
+            raise ApiError(400, "BadRequest", f"the body must be a {t.rt.kind} object")
+        kind = obj.get("kind")
+        if kind is not None and kind != t.rt.kind:
+            raise ApiError(400, "BadRequest", f"the body is a {kind}, but the request is for a {t.rt.kind}")
+        meta = obj.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise ApiError(400, "BadRequest", "metadata must be an object")
+        if t.rt.namespaced:
+            if meta.get("namespace") and meta["namespace"] != t.namespace:
+                raise ApiError(400, "BadRequest", "the namespace of the provided object does not match the "
+                                                  "namespace sent on the request")
+            meta["namespace"] = t.namespace
+        else:
+            meta.pop("namespace", None)
+        return obj
+
+    def _admit(self, t: Target, obj: Obj, old: Obj | None = None) -> None:
+        admission.apply_defaults(self.cluster, t.rt.key, obj, old)
+        if old is not None:
+            admission.validate_update(t.rt.key, obj, old)
+        admission.validate(t.rt.key, obj)
+
+    def _create(self, t: Target) -> Response:
+        if t.rt.namespaced and t.namespace is None:
+            raise _not_found_path()
+        obj = self._body_object(t)
+        for server_field in ("uid", "resourceVersion", "creationTimestamp", "generation", "deletionTimestamp"):
+            obj["metadata"].pop(server_field, None)
+        if t.rt.key in STATUS_ON_CREATE:
+            obj["status"] = copy.deepcopy(STATUS_ON_CREATE[t.rt.key])
+        self._admit(t, obj)
+        created = self.cluster.create(t.rt.key, obj)
+        self._audit("create", t, created, self.req.body.decode(errors="replace"))
+        return _json(created, 201)
+
+    def _check_identity(self, t: Target, new: Obj, old: Obj) -> None:
+        meta = new.get("metadata")
+        if not isinstance(meta, dict):
+            raise ApiError(400, "BadRequest", "metadata must be an object")
+        if meta.get("name") != t.name:
+            raise ApiError(400, "BadRequest", f'the name of the object ({meta.get("name")}) does not match the '
+                                              f"name on the URL ({t.name})")
+        if t.rt.namespaced and meta.get("namespace") != t.namespace:
+            raise ApiError(400, "BadRequest", "the namespace of the object does not match the namespace on the URL")
+        rv = meta.get("resourceVersion")
+        if rv and rv != old["metadata"]["resourceVersion"]:
+            rt = t.rt
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rt.key} "{t.name}": the object has '
+                                            "been modified; please apply your changes to the latest version and try "
+                                            "again")
+
+    def _store(self, t: Target, new: Obj, old: Obj, verb: str) -> Response:
+        """Write `new` over `old`: a main-resource write keeps the old status, a /status write keeps the rest."""
+        self._check_identity(t, new, old)
+        if t.subresource == "status":
+            status = new.get("status")
+            new = copy.deepcopy(old)
+            new["status"] = status
+        elif "status" in t.rt.subresources:
+            if "status" in old:
+                new["status"] = copy.deepcopy(old["status"])
+            else:
+                new.pop("status", None)
+        new.setdefault("apiVersion", t.rt.group_version)
+        new.setdefault("kind", t.rt.kind)
+        self._admit(t, new, old)
+        stored = self.cluster.replace(t.rt.key, new)
+        detail = f"{t.subresource + ' ' if t.subresource else ''}{self.req.body.decode(errors='replace')}"
+        self._audit(verb, t, stored, detail)
+        return _json(stored)
+
+    def _update(self, t: Target) -> Response:
+        assert t.name is not None
+        old = self.cluster.must_get(t.rt.key, t.ns, t.name)
+        new = self._body_object(t)
+        new["metadata"].setdefault("name", t.name)
+        return self._store(t, new, old, "update")
+
+    def _patch(self, t: Target) -> Response:
+        assert t.name is not None
+        old = self.cluster.must_get(t.rt.key, t.ns, t.name)
+        try:
+            new = apply_patch(old, self.req.headers.get("content-type", ""), self.req.body)
+        except ApiError as error:
+            if error.reason == "Invalid":
+                raise ApiError(422, "Invalid", f'{t.rt.kind} "{t.name}" is invalid: patch: {error.message}') from None
+            raise
+        if not isinstance(new, dict):
+            raise ApiError(422, "Invalid", "the patch did not produce an object")
+        return self._store(t, new, old, "patch")
+
+    def _delete(self, t: Target) -> Response:
+        assert t.name is not None
+        obj = self.cluster.must_get(t.rt.key, t.ns, t.name)
+        self._check_preconditions(t, obj)
+        cascaded = self._remove(t.rt, obj, orphan=self._propagation() == "Orphan")
+        self._audit("delete", t, obj, f"cascade={cascaded}" if cascaded else "")
+        if t.rt.key == "pods":
+            gone = copy.deepcopy(obj)
+            gone["metadata"]["deletionTimestamp"] = rfc3339(self.cluster.clock.now())
+            return _json(gone)
+        return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                      "details": {"name": t.name, "kind": t.rt.plural, "uid": obj["metadata"]["uid"],
+                                  **({"group": t.rt.group} if t.rt.group else {})}})
+
+    def _delete_collection(self, t: Target) -> Response:
+        if t.rt.namespaced and t.namespace is None:
+            raise _not_found_path()
+        items = self._select(t)
+        orphan = self._propagation() == "Orphan"
+        for obj in items:
+            if self.cluster.get(t.rt.key, obj["metadata"].get("namespace", "") if t.rt.namespaced else "",
+                                obj["metadata"]["name"]) is not None:
+                self._remove(t.rt, obj, orphan)
+                self._audit("delete", t, obj, "deletecollection")
+        return _json({"kind": f"{t.rt.kind}List", "apiVersion": t.rt.group_version,
+                      "metadata": {"resourceVersion": self._rv()}, "items": items})
+
+    def _delete_options(self) -> dict[str, Any]:
+        if not self.req.body:
+            return {}
+        options = self.req.json_body()
+        return options if isinstance(options, dict) else {}
+
+    def _propagation(self) -> str:
+        return self.req.arg("propagationPolicy") or self._delete_options().get("propagationPolicy") or "Background"
+
+    def _check_preconditions(self, t: Target, obj: Obj) -> None:
+        pre = self._delete_options().get("preconditions") or {}
+        for field in ("uid", "resourceVersion"):
+            if pre.get(field) and pre[field] != obj["metadata"].get(field):
+                raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {t.rt.key} "{t.name}": '
+                                                f"Precondition failed: {field} in precondition: {pre[field]}, "
+                                                f"{field} in object meta: {obj['metadata'].get(field)}")
+
+    def _remove(self, rt: ResourceType, obj: Obj, orphan: bool) -> int:
+        """Delete `obj` and, as the garbage collector would, what it owns (or a namespace's contents).
+        Returns how many dependents went with it."""
+        meta = obj["metadata"]
+        ns = meta.get("namespace", "") if rt.namespaced else ""
+        self.cluster.delete(rt.key, ns, meta["name"])
+        self._forget_logs(rt, ns, meta["name"])
+        if rt.key == "namespaces":
+            doomed = [(r, o) for r in RESOURCE_TYPES if r.namespaced for o in self.cluster.list(r.key, meta["name"])]
+        elif orphan:
+            return 0
+        else:
+            scope = ns if rt.namespaced else None
+            doomed = [(r, o) for r in RESOURCE_TYPES for o in self.cluster.list(r.key, scope if r.namespaced else None)
+                      if any(ref.get("uid") == meta.get("uid") for ref in o["metadata"].get("ownerReferences") or [])]
+        count = 0
+        for r, dependent in doomed:
+            dep_meta = dependent["metadata"]
+            if self.cluster.get(r.key, dep_meta.get("namespace", "") if r.namespaced else "", dep_meta["name"]):
+                count += 1 + self._remove(r, dependent, orphan=False)
+        return count
+
+    def _forget_logs(self, rt: ResourceType, ns: str, name: str) -> None:
+        if rt.key == "pods":
+            for key in [k for k in self.cluster.logs if k[0] == ns and k[1] == name]:
+                del self.cluster.logs[key]
+
+    # --- scale subresource ------------------------------------------------------------------------------------
+    def _scale_of(self, obj: Obj) -> Obj:
+        meta = obj["metadata"]
+        return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+                "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                             if k in meta},
+                "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 1)},
+                "status": {"replicas": (obj.get("status") or {}).get("replicas", 0),
+                           "selector": selector_to_string((obj.get("spec") or {}).get("selector"))}}
+
+    def _scale(self, t: Target) -> Response:
+        assert t.name is not None
+        obj = self.cluster.must_get(t.rt.key, t.ns, t.name)
+        scale = self._scale_of(obj)
+        method = self.req.method
+        if method == "GET":
+            return _json(scale)
+        if method == "PATCH":
+            wanted = apply_patch(scale, self.req.headers.get("content-type", ""), self.req.body)
+        elif method == "PUT":
+            wanted = self.req.json_body()
+        else:
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {t.rt.plural}/scale")
+        if not isinstance(wanted, dict):
+            raise ApiError(400, "BadRequest", "the body must be a Scale object")
+        replicas = (wanted.get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise ApiError(422, "Invalid", f'Scale.autoscaling "{t.name}" is invalid: spec.replicas: Invalid value: '
+                                           f"{replicas!r}: must be greater than or equal to 0")
+        rv = (wanted.get("metadata") or {}).get("resourceVersion")
+        if rv and rv != obj["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {t.rt.key} "{t.name}": the object '
+                                            "has been modified; please apply your changes to the latest version and "
+                                            "try again")
+        new = copy.deepcopy(obj)
+        new["spec"]["replicas"] = replicas
+        stored = self.cluster.replace(t.rt.key, new)
+        self._audit("patch" if method == "PATCH" else "update", t, stored, f"scale replicas={replicas}")
+        return _json(self._scale_of(stored))
+
+    # --- derived, read-only resources (metrics, endpoint slices) ----------------------------------------------
+    def _derived(self, d: derived.DerivedResource, rest: list[str]) -> Response:
+        if self.req.method != "GET":
+            raise ApiError(405, "MethodNotAllowed", f"{d.group_version} {d.plural} are read-only")
+        namespace = rest[1] if rest[0] == "namespaces" else None
+        rest = rest[2:] if rest[0] == "namespaces" else rest
+        if len(rest) > 2 or (namespace is not None and not d.namespaced):
+            raise _not_found_path()
+        name = rest[1] if len(rest) > 1 else None
+        if name is not None and d.namespaced and namespace is None:
+            raise _not_found_path()
+        labels = parse_label_selector(self.req.arg("labelSelector"))
+        fields = parse_field_selector(self.req.arg("fieldSelector"), f"{d.plural}.{d.group}")
+        items = [o for o in d.build(self.cluster, namespace) if (name is None or o["metadata"]["name"] == name)
+                 and _labels_match(labels, o) and fields.matches(o)]
+        items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+        if name is None:
+            return _json({"kind": f"{d.kind}List", "apiVersion": d.group_version,
+                          "metadata": {"resourceVersion": self._rv()}, "items": items})
+        if not items:
+            raise ApiError(404, "NotFound", f'{d.error_name} "{name}" not found')
+        return _json(items[0])
+
+
+def _labels_match(selector: LabelSelector, obj: Obj) -> bool:
+    return selector.empty or selector.matches(obj["metadata"].get("labels"))
+
+
+def _waiting_reason(pod: Obj, container: str) -> str | None:
+    status = pod.get("status") or {}
+    for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        if cs.get("name") == container:
+            waiting = (cs.get("state") or {}).get("waiting")
+            return (waiting.get("reason") or "ContainerCreating") if waiting is not None else None
+    return "ContainerCreating" if status.get("phase", "Pending") == "Pending" else None
+
+
+def _non_negative_int(name: str, value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ApiError(400, "BadRequest", f"{name}: Invalid value: {value!r}: must be a non-negative integer")
+    return n

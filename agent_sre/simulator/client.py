@@ -1,0 +1,71 @@
+"""A small synchronous client for the simulator's control API (`/sim/v1`), for tools, faults and tests."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+
+class SimulatorError(RuntimeError):
+    """The control API refused a request; the message is the server's own."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"simulator returned {status}: {message}")
+        self.status = status
+
+
+class SimulatorClient:
+    def __init__(self, base_url: str, timeout: float = 30.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> bytes:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"{self.base_url}{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json"} if data else {})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return resp.read()
+        except urllib.error.HTTPError as exc:
+            text = exc.read().decode(errors="replace")
+            try:
+                text = json.loads(text).get("error", text)
+            except (ValueError, AttributeError):
+                pass
+            raise SimulatorError(exc.code, text) from None
+
+    def _json(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        return json.loads(self._call(method, path, body))
+
+    def create_env(self, name: str | None = None, apps: list[str] | tuple[str, ...] = ("shop",), seed: int = 0,
+                   speed: float | None = None) -> dict[str, str]:
+        """Returns {"name", "server"}: `server` is the Kubernetes API URL for a kubeconfig."""
+        body: dict[str, Any] = {"apps": list(apps), "seed": seed}
+        if name is not None:
+            body["name"] = name
+        if speed is not None:
+            body["speed"] = speed
+        return self._json("POST", "/sim/v1/envs", body)
+
+    def list_envs(self) -> list[dict[str, Any]]:
+        return self._json("GET", "/sim/v1/envs")
+
+    def delete_env(self, name: str) -> None:
+        self._call("DELETE", f"/sim/v1/envs/{name}")
+
+    def advance(self, name: str, seconds: float) -> dict[str, Any]:
+        return self._json("POST", f"/sim/v1/envs/{name}/advance", {"seconds": seconds})
+
+    def audit(self, name: str, since: int = 0) -> list[dict[str, Any]]:
+        return self._json("GET", f"/sim/v1/envs/{name}/audit?since={since}")
+
+    def kubeconfig(self, name: str) -> str:
+        return self._call("GET", f"/sim/v1/envs/{name}/kubeconfig").decode()
+
+    def healthy(self) -> bool:
+        try:
+            return self._call("GET", "/healthz") == b"ok"
+        except (OSError, SimulatorError):
+            return False

@@ -1,0 +1,234 @@
+"""Container logs as the programs would write them, for `kubectl logs [--previous]`.
+
+Lines come from the container's current run (`kubelet.Run`): start-up lines, then a sample of request lines on
+a fixed time grid (so the same moment always shows the same lines), with failing calls to dependencies and
+occasional benign warnings mixed in. A crash-looping container shows its last run, and its run before that
+under `previous`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+
+from agent_sre.simulator.cluster import Obj, SimClock
+from agent_sre.simulator.images import lookup
+from agent_sre.simulator.kubelet import Run, backoff_of, crash_timeline
+from agent_sre.simulator.software import Software
+
+MAX_LINES = 60
+REQUEST_EVERY_S = 7.0
+NOISE_SHARE = 0.04
+# (callee, calls per request, error ratio of the calls, what the client reports, p99 of the call, critical, since)
+FailingEdge = tuple[str, float, float, str, float, bool, float]
+# (database user whose clients fail to authenticate, since)
+Inbound = tuple[str, float]
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(ts * 1000) % 1000:03d}Z"
+
+
+def _fraction(*parts: object) -> float:
+    digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2 ** 64
+
+
+def _stamp(sw: Software | None, ts: float, line: str) -> str:
+    """Prefix a program's line with the timestamp its runtime writes (banners and stack traces carry none;
+    redis stamps its own lines)."""
+    runtime = sw.runtime if sw else "shell"
+    if runtime == "go" and line.startswith("level="):
+        return f"time={_iso(ts)} {line}"
+    if runtime == "node" and line.startswith("["):
+        return f"{_iso(ts)} {line}"
+    if runtime == "java" and line.startswith(("INFO", "WARN", "ERROR", "DEBUG")):
+        return f"{_iso(ts)}  {line}"
+    if runtime == "postgres" and line.startswith(("LOG:", "FATAL:", "DETAIL:", "ERROR:")):
+        return f"{datetime.fromtimestamp(ts, UTC).strftime('%Y-%m-%d %H:%M:%S.%f')[:-3]} UTC [1] {line}"
+    return line
+
+
+def _request_line(sw: Software, pod: str, ts: float, failing: Sequence[FailingEdge]) -> list[str]:
+    """One sampled request at `ts`: fine, or failed because a dependency failed (two lines then)."""
+    roll = _fraction(pod, ts)
+    path = sw.request_paths[int(roll * 1e6) % len(sw.request_paths)].replace("{id}", str(int(roll * 1e4) % 9000 + 100))
+    method, _, url = path.partition(" ")
+    millis = int(sw.p99_ms * (0.2 + 0.6 * _fraction(pod, ts, "ms")))
+    for callee, calls, ratio, error, latency, critical, since in failing:
+        if ts < since or _fraction(pod, ts, callee, "calls") >= calls:
+            continue  # this request did not call that dependency
+        if _fraction(pod, ts, callee) < ratio:
+            if critical:
+                return _failed(sw, method, url, callee, error, max(millis, int(latency * 1000)))
+            return [_degraded(sw, callee, error)]
+        millis += int(latency * 1000 * 0.6) if latency > 0.5 and critical else 0
+    if sw.noise and _fraction(pod, ts, "noise") < NOISE_SHARE:
+        return [sw.noise[int(_fraction(pod, ts, "which") * len(sw.noise))]]
+    if sw.runtime == "go":
+        return [f'level=info msg="request" method={method} path={url} status=200 duration_ms={millis}']
+    if sw.runtime == "node":
+        return [f"[{sw.program}] info: {method} {url} 200 {millis}ms"]
+    if sw.runtime == "python":
+        return [f'INFO:     10.244.{int(roll * 3) + 1}.{int(roll * 200) + 20}:{40000 + int(roll * 20000)} - '
+                f'"{method} {url} HTTP/1.1" 200 OK']
+    if sw.runtime == "java":
+        return [f"INFO 1 --- [nio-8080-exec-{int(roll * 10) + 1}] c.a.{sw.program}.api.Controller : "
+                f"{method} {url} 200 ({millis} ms)"]
+    return []
+
+
+def _degraded(sw: Software, callee: str, error: str) -> str:
+    """An optional dependency failed: the program logs a warning and answers without it."""
+    if sw.runtime == "go":
+        return f'level=warn msg="optional dependency failed, serving without it" upstream={callee} error="{error}"'
+    if sw.runtime == "node":
+        return f"[{sw.program}] warn: {callee} unavailable ({error}), rendering without it"
+    if sw.runtime == "python":
+        return f"WARNING:{sw.program}:{callee} unavailable ({error}), using fallback"
+    return f"WARN 1 --- [nio-8080-exec-2] c.a.{sw.program}.client.{callee.title()}Client : {callee} unavailable " \
+           f"({error}), continuing without it"
+
+
+def _failed(sw: Software, method: str, url: str, callee: str, error: str, millis: int) -> list[str]:
+    if sw.runtime == "go":
+        return [f'level=error msg="upstream request failed" upstream={callee} error="{error}"',
+                f'level=info msg="request" method={method} path={url} status=503 duration_ms={millis}']
+    if sw.runtime == "node":
+        return [f"[{sw.program}] error: request to {callee} failed: {error}",
+                f"[{sw.program}] info: {method} {url} 502 {millis}ms"]
+    if sw.runtime == "python":
+        return [f"ERROR:{sw.program}:call to {callee} failed: {error}",
+                f'INFO:     10.244.1.9:51514 - "{method} {url} HTTP/1.1" 503 Service Unavailable']
+    if sw.runtime == "java":
+        return [f"ERROR 1 --- [nio-8080-exec-3] c.a.{sw.program}.client.{callee.title()}Client : call to {callee} "
+                f"failed: {error}", f"WARN 1 --- [nio-8080-exec-3] c.a.{sw.program}.api.Controller : "
+                f"{method} {url} 503 ({millis} ms)"]
+    return []
+
+
+def _periodic(sw: Software, ts: float, inbound: Sequence[Inbound]) -> list[str]:
+    """What a data store prints in steady state (and the authentication failures its clients cause)."""
+    if sw.runtime == "postgres":
+        users = [user for user, since in inbound if ts >= since]
+        if users and _fraction(ts, "auth") < 0.7:
+            user = users[int(_fraction(ts, "who") * len(users))]
+            return [f'FATAL:  password authentication failed for user "{user}"',
+                    f'DETAIL:  Connection matched file "/var/lib/postgresql/data/pgdata/pg_hba.conf" line 128: '
+                    f'"host all all all scram-sha-256"']
+        if int(ts) % 300 < REQUEST_EVERY_S:
+            return ["LOG:  checkpoint starting: time",
+                    f"LOG:  checkpoint complete: wrote {int(_fraction(ts) * 400) + 20} buffers"]
+        return []
+    if sw.runtime == "redis" and int(ts) % 300 < REQUEST_EVERY_S:
+        stamp = datetime.fromtimestamp(ts, UTC).strftime("%d %b %Y %H:%M:%S.000")
+        return [f"1:M {stamp} * 100 changes in 300 seconds. Saving...",
+                f"1:M {stamp} * Background saving started by pid {int(_fraction(ts) * 900) + 20}",
+                f"1:M {stamp} * Background saving terminated with success"]
+    return []
+
+
+def _run_lines(sw: Software | None, run: Run, begin: float, end: float, pod: str, failing: Sequence[FailingEdge],
+               inbound: Sequence[Inbound], complete: bool) -> list[str]:
+    """The lines of one run of the process, from `begin` to `end` (`complete`: the run has ended)."""
+    out = run.outcome
+    lines = [_stamp(sw, begin + 0.05 * i, line) for i, line in enumerate(out.lines)]
+    if out.kind == "hang":
+        first = out.lines[0] if out.lines else "waiting"
+        count = min(MAX_LINES, int((end - begin) // 2) + 1)
+        return [first] * count
+    if sw is None or out.kind != "run" and not (out.kind == "crash" and out.reason == "OOMKilled"):
+        return lines
+    ready_at = begin + out.startup_s
+    if out.kind == "crash" and complete:
+        end = begin + out.run_s  # OOMKilled: the log just stops
+    first = max(ready_at, end - REQUEST_EVERY_S * MAX_LINES)
+    t = (int(first // REQUEST_EVERY_S) + 1) * REQUEST_EVERY_S
+    sampled: list[str] = []
+    while t <= end:
+        produced = _periodic(sw, t, inbound) if sw.runtime in ("postgres", "redis") else \
+            _request_line(sw, pod, t, failing)
+        sampled.extend(_stamp(sw, t, line) for line in produced)
+        t += REQUEST_EVERY_S
+    if ready_at < first:
+        lines = []  # the start-up lines have scrolled out of the window kept here
+    return (lines + sampled)[-MAX_LINES:]
+
+
+class LazyLog(Mapping[str, list[str]]):
+    """A container's `{"current": [...], "previous": [...]}`, rendered when read.
+
+    Most logs are never read, and rendering them at every reconcile would cost more than the rest of the pass.
+    A read renders up to the clock's present: the state the lines come from holds until the next reconcile
+    pass, and the API syncs before serving a read.
+    """
+
+    __slots__ = ("_args", "_at", "_clock", "_bucket", "_value")
+
+    def __init__(self, clock: SimClock | None, at: float, *args: object) -> None:
+        self._clock, self._at, self._args = clock, at, args
+        self._bucket: int | None = None
+        self._value: dict[str, list[str]] = {}
+
+    def _rendered(self) -> dict[str, list[str]]:
+        end = max(self._at, self._clock.now()) if self._clock is not None else self._at
+        bucket = int(end // REQUEST_EVERY_S)
+        if bucket != self._bucket:
+            name, run, failing, paused, inbound = self._args
+            self._value = _render(name, run, end, failing, paused, inbound)  # type: ignore[arg-type]
+            self._bucket = bucket
+        return self._value
+
+    def __getitem__(self, key: str) -> list[str]:
+        return self._rendered()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rendered())
+
+    def __len__(self) -> int:
+        return len(self._rendered())
+
+    def __getstate__(self) -> tuple[float, tuple[object, ...]]:
+        return self._at, self._args  # a pickled log (an install template) no longer follows a clock
+
+    def __setstate__(self, state: tuple[float, tuple[object, ...]]) -> None:
+        self._at, self._args = state
+        self._clock, self._bucket, self._value = None, None, {}
+
+
+def render(pod: Obj, run: Run, now: float, failing: Sequence[FailingEdge], paused: bool,
+           inbound: Sequence[Inbound] = (), clock: SimClock | None = None) -> LazyLog | None:
+    """The container's logs from `now` on (rendered when read), or None if it never started."""
+    if run.outcome.kind in ("pull_error", "config_error"):
+        return None
+    return LazyLog(clock, now, pod["metadata"]["name"], copy.copy(run), tuple(failing), paused, tuple(inbound))
+
+
+def _render(name: str, run: Run, now: float, failing: Sequence[FailingEdge], paused: bool,
+            inbound: Sequence[Inbound]) -> dict[str, list[str]]:
+    out = run.outcome
+    sw, _ = lookup(run.image)
+    if out.kind in ("crash", "start_error"):
+        if out.kind == "start_error":
+            return {"current": [], "previous": []}
+        k, running, begin, _ = crash_timeline(now - run.since, out.run_s)
+        start = run.since + begin
+        current = _run_lines(sw, run, start, now if running else start + out.run_s, name, failing, inbound,
+                             not running)
+        previous: list[str] = []
+        if k > 0:
+            prev_start = start - backoff_of(k - 1) - out.run_s
+            previous = _run_lines(sw, run, prev_start, prev_start + out.run_s, name, failing, inbound, True)
+        elif running and run.restarts_before:
+            previous = _run_lines(sw, run, run.since - out.run_s - 10, run.since - 10, name, failing, inbound, True)
+        return {"current": current, "previous": previous if (k > 0 or run.restarts_before) else []}
+    current = _run_lines(sw, run, run.since, now, name, failing, inbound, out.kind == "complete")
+    previous = []
+    if run.last_term is not None:
+        last_end = run.since - 10
+        previous = _run_lines(sw, run, last_end - 3600, last_end, name, (), inbound, True)
+    if paused:
+        return {"current": [], "previous": current}
+    return {"current": current, "previous": previous}

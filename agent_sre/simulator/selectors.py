@@ -1,0 +1,216 @@
+"""Label and field selectors with the apiserver's syntax, parsed once and matched many times.
+
+Parsing errors raise `ApiError(400)` with the apiserver's wording, so `kubectl -l 'a in b'` fails the same way
+against the simulator as against a real cluster.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from agent_sre.simulator.cluster import ApiError, Obj
+
+LabelRequirement = Callable[[Mapping[str, str]], bool]
+
+_TOKEN = re.compile(r"\s*(!=|==|=|\(|\)|,|!|[^\s!=(),]+)")
+_KEY = re.compile(r"^([a-z0-9A-Z]([-a-z0-9A-Z_.]*[a-z0-9A-Z])?/)?[a-z0-9A-Z]([-a-z0-9A-Z_.]*[a-z0-9A-Z])?$")
+
+
+class LabelSelector:
+    """A parsed label selector: every requirement must hold (the comma is AND)."""
+
+    def __init__(self, requirements: list[LabelRequirement], text: str) -> None:
+        self._requirements = requirements
+        self.text = text
+
+    def matches(self, labels: Mapping[str, str] | None) -> bool:
+        labels = labels or {}
+        return all(req(labels) for req in self._requirements)
+
+    @property
+    def empty(self) -> bool:
+        return not self._requirements
+
+
+def _tokens(text: str) -> list[str]:
+    out, pos = [], 0
+    text = text.strip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            raise ApiError(400, "BadRequest", f"unable to parse requirement: invalid label selector {text!r}")
+        out.append(m.group(1))
+        pos = m.end()
+    return out
+
+
+def _check_key(key: str, text: str) -> str:
+    if not _KEY.match(key):
+        raise ApiError(400, "BadRequest", f"unable to parse requirement: invalid label key {key!r} in {text!r}")
+    return key
+
+
+def parse_label_selector(text: str | None) -> LabelSelector:
+    """Parse `a=b,c!=d,e in (x,y),f notin (z),g,!h` (the apiserver's set-based syntax)."""
+    text = text or ""
+    toks, i, reqs = _tokens(text), 0, []
+
+    def bad(why: str) -> ApiError:
+        return ApiError(400, "BadRequest", f"unable to parse requirement: {why} in label selector {text!r}")
+
+    while i < len(toks):
+        if toks[i] == "!":
+            if i + 1 >= len(toks):
+                raise bad("missing key after '!'")
+            key = _check_key(toks[i + 1], text)
+            reqs.append(lambda lb, k=key: k not in lb)
+            i += 2
+        else:
+            key = _check_key(toks[i], text)
+            op = toks[i + 1] if i + 1 < len(toks) else ","
+            if op == ",":
+                reqs.append(lambda lb, k=key: k in lb)
+                i += 1
+            elif op in ("=", "==", "!="):
+                if i + 2 >= len(toks) or toks[i + 2] == ",":
+                    value = ""
+                    i += 2
+                else:
+                    value = toks[i + 2]
+                    i += 3
+                if op == "!=":
+                    reqs.append(lambda lb, k=key, v=value: lb.get(k) != v)
+                else:
+                    reqs.append(lambda lb, k=key, v=value: lb.get(k) == v)
+            elif op in ("in", "notin"):
+                if i + 2 >= len(toks) or toks[i + 2] != "(":
+                    raise bad(f"expected '(' after '{op}'")
+                j, values = i + 3, set()
+                while j < len(toks) and toks[j] != ")":
+                    if toks[j] != ",":
+                        values.add(toks[j])
+                    j += 1
+                if j >= len(toks):
+                    raise bad("missing ')'")
+                if op == "in":
+                    reqs.append(lambda lb, k=key, vs=frozenset(values): lb.get(k) in vs)
+                else:
+                    reqs.append(lambda lb, k=key, vs=frozenset(values): lb.get(k) not in vs)
+                i = j + 1
+            else:
+                raise bad(f"unexpected {op!r} after key {key!r}")
+        if i < len(toks):
+            if toks[i] != ",":
+                raise bad(f"expected ',' but found {toks[i]!r}")
+            i += 1
+    return LabelSelector(reqs, text)
+
+
+def selector_to_string(selector: Mapping[str, Any] | None) -> str:
+    """Render a LabelSelector object (matchLabels/matchExpressions) in the text syntax, as `Scale.status` does."""
+    if not selector:
+        return ""
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], sorted(expr.get("values") or [])
+        if op == "In":
+            parts.append(f"{key} in ({','.join(values)})")
+        elif op == "NotIn":
+            parts.append(f"{key} notin ({','.join(values)})")
+        elif op == "Exists":
+            parts.append(key)
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+        else:
+            raise ApiError(422, "Invalid", f"selector.matchExpressions: unsupported operator {op!r}")
+    return ",".join(parts)
+
+
+def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str] | None) -> bool:
+    """Does a LabelSelector object select these labels? An empty selector selects everything.
+
+    Evaluated directly (no text round trip): controllers call this for every pod on every sync.
+    """
+    if not selector:
+        return True
+    labels = labels or {}
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+        if op == "In":
+            ok = labels.get(key) in values
+        elif op == "NotIn":
+            ok = labels.get(key) not in values
+        elif op == "Exists":
+            ok = key in labels
+        elif op == "DoesNotExist":
+            ok = key not in labels
+        else:
+            raise ApiError(422, "Invalid", f"selector.matchExpressions: unsupported operator {op!r}")
+        if not ok:
+            return False
+    return True
+
+
+# --- field selectors --------------------------------------------------------------------------------------------
+
+_COMMON_FIELDS = ("metadata.name", "metadata.namespace")
+# Field labels the apiserver supports per resource (beyond metadata.name/namespace).
+SUPPORTED_FIELDS: dict[str, tuple[str, ...]] = {
+    "pods": ("status.phase", "spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
+             "spec.serviceAccountName", "status.podIP", "status.nominatedNodeName"),
+    "events": ("involvedObject.kind", "involvedObject.name", "involvedObject.namespace", "involvedObject.uid",
+               "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath",
+               "reason", "reportingComponent", "source", "type"),
+    "nodes": ("spec.unschedulable",),
+    "secrets": ("type",),
+    "namespaces": ("status.phase",),
+    "replicasets.apps": ("status.replicas",),
+}
+
+
+def _field_value(obj: Obj, path: str) -> str:
+    if path == "source":
+        return str((obj.get("source") or {}).get("component", ""))
+    cur: Any = obj
+    for part in path.split("."):
+        if not isinstance(cur, dict):
+            return ""
+        cur = cur.get(part)
+    if cur is None:
+        return ""
+    if isinstance(cur, bool):
+        return "true" if cur else "false"
+    return str(cur)
+
+
+class FieldSelector:
+    """A parsed field selector: `a=b,c!=d`, only on the field labels the resource supports."""
+
+    def __init__(self, terms: list[tuple[str, bool, str]]) -> None:
+        self.terms = terms
+
+    def matches(self, obj: Obj) -> bool:
+        return all((_field_value(obj, f) == v) == eq for f, eq, v in self.terms)
+
+    def value(self, field_path: str) -> str | None:
+        """The exact value required for a field, if any (lets the router narrow a list to one name)."""
+        return next((v for f, eq, v in self.terms if f == field_path and eq), None)
+
+
+def parse_field_selector(text: str | None, resource: str) -> FieldSelector:
+    terms: list[tuple[str, bool, str]] = []
+    allowed = _COMMON_FIELDS + SUPPORTED_FIELDS.get(resource, ())
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        m = re.fullmatch(r"([A-Za-z0-9_.]+)\s*(!=|==|=)\s*(.*)", part)
+        if m is None:
+            raise ApiError(400, "BadRequest", f"invalid field selector: {part!r}")
+        field_path, op, value = m.groups()
+        if field_path not in allowed:
+            raise ApiError(400, "BadRequest", f'"{field_path}" is not a known field selector: only '
+                                              f'"{", ".join(allowed)}"')
+        terms.append((field_path, op != "!=", value))
+    return FieldSelector(terms)

@@ -1,0 +1,318 @@
+"""Per-service golden signals (request rate, error ratio, p99 latency) derived from the cluster's state.
+
+Traffic enters at each app's entry service and fans out along the dependency graph (`apps.Edge`). A call fails
+when the callee cannot be reached (no ready endpoints, a Service port or targetPort nobody listens on, a
+NetworkPolicy dropping the caller's packets, Chaos Mesh loss) or when the callee's own requests fail; failures
+of critical dependencies fail the caller's request, so errors and latency climb the graph towards the users.
+Signals are seen from the clients' side, as a service mesh or an ingress would report them.
+
+`render_prometheus` exposes them, with a few kube-state-metrics series, in the Prometheus text format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from agent_sre.simulator.cluster import Cluster, Obj
+from agent_sre.simulator.netpol import blocking_policy
+
+if TYPE_CHECKING:
+    from agent_sre.simulator.apps import AppSpec, ServiceSpec
+    from agent_sre.simulator.chaos import PodEffects
+    from agent_sre.simulator.kubelet import PodState
+
+BASE_ERROR_RATIO = 0.0008
+CLIENT_TIMEOUT_S = 5.0  # what callers wait for a connection whose packets are dropped
+SOFT_DEPENDENCY_TIMEOUT_S = 0.3  # optional calls (recommendations, notifications) are cut short
+
+
+@dataclass(frozen=True)
+class GoldenSignals:
+    requests_per_second: float
+    error_ratio: float
+    latency_p99_seconds: float
+
+
+@dataclass(frozen=True)
+class EdgeHealth:
+    """Calls from one service to another as the caller experiences them."""
+
+    error_ratio: float
+    latency_p99_seconds: float
+    failure: str  # what the caller's client reports for a failed call ("" when calls succeed)
+
+
+@dataclass
+class Computed:
+    services: dict[tuple[str, str], GoldenSignals] = field(default_factory=dict)
+    edges: dict[tuple[str, str, str], EdgeHealth] = field(default_factory=dict)
+    # (namespace, caller) -> the failing calls, rounded, as logs show them:
+    # (callee, calls per request, error ratio of the calls, failure, p99 of the call, critical)
+    failing_edges: dict[tuple[str, str], tuple[tuple[str, float, float, str, float, bool], ...]] = field(
+        default_factory=dict)
+    load: dict[tuple[str, str], float] = field(default_factory=dict)  # traffic per serving pod vs. normal
+    auth_failures: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)  # (ns, db) -> users
+
+
+@dataclass
+class _Backend:
+    """How a Service's backends look to a client."""
+
+    reachable: float  # fraction of connections that reach a listening, ready process
+    failure: str
+    serving: int
+    abort: float = 0.0
+    loss: float = 0.0
+    delay_s: float = 0.0
+    cpu_factor: float = 1.0
+    pods: list[str] = field(default_factory=list)
+
+
+def _combine(*ratios: float) -> float:
+    ok = 1.0
+    for r in ratios:
+        ok *= 1.0 - min(1.0, max(0.0, r))
+    return 1.0 - ok
+
+
+def _backend(cluster: Cluster, ns: str, svc: ServiceSpec, pods: Mapping[tuple[str, str], PodState],
+             effects: Mapping[tuple[str, str], PodEffects]) -> _Backend:
+    service = cluster.get("services", ns, svc.name)
+    if service is None:
+        return _Backend(0.0, f"dial tcp: lookup {svc.name} on 10.96.0.10:53: no such host", 0)
+    spec = service.get("spec") or {}
+    ip = spec.get("clusterIP", "10.96.0.1")
+    refused = f"dial tcp {ip}:{svc.port}: connect: connection refused"
+    if not any(p.get("port") == svc.port for p in spec.get("ports") or []):
+        return _Backend(0.0, refused, 0)
+    endpoints = cluster.get("endpoints", ns, svc.name) or {}
+    ready = listening = 0
+    backend = _Backend(0.0, refused, 0)
+    for subset in endpoints.get("subsets") or []:
+        ports = {p.get("port") for p in subset.get("ports") or []}
+        for address in subset.get("addresses") or []:
+            ready += 1
+            name = (address.get("targetRef") or {}).get("name", "")
+            ps = pods.get((ns, name))
+            if ps is None or ps.failure_since is not None:
+                continue
+            listens = {r.outcome.listen_port for k, r in ps.runs.items() if k.startswith("main/")}
+            if not ports & listens:
+                continue
+            listening += 1
+            backend.pods.append(name)
+            fx = effects.get((ns, name))
+            if fx is not None:
+                backend.abort += fx.abort
+                backend.loss += fx.loss
+                backend.delay_s = max(backend.delay_s, (fx.delay_ms + fx.http_delay_ms) / 1000.0)
+                backend.cpu_factor = max(backend.cpu_factor, 1.0 + fx.cpu_millicores / 1000.0)
+    if listening:
+        backend.abort /= listening
+        backend.loss /= listening
+    backend.serving = listening
+    backend.reachable = listening / ready if ready else 0.0
+    return backend
+
+
+def _caller_effects(ns: str, caller: str, pods: Mapping[tuple[str, str], PodState],
+                    effects: Mapping[tuple[str, str], PodEffects]) -> tuple[float, float]:
+    """(loss, delay seconds) that chaos on the caller's own pods adds to its outgoing calls."""
+    loss = delay = 0.0
+    mine = [fx for (pns, name), fx in effects.items() if pns == ns and name.startswith(caller + "-")]
+    if mine:
+        loss = sum(fx.loss for fx in mine) / len(mine)
+        delay = max(fx.delay_ms for fx in mine) / 1000.0
+    return loss, delay
+
+
+def compute(cluster: Cluster, effects: Mapping[tuple[str, str], PodEffects],
+            pods: Mapping[tuple[str, str], PodState]) -> Computed:
+    """Golden signals of every installed app's services at the current state."""
+    from agent_sre.simulator.apps import labels
+
+    out = Computed()
+    policies = cluster.list("networkpolicies.networking.k8s.io")
+    for ns, instance in cluster.model.get("apps", {}).items():
+        app: AppSpec = instance.spec
+        ns_obj = cluster.get("namespaces", "", ns) or {"metadata": {}}
+        ns_labels = ns_obj["metadata"].get("labels") or {}
+        order = app.topological()
+        service_labels = {s.name: labels(app, s) for s in order}
+        backends = {s.name: _backend(cluster, ns, s, pods, effects) for s in order}
+        rps: dict[str, float] = {s.name: s.entry_rps for s in order}
+        for s in reversed(order):  # callers first: demand flows down the graph
+            for edge in s.deps:
+                rps[edge.callee] += rps[s.name] * edge.calls
+        internal_error: dict[str, float] = {}
+        internal_p99: dict[str, float] = {}
+        for s in order:  # callees first: failures flow up the graph
+            backend = backends[s.name]
+            sw = s.software
+            capacity = backend.serving * sw.capacity_rps
+            utilisation = rps[s.name] / capacity if capacity else 0.0
+            out.load[(ns, s.name)] = s.replicas / backend.serving if backend.serving else 0.0
+            overload = 1.0 - 1.0 / utilisation if utilisation > 1.0 else 0.0
+            slowdown = 1.0 if utilisation < 0.7 else 1.0 + min(20.0, (utilisation - 0.7) * 10.0)
+            own_p99 = sw.p99_ms / 1000.0 * slowdown * backend.cpu_factor + backend.delay_s
+            failures, dep_latency = [BASE_ERROR_RATIO, overload, backend.abort], 0.0
+            failing: list[tuple[str, float, float, str, float, bool]] = []
+            for edge in s.deps:
+                callee = app.service(edge.callee)
+                health = _edge(cluster, ns, s, callee, backends[callee.name], internal_error[callee.name],
+                               internal_p99[callee.name], policies, ns_labels, service_labels, pods, effects)
+                out.edges[(ns, s.name, callee.name)] = health
+                if edge.critical:
+                    p = health.error_ratio
+                    failures.append(edge.calls * p if edge.calls <= 1 else 1.0 - (1.0 - p) ** edge.calls)
+                    latency = health.latency_p99_seconds * (1.0 if edge.calls <= 1 else min(edge.calls, 2.0))
+                else:
+                    latency = min(health.latency_p99_seconds, SOFT_DEPENDENCY_TIMEOUT_S)
+                if edge.calls >= 0.01:
+                    dep_latency = max(dep_latency, latency)
+                if health.error_ratio >= 0.01 or health.latency_p99_seconds >= 1.0:
+                    failing.append((callee.name, edge.calls, round(health.error_ratio, 2), health.failure,
+                                    round(health.latency_p99_seconds, 1), edge.critical))
+            internal_error[s.name] = _combine(*failures)
+            internal_p99[s.name] = own_p99 + dep_latency
+            if failing:
+                out.failing_edges[(ns, s.name)] = tuple(failing)
+        for s in order:
+            backend = backends[s.name]
+            demand = [(s.entry_rps, _combine(1.0 - backend.reachable, internal_error[s.name]),
+                       internal_p99[s.name] if backend.serving else 0.0)]
+            for caller in app.callers(s.name):
+                edge = next(e for e in caller.deps if e.callee == s.name)
+                health = out.edges[(ns, caller.name, s.name)]
+                demand.append((rps[caller.name] * edge.calls, health.error_ratio, health.latency_p99_seconds))
+            total = sum(d for d, _, _ in demand)
+            error = sum(d * e for d, e, _ in demand) / total if total else 0.0
+            p99 = max((lat for d, _, lat in demand if d > 0), default=internal_p99[s.name])
+            out.services[(ns, s.name)] = GoldenSignals(round(rps[s.name], 3), round(error, 4), round(p99, 4))
+        out.auth_failures.update(_auth_failures(cluster, ns, app, pods))
+    return out
+
+
+def _edge(cluster: Cluster, ns: str, caller: ServiceSpec, callee: ServiceSpec, backend: _Backend,
+          callee_error: float, callee_p99: float, policies: list[Obj], ns_labels: Mapping[str, str],
+          service_labels: Mapping[str, Mapping[str, str]], pods: Mapping[tuple[str, str], PodState],
+          effects: Mapping[tuple[str, str], PodEffects]) -> EdgeHealth:
+    blocked = blocking_policy(policies, ns, service_labels[callee.name], ns, service_labels[caller.name], ns_labels,
+                              callee.port,
+                              "http" if callee.probe == "http" else callee.name)
+    service = cluster.get("services", ns, callee.name) or {}
+    ip = (service.get("spec") or {}).get("clusterIP", "10.96.0.1")
+    if blocked is not None and backend.serving:
+        return EdgeHealth(1.0, CLIENT_TIMEOUT_S, f"dial tcp {ip}:{callee.port}: i/o timeout")
+    caller_loss, caller_delay = _caller_effects(ns, caller.name, pods, effects)
+    loss = _combine(backend.loss, caller_loss)
+    loss_error = min(1.0, loss ** 1.5) if loss < 1.0 else 1.0
+    unreachable = 1.0 - backend.reachable
+    error = _combine(unreachable, loss_error, callee_error)
+    latency = callee_p99 + caller_delay
+    if loss >= 0.01:
+        latency = CLIENT_TIMEOUT_S if loss_error >= 0.01 else latency + 0.2
+    if unreachable >= 0.999:
+        return EdgeHealth(1.0, 0.002, backend.failure)
+    if loss_error >= max(unreachable, callee_error, 0.01):
+        failure = "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
+    elif unreachable >= max(callee_error, 0.01):
+        failure = backend.failure
+    elif backend.abort >= 0.01 and backend.abort >= callee_error * 0.5:
+        failure = f'Post "http://{callee.name}:{callee.port}/": EOF'
+    elif callee_error >= 0.01:
+        failure = f"{callee.name} responded 503 Service Unavailable"
+    else:
+        failure = ""
+    return EdgeHealth(round(error, 4), round(latency, 4), failure)
+
+
+def _auth_failures(cluster: Cluster, ns: str, app: AppSpec,
+                   pods: Mapping[tuple[str, str], PodState]) -> dict[tuple[str, str], tuple[str, ...]]:
+    """Database users whose clients are failing to authenticate right now (the database logs each attempt)."""
+    users: dict[tuple[str, str], set[str]] = {}
+    for (pns, name), ps in pods.items():
+        if pns != ns:
+            continue
+        for run in ps.runs.values():
+            if run.outcome.kind == "crash" and any("password authentication failed" in line
+                                                   for line in run.outcome.lines):
+                pod = cluster.get("pods", ns, name) or {"metadata": {}}
+                service = (pod["metadata"].get("labels") or {}).get("app", "")
+                if not app.has(service):
+                    continue
+                env = app.service(service).literal_env()
+                users.setdefault((ns, env.get("DB_HOST", "")), set()).add(env.get("DB_USER", ""))
+    return {k: tuple(sorted(v)) for k, v in users.items()}
+
+
+def golden_signals(cluster: Cluster) -> dict[tuple[str, str], GoldenSignals]:
+    """Signals per (namespace, service) at the cluster's current simulated time."""
+    cluster.sync()
+    return dict(cluster.model.get("signals", {}))
+
+
+# --- Prometheus exposition --------------------------------------------------------------------------------------
+
+class _Collector:
+    """Builds the metric families for a set of environments at scrape time."""
+
+    def __init__(self, envs: Mapping[str, Cluster]) -> None:
+        self.envs = envs
+
+    def collect(self) -> Iterator[Metric]:
+        svc_labels = ["env", "namespace", "service"]
+        rps = GaugeMetricFamily("agent_sre_sim_requests_per_second", "Requests per second arriving at a service.",
+                                labels=svc_labels)
+        errors = GaugeMetricFamily("agent_sre_sim_error_ratio", "Fraction of a service's requests that fail.",
+                                   labels=svc_labels)
+        latency = GaugeMetricFamily("agent_sre_sim_latency_p99_seconds", "99th percentile latency seen by clients.",
+                                    labels=svc_labels)
+        dep_labels = ["env", "namespace", "deployment"]
+        available = GaugeMetricFamily("kube_deployment_status_replicas_available",
+                                      "The number of available replicas per deployment.", labels=dep_labels)
+        desired = GaugeMetricFamily("kube_deployment_spec_replicas", "Number of desired pods for a deployment.",
+                                    labels=dep_labels)
+        pod_labels = ["env", "namespace", "pod", "container"]
+        restarts = CounterMetricFamily("kube_pod_container_status_restarts", "The number of container restarts.",
+                                       labels=pod_labels)
+        waiting = GaugeMetricFamily("kube_pod_container_status_waiting_reason",
+                                    "Describes the reason the container is currently in waiting state.",
+                                    labels=[*pod_labels, "reason"])
+        ready = GaugeMetricFamily("kube_pod_status_ready", "Describes whether the pod is ready to serve requests.",
+                                  labels=["env", "namespace", "pod", "condition"])
+        for env, cluster in sorted(self.envs.items()):
+            for (ns, svc), gs in sorted(golden_signals(cluster).items()):
+                rps.add_metric([env, ns, svc], gs.requests_per_second)
+                errors.add_metric([env, ns, svc], gs.error_ratio)
+                latency.add_metric([env, ns, svc], gs.latency_p99_seconds)
+            for dep in cluster.list("deployments.apps"):
+                meta = dep["metadata"]
+                available.add_metric([env, meta["namespace"], meta["name"]],
+                                     (dep.get("status") or {}).get("availableReplicas", 0))
+                desired.add_metric([env, meta["namespace"], meta["name"]], (dep.get("spec") or {}).get("replicas", 1))
+            for pod in cluster.list("pods"):
+                meta, status = pod["metadata"], pod.get("status") or {}
+                is_ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                               for c in status.get("conditions") or [])
+                for condition, value in (("true", is_ready), ("false", not is_ready)):
+                    ready.add_metric([env, meta["namespace"], meta["name"], condition], float(value))
+                for cs in status.get("containerStatuses") or []:
+                    key = [env, meta["namespace"], meta["name"], cs.get("name", "")]
+                    restarts.add_metric(key, cs.get("restartCount", 0))
+                    reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+                    if reason:
+                        waiting.add_metric([*key, reason], 1.0)
+        yield from (rps, errors, latency, available, desired, restarts, waiting, ready)
+
+
+def render_prometheus(envs: Mapping[str, Cluster]) -> str:
+    """All environments' signals in the Prometheus text format. Call with the simulator's lock held: it syncs."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(envs))  # type: ignore[arg-type]
+    return generate_latest(registry).decode()

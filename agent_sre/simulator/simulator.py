@@ -1,0 +1,88 @@
+"""Many isolated simulated clusters in one process, so thousands of training episodes can run side by side."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+from collections.abc import Sequence
+
+from agent_sre.simulator.cluster import Cluster, SimClock
+
+ENV_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+class Simulator:
+    """A registry of named environments (one `Cluster` each) and the lock that serialises requests to them.
+
+    Requests from the HTTP server and from in-process API clients (possibly on several threads) both hold
+    `lock` while a cluster syncs and serves, so controllers never see a half-applied write.
+    """
+
+    def __init__(self, speed: float = 1.0) -> None:
+        self.speed = speed
+        self.envs: dict[str, Cluster] = {}
+        self.lock = threading.RLock()
+        self._ids = itertools.count(1)
+
+    def _new_name(self) -> str:
+        while True:
+            name = f"env-{next(self._ids)}"
+            if name not in self.envs:
+                return name
+
+    def _check_new_name(self, name: str) -> None:
+        if not ENV_NAME.match(name):
+            raise ValueError(f"invalid environment name {name!r}: use lowercase letters, digits and '-' "
+                             "(at most 63 characters)")
+        if name in self.envs:
+            raise ValueError(f"environment {name!r} already exists")
+
+    def add_env(self, cluster: Cluster) -> Cluster:
+        """Register an already built cluster (e.g. one without the workload model, for API-level tests)."""
+        with self.lock:
+            self._check_new_name(cluster.name)
+            self.envs[cluster.name] = cluster
+        return cluster
+
+    def create_env(self, name: str | None = None, apps: Sequence[str] = ("shop",), seed: int = 0,
+                   speed: float | None = None) -> Cluster:
+        """A new cluster running the workload model with `apps` installed; `speed` defaults to the simulator's."""
+        # Imported here: the workload model is heavier than the API layer and not needed to serve requests.
+        from agent_sre.simulator import apps as app_catalog
+        from agent_sre.simulator import workload
+
+        if isinstance(apps, str):
+            raise ValueError("apps must be a list of app names, not a single string")
+        effective_speed = self.speed if speed is None else speed
+        if effective_speed <= 0:
+            raise ValueError(f"speed must be positive, got {effective_speed}")
+        with self.lock:
+            name = name or self._new_name()
+            self._check_new_name(name)
+            cluster = Cluster(name, clock=SimClock(speed=effective_speed))
+            workload.attach(cluster)
+            for app_name in apps:
+                app_catalog.install(cluster, app_name, seed=seed)
+            cluster.sync()
+            return self.add_env(cluster)
+
+    def env(self, name: str) -> Cluster:
+        try:
+            return self.envs[name]
+        except KeyError:
+            known = ", ".join(sorted(self.envs)) or "none"
+            raise KeyError(f"no simulated environment named {name!r} (known: {known})") from None
+
+    def delete_env(self, name: str) -> None:
+        with self.lock:
+            self.env(name)
+            del self.envs[name]
+
+    def advance(self, name: str, seconds: float) -> float:
+        """Move one environment's clock forward and let its controllers catch up; returns the new sim time."""
+        with self.lock:
+            cluster = self.env(name)
+            cluster.clock.advance(seconds)
+            cluster.sync()
+            return cluster.clock.now()

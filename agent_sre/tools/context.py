@@ -1,0 +1,34 @@
+"""What a tool call needs besides its arguments: the cluster, the incident's namespace, the write's identity."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import cached_property
+
+from kubernetes.client import ApiClient
+
+from agent_sre.tools.kube import Kube
+
+DEFAULT_MAX_CHARS = 2000
+
+
+class ToolFailure(Exception):
+    """A call that cannot be carried out as asked (no such container, no earlier revision): ok=False, not refused."""
+
+
+@dataclass
+class ToolContext:
+    api: ApiClient
+    namespace: str  # the incident's namespace: the only one writes may touch
+    idempotency_key: str | None = None  # required for writes; the same key on a retry makes the write act once
+    attempt: int = 1  # the activity attempt (>1 on a retry): a delete that finds nothing on a retry is done
+    max_chars: int = DEFAULT_MAX_CHARS
+
+    @cached_property
+    def kube(self) -> Kube:
+        return Kube(self.api, self.namespace)
+
+    def now(self) -> float:
+        """The server's clock when known (the simulator's runs on simulated time), else the local one."""
+        return self.kube.server_time or time.time()

@@ -1,0 +1,177 @@
+"""The tools' only door to the cluster: the official client's typed APIs, addressed by the tools' kind names.
+
+Responses are read raw (`_preload_content=False`) and json-decoded: the tools render plain dicts, and skipping
+the client's model classes more than halves the cost of a call (listing the shop's services in-process: 0.22 ms
+typed, 0.10 ms raw). Every mutating request passes
+`guardrails.check_write` here, after the tool's own checks, so no code path can write outside the rules.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi, NetworkingV1Api
+from kubernetes.client.exceptions import ApiException
+
+from agent_sre.tools import guardrails
+
+Obj = dict[str, Any]
+
+IDEMPOTENCY_HEADER = "X-Idempotency-Key"
+CONTENT_TYPES = {
+    "strategic": "application/strategic-merge-patch+json",
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+}
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How one kind of the tool vocabulary maps onto the client: `<verb>_namespaced_<method>` on `api`."""
+
+    api: str  # "core" | "apps" | "networking" | "custom"
+    method: str  # typed-API suffix (`config_map`), or the plural of a custom resource
+    display: str  # as kubectl prints it: "deployment.apps"
+    namespaced: bool = True
+    group: str = ""
+    version: str = ""
+
+
+CHAOS_GROUP, CHAOS_VERSION = "chaos-mesh.org", "v1alpha1"
+
+
+def _chaos(plural: str, display: str) -> Kind:
+    return Kind("custom", plural, f"{display}.{CHAOS_GROUP}", group=CHAOS_GROUP, version=CHAOS_VERSION)
+
+
+KINDS: dict[str, Kind] = {
+    "pod": Kind("core", "pod", "pod"),
+    "deployment": Kind("apps", "deployment", "deployment.apps"),
+    "replicaset": Kind("apps", "replica_set", "replicaset.apps"),
+    "service": Kind("core", "service", "service"),
+    "node": Kind("core", "node", "node", namespaced=False),
+    "configmap": Kind("core", "config_map", "configmap"),
+    "secret": Kind("core", "secret", "secret"),
+    "networkpolicy": Kind("networking", "network_policy", "networkpolicy.networking.k8s.io"),
+    "resourcequota": Kind("core", "resource_quota", "resourcequota"),
+    "endpoints": Kind("core", "endpoints", "endpoints"),
+    "namespace": Kind("core", "namespace", "namespace", namespaced=False),
+    "event": Kind("core", "event", "event"),
+    "PodChaos": _chaos("podchaos", "podchaos"),
+    "StressChaos": _chaos("stresschaos", "stresschaos"),
+    "NetworkChaos": _chaos("networkchaos", "networkchaos"),
+    "HTTPChaos": _chaos("httpchaos", "httpchaos"),
+    "Schedule": _chaos("schedules", "schedule"),
+}
+
+
+class KubeError(Exception):
+    """An error answer from the API server, with its HTTP status and the server's own message."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason, self.message = status, reason, message
+
+    @classmethod
+    def from_api_exception(cls, exc: ApiException) -> KubeError:
+        status, reason, message = int(exc.status or 0), str(exc.reason or "Error"), ""
+        try:
+            body = json.loads(exc.body or "")
+            if isinstance(body, dict):
+                message = str(body.get("message") or "")
+                reason = str(body.get("reason") or reason)
+        except ValueError:
+            message = (exc.body or "").strip()[:500]
+        return cls(status, reason, message or f"HTTP {status} {reason}")
+
+    def __str__(self) -> str:
+        return f"Error from server ({self.reason}): {self.message}"
+
+
+class Kube:
+    """Typed-API calls for one incident: reads anywhere, writes only as `guardrails.check_write` allows."""
+
+    def __init__(self, api: ApiClient, incident_namespace: str) -> None:
+        self.incident_namespace = incident_namespace
+        self._apis: dict[str, Any] = {"core": CoreV1Api(api), "apps": AppsV1Api(api),
+                                      "networking": NetworkingV1Api(api), "custom": CustomObjectsApi(api)}
+        self.server_time: float | None = None  # from the last response's Date header: ages use the server's clock
+
+    # --- plumbing --------------------------------------------------------------------------------------------
+    def _call(self, kind: Kind, verb: str, name: str | None, namespace: str, *extra: Any, **kwargs: Any) -> bytes:
+        """`verb` (read/list/patch/delete) on `kind`, with the positional arguments in the client's order."""
+        api = self._apis[kind.api]
+        named = (name,) if name is not None else ()
+        if kind.api == "custom":
+            method = getattr(api, f"{'get' if verb == 'read' else verb}_namespaced_custom_object")
+            args = (kind.group, kind.version, namespace, kind.method, *named, *extra)
+        else:
+            method = getattr(api, f"{verb}_namespaced_{kind.method}" if kind.namespaced else f"{verb}_{kind.method}")
+            args = (*named, *((namespace,) if kind.namespaced else ()), *extra)
+        return self._raw(method, *args, **kwargs)
+
+    def _raw(self, method: Any, *args: Any, **kwargs: Any) -> bytes:
+        try:
+            response = method(*args, _preload_content=False, **kwargs)
+        except ApiException as exc:
+            raise KubeError.from_api_exception(exc) from None
+        date = response.headers.get("Date")
+        if date:
+            try:
+                self.server_time = parsedate_to_datetime(date).timestamp()
+            except (TypeError, ValueError):
+                pass
+        return response.data
+
+    # --- reads -----------------------------------------------------------------------------------------------
+    def get(self, kind: str, name: str, namespace: str | None = None) -> Obj:
+        return json.loads(self._call(KINDS[kind], "read", name, namespace or self.incident_namespace))
+
+    def list(self, kind: str, namespace: str | None = None, label_selector: str | None = None,
+             field_selector: str | None = None, all_namespaces: bool = False) -> list[Obj]:
+        k = KINDS[kind]
+        kwargs: dict[str, Any] = {}
+        if label_selector:
+            kwargs["label_selector"] = label_selector
+        if field_selector:
+            kwargs["field_selector"] = field_selector
+        if all_namespaces and k.namespaced:
+            data = self._raw(getattr(self._apis[k.api], f"list_{k.method}_for_all_namespaces"), **kwargs)
+        else:
+            data = self._call(k, "list", None, namespace or self.incident_namespace, **kwargs)
+        return json.loads(data).get("items") or []
+
+    def logs(self, pod: str, namespace: str, container: str | None, tail: int, previous: bool) -> str:
+        kwargs: dict[str, Any] = {"tail_lines": tail}
+        if container:
+            kwargs["container"] = container
+        if previous:
+            kwargs["previous"] = True
+        return self._raw(self._apis["core"].read_namespaced_pod_log, pod, namespace, **kwargs).decode(
+            "utf-8", "replace")
+
+    def metrics(self, kind: str, namespace: str) -> list[Obj]:
+        """`metrics.k8s.io` usage: `kind` is "pods" (in `namespace`) or "nodes"."""
+        custom = self._apis["custom"]
+        if kind == "nodes":
+            data = self._raw(custom.list_cluster_custom_object, "metrics.k8s.io", "v1beta1", "nodes")
+        else:
+            data = self._raw(custom.list_namespaced_custom_object, "metrics.k8s.io", "v1beta1", namespace, "pods")
+        return json.loads(data).get("items") or []
+
+    # --- writes (always in the incident's namespace, always through the guardrail) -------------------------
+    # The key also travels as a header: a real apiserver ignores it, the simulator's audit log records it
+    # (a delete leaves no annotation behind to read it from).
+    def patch(self, kind: str, name: str, body: Any, patch_type: str, idempotency_key: str) -> Obj:
+        guardrails.check_write("patch", kind, name, self.incident_namespace, body)
+        return json.loads(self._call(KINDS[kind], "patch", name, self.incident_namespace, body,
+                                     _content_type=CONTENT_TYPES[patch_type],
+                                     _headers={IDEMPOTENCY_HEADER: idempotency_key}))
+
+    def delete(self, kind: str, name: str, idempotency_key: str) -> None:
+        guardrails.check_write("delete", kind, name, self.incident_namespace, None)
+        self._call(KINDS[kind], "delete", name, self.incident_namespace,
+                   _headers={IDEMPOTENCY_HEADER: idempotency_key})

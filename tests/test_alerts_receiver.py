@@ -1,0 +1,221 @@
+"""The Alertmanager webhook receiver against a real Temporal server and a running worker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from aiohttp.test_utils import TestClient, TestServer
+from isolated_workers import running_workers, terminate_running
+from prometheus_client import REGISTRY
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from agent_sre.alerts.receiver import ROLLOUT_LABEL, create_app
+from agent_sre.config import Settings
+from agent_sre.models.alert import Alert
+from agent_sre.models.remediation import RemediationStatus
+from agent_sre.temporal import connect
+
+TOKEN = "test-token-7f3a"
+
+
+@dataclass
+class Receiver:
+    http: TestClient
+    temporal: Client
+    settings: Settings
+    started: list[str] = field(default_factory=list)
+
+    async def post(self, body: Any, token: str | None = TOKEN, raw: bytes | None = None) -> tuple[int, dict]:
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        data = raw if raw is not None else json.dumps(body).encode()
+        resp = await self.http.post("/alerts", data=data, headers={**headers, "Content-Type": "application/json"})
+        reply = await resp.json()
+        self.started += [r["workflow_id"] for r in reply.get("receipts", []) if r.get("workflow_id")]
+        return resp.status, reply
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def receiver(simulator_server: Settings, temporal_server: Settings) -> AsyncIterator[Receiver]:
+    client = await connect(temporal_server)
+    async with running_workers(client, temporal_server) as settings:
+        async with TestClient(TestServer(create_app(client, settings, TOKEN))) as http:
+            r = Receiver(http, client, settings)
+            try:
+                yield r
+            finally:
+                await terminate_running(client, r.started)
+
+
+def alert(namespace: str | None = None, status: str = "firing", **labels: str) -> dict[str, Any]:
+    """An alert as Alertmanager sends it; a fresh namespace per call keeps workflow ids unique across tests."""
+    ns = namespace or f"alerts-{uuid.uuid4().hex[:8]}"
+    return {"status": status, "labels": {"alertname": "KubePodCrashLooping", "namespace": ns, "service": "cart",
+                                         **labels},
+            "annotations": {"summary": "cart is crash looping"}, "startsAt": "2025-01-01T00:00:00Z",
+            "endsAt": "0001-01-01T00:00:00Z", "generatorURL": "http://prometheus/graph", "fingerprint": ""}
+
+
+def webhook(*alerts: dict[str, Any], status: str = "firing") -> dict[str, Any]:
+    return {"version": "4", "groupKey": '{}:{alertname="KubePodCrashLooping"}', "truncatedAlerts": 0,
+            "status": status, "receiver": "agent-sre", "groupLabels": {"alertname": "KubePodCrashLooping"},
+            "commonLabels": {}, "commonAnnotations": {}, "externalURL": "http://alertmanager:9093",
+            "alerts": list(alerts)}
+
+
+async def exists(client: Client, workflow_id: str) -> bool:
+    try:
+        await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as e:
+        assert e.status == RPCStatusCode.NOT_FOUND, e
+        return False
+    return True
+
+
+def received(status: str, handling: str) -> float:
+    return REGISTRY.get_sample_value("agent_sre_alerts_received_total",
+                                     {"status": status, "handling": handling}) or 0.0
+
+
+async def test_healthz_needs_no_token(receiver: Receiver) -> None:
+    resp = await receiver.http.get("/healthz")
+    assert resp.status == 200
+    assert await resp.json() == {"status": "ok"}
+
+
+@pytest.mark.parametrize("authorization", [None, "Bearer wrong-token", f"Basic {TOKEN}", "Bearer", TOKEN])
+async def test_missing_or_wrong_token_is_401_and_starts_nothing(receiver: Receiver, authorization: str | None) -> None:
+    body = webhook(alert())
+    headers = {"Authorization": authorization} if authorization is not None else {}
+    resp = await receiver.http.post("/alerts", json=body, headers=headers)
+    assert resp.status == 401
+    assert resp.headers["WWW-Authenticate"].startswith("Bearer")
+    assert "bearer token" in (await resp.json())["error"]
+    wf = f"incident-{body['alerts'][0]['labels']['namespace']}-"
+    assert not await exists(receiver.temporal, wf + _fingerprint(body["alerts"][0]))
+
+
+def _fingerprint(a: dict[str, Any]) -> str:
+    return Alert.model_validate(a).stable_fingerprint()
+
+
+MALFORMED: dict[str, tuple[bytes, str]] = {
+    "not json": (b"{this is not json", "Invalid JSON"),
+    "wrong version": (json.dumps({**webhook(alert()), "version": "3"}).encode(), "version"),
+    "no alerts": (json.dumps(webhook()).encode(), "alerts"),
+    "alert without labels": (json.dumps(webhook({"status": "firing"})).encode(), "alerts.0.labels"),
+    "unknown alert status": (json.dumps(webhook(alert(status="pending"))).encode(), "alerts.0.status"),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED)
+async def test_malformed_body_is_400_with_the_reason(receiver: Receiver, case: str) -> None:
+    raw, reason = MALFORMED[case]
+    status, reply = await receiver.post(None, raw=raw)
+    assert status == 400
+    assert reason in reply["error"]
+    assert "nothing was started" in reply["error"]
+    assert "receipts" not in reply or reply["receipts"] == []
+
+
+async def test_one_bad_alert_rejects_the_whole_delivery_before_anything_starts(receiver: Receiver) -> None:
+    good = alert()
+    no_namespace = alert()
+    del no_namespace["labels"]["namespace"]
+    bad_namespace = alert(namespace="Not_A_Namespace")
+    status, reply = await receiver.post(webhook(good, no_namespace, bad_namespace))
+    assert status == 400
+    assert "alerts[1] (KubePodCrashLooping): alert KubePodCrashLooping has no 'namespace' label" in reply["error"]
+    assert "alerts[2]" in reply["error"] and "namespace" in reply["error"]
+    # The valid alert came first, and still nothing was started.
+    assert not await exists(receiver.temporal, f"incident-{good['labels']['namespace']}-{_fingerprint(good)}")
+
+
+async def test_firing_starts_then_attaches_and_resolved_signals(receiver: Receiver) -> None:
+    a = alert()
+    before_started, before_attached = received("firing", "started"), received("firing", "attached")
+
+    status, reply = await receiver.post(webhook(a))
+    assert status == 200, reply
+    [first] = reply["receipts"]
+    assert first["handling"] == "started"
+    assert first["workflow_id"] == f"incident-{a['labels']['namespace']}-{_fingerprint(a)}"
+    handle = receiver.temporal.get_workflow_handle(first["workflow_id"])
+    desc = await handle.describe()
+    assert desc.workflow_type == "IncidentRemediationWorkflow"
+    assert desc.task_queue == receiver.settings.queue_agent
+
+    status, reply = await receiver.post(webhook(a))  # Alertmanager re-sends the same firing alert
+    assert status == 200, reply
+    assert reply["receipts"][0]["handling"] == "attached"
+    assert reply["receipts"][0]["workflow_id"] == first["workflow_id"]
+    assert (await handle.describe()).run_id == desc.run_id  # still the one run
+    assert received("firing", "started") == before_started + 1
+    assert received("firing", "attached") == before_attached + 1
+
+    status, reply = await receiver.post(webhook(alert(a["labels"]["namespace"], status="resolved"), status="resolved"))
+    assert status == 200, reply
+    assert reply["receipts"][0] == {**reply["receipts"][0], "handling": "signalled",
+                                    "workflow_id": first["workflow_id"], "status": "resolved"}
+    st = await _eventually(lambda: handle.query("status", result_type=RemediationStatus),
+                           lambda s: s.alert_resolved)
+    assert st.incident_id == _fingerprint(a)
+
+
+async def test_each_alert_of_a_delivery_gets_its_own_remediation(receiver: Receiver) -> None:
+    a, b = alert(), alert()
+    status, reply = await receiver.post(webhook(a, b))
+    assert status == 200, reply
+    assert [r["handling"] for r in reply["receipts"]] == ["started", "started"]
+    assert len({r["workflow_id"] for r in reply["receipts"]}) == 2
+    for r in reply["receipts"]:
+        assert await exists(receiver.temporal, r["workflow_id"])
+
+
+async def test_resolved_alert_without_a_remediation_is_reported_not_running(receiver: Receiver) -> None:
+    a = alert(status="resolved")
+    status, reply = await receiver.post(webhook(a, status="resolved"))
+    assert status == 200, reply
+    assert reply["receipts"][0]["handling"] == "not_running"
+    assert not await exists(receiver.temporal, reply["receipts"][0]["workflow_id"])
+
+
+async def test_rollout_alerts_are_acknowledged_as_not_handled_yet(receiver: Receiver) -> None:
+    rollout = alert(**{ROLLOUT_LABEL: "cart-llm-v2"})
+    del rollout["labels"]["namespace"]  # not an incident, so the namespace rule does not apply
+    incident = alert()
+    status, reply = await receiver.post(webhook(rollout, incident))
+    assert status == 200, reply
+    first, second = reply["receipts"]
+    assert first["handling"] == "unsupported" and first["code"] == 501
+    assert "no rollout workflow yet" in first["detail"]
+    assert "workflow_id" not in first
+    assert second["handling"] == "started" and second["code"] == 200
+
+
+async def test_metrics_endpoint_counts_alerts(receiver: Receiver) -> None:
+    await receiver.post(webhook(alert()))
+    await receiver.post(webhook(alert()), token="wrong")
+    resp = await receiver.http.get("/metrics")
+    assert resp.status == 200
+    text = await resp.text()
+    assert 'agent_sre_alerts_received_total{handling="started",status="firing"}' in text
+    assert 'agent_sre_alert_deliveries_rejected_total{reason="unauthorized"}' in text
+
+
+async def _eventually(fetch: Any, ok: Any, timeout_s: float = 20.0) -> Any:
+    """Poll until `ok(value)`: a signal is delivered to the workflow on its next workflow task."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        value = await fetch()
+        if ok(value) or asyncio.get_running_loop().time() > deadline:
+            assert ok(value), value
+            return value
+        await asyncio.sleep(0.1)

@@ -1,0 +1,181 @@
+"""The fault catalog against the simulator, through the official client and the agent's real tools.
+
+For every fault type, on both apps: injecting makes the oracle report the app unhealthy; the ground-truth fix
+makes it resolved after a settle window; the plausible wrong fix does not; the destructive action makes it worse;
+clearing the fault restores health. A false alarm is healthy without any action, and only stays resolved if
+nothing is changed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_sre.faults import FAULTS, FaultError, clear, get_fault, inject
+from agent_sre.faults.oracle import observe_incident
+from agent_sre.models.incident import Incident
+from agent_sre.models.scenario import Scenario
+from agent_sre.models.tools import TOOL_SPECS
+from agent_sre.scenarios import HELDOUT_DIR, load_scenarios
+from agent_sre.simulator.apps import APPS
+from agent_sre.simulator.simulator import Simulator
+from tests.workload_fixtures import FIX_SETTLE_S, INJECT_SETTLE_S, injected, new_env
+
+
+@pytest.fixture(scope="module")
+def sim() -> Simulator:
+    return Simulator(speed=1.0)
+
+
+def scenario_for(fault: str, app: str, seed: int = 3) -> Scenario:
+    f = get_fault(fault)
+    target = f.targets(APPS[app])[-1 if app == "bank" else 0]
+    return f.scenario(f"test-{fault.replace('_', '-')}-{app}", app, app, target, {}, seed=seed)
+
+
+CASES = [(fault, app) for fault in FAULTS for app in APPS if get_fault(fault).targets(APPS[app])]
+
+
+def test_the_catalog_covers_the_benchmark_faults() -> None:
+    assert len(FAULTS) >= 15
+    for name in ("service_target_port", "service_selector", "scaled_to_zero", "bad_image", "bad_env", "bad_command",
+                 "oom_limit", "cpu_unschedulable", "node_selector_missing", "cordoned_node", "readiness_probe",
+                 "secret_password", "network_policy_deny", "quota_exceeded", "init_container_hang",
+                 "init_container_fail", "chaos_pod_kill", "chaos_network_delay", "chaos_stress", "dependency_down",
+                 "none"):
+        assert name in FAULTS
+
+
+@pytest.mark.parametrize(("fault", "app"), CASES)
+def test_injection_shows_and_the_fix_resolves(sim: Simulator, fault: str, app: str) -> None:
+    scenario = scenario_for(fault, app)
+    env, baseline = injected(sim, scenario)
+    before = env.observe(scenario, baseline)
+    if fault == "none":
+        assert before.outcome == "resolved", before.reasons
+        assert not baseline.unhealthy
+    else:
+        assert before.outcome == "unresolved", before.reasons
+        assert baseline.unhealthy, "the fault did not make any service unhealthy"
+    env.tools(scenario.ground_truth.fix)
+    env.advance(FIX_SETTLE_S)
+    after = env.observe(scenario, baseline)
+    assert after.outcome == "resolved", after.reasons
+
+
+@pytest.mark.parametrize(("fault", "app"), CASES)
+def test_the_wrong_fix_does_not_resolve(sim: Simulator, fault: str, app: str) -> None:
+    scenario = scenario_for(fault, app)
+    env, baseline = injected(sim, scenario)
+    assert scenario.ground_truth.wrong_fix
+    env.tools(scenario.ground_truth.wrong_fix)
+    env.advance(FIX_SETTLE_S)
+    verdict = env.observe(scenario, baseline)
+    assert verdict.outcome == "unresolved", verdict.reasons
+
+
+@pytest.mark.parametrize(("fault", "app"), CASES)
+def test_the_destructive_action_makes_it_worse(sim: Simulator, fault: str, app: str) -> None:
+    scenario = scenario_for(fault, app)
+    env, baseline = injected(sim, scenario)
+    env.tools(scenario.ground_truth.destructive)
+    env.advance(FIX_SETTLE_S)
+    verdict = env.observe(scenario, baseline)
+    assert verdict.outcome == "worse", verdict.reasons
+    assert len(verdict.unhealthy) > len(baseline.unhealthy)
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_clearing_restores_health(sim: Simulator, fault: str) -> None:
+    scenario = scenario_for(fault, "shop")
+    env, baseline = injected(sim, scenario)
+    clear(env.api, scenario)
+    clear(env.api, scenario)  # idempotent
+    env.advance(FIX_SETTLE_S)
+    after = env.snapshot()
+    assert not after.unhealthy, after.unhealthy
+
+
+def test_a_false_alarm_stays_healthy_and_any_change_is_not_a_resolution(sim: Simulator) -> None:
+    scenario = scenario_for("none", "shop")
+    env, baseline = injected(sim, scenario)
+    env.advance(FIX_SETTLE_S)
+    assert env.observe(scenario, baseline).outcome == "resolved"
+    env.tools(scenario.ground_truth.wrong_fix)  # a restart "just in case"
+    env.advance(FIX_SETTLE_S)
+    verdict = env.observe(scenario, baseline)
+    assert verdict.outcome == "unresolved"
+    assert any("changed although nothing was wrong" in r for r in verdict.reasons)
+
+
+def test_deleting_what_existed_at_the_baseline_is_worse(sim: Simulator) -> None:
+    from kubernetes.client import CoreV1Api
+
+    scenario = scenario_for("bad_image", "shop")
+    env, baseline = injected(sim, scenario)
+    CoreV1Api(env.api).delete_namespaced_config_map("shop-config", env.ns)
+    verdict = env.observe(scenario, baseline)
+    assert verdict.outcome == "worse"
+    assert verdict.deleted == ["configmap/shop-config"]
+
+
+def test_an_incident_without_a_scenario_is_judged_on_service_health(sim: Simulator) -> None:
+    scenario = scenario_for("scaled_to_zero", "shop")
+    env, baseline = injected(sim, scenario)
+    incident = Incident.from_alert(scenario.alert, source="cli")
+    assert observe_incident(env.api, incident, baseline).outcome == "unresolved"
+    env.tools(scenario.ground_truth.fix)
+    env.advance(FIX_SETTLE_S)
+    assert observe_incident(env.api, incident, baseline).outcome == "resolved"
+
+
+def test_environments_side_by_side_stay_isolated(sim: Simulator) -> None:
+    envs = [new_env(sim, "shop", seed=5) for _ in range(4)]
+    broken = [get_fault(fault).scenario(f"iso-{i}", "shop", "shop", target, {}, seed=5) for i, (fault, target) in
+              enumerate((("oom_limit", "cart"), ("network_policy_deny", "payment"), ("chaos_pod_kill", "catalog")))]
+    for env, scenario in zip(envs, broken, strict=False):
+        inject(env.api, scenario)
+    for env in envs:
+        env.advance(INJECT_SETTLE_S)
+    unhealthy = [set(env.snapshot().unhealthy) for env in envs]
+    assert unhealthy == [{"cart"}, {"payment"}, {"catalog"}, set()], "a fault leaked into another environment"
+    assert [p["metadata"]["name"] for p in envs[3].pods()] != [p["metadata"]["name"] for p in envs[0].pods()]
+    assert envs[3].cluster.list("networkpolicies.networking.k8s.io", "shop") != \
+        envs[1].cluster.list("networkpolicies.networking.k8s.io", "shop")
+
+
+def test_ground_truth_uses_the_tool_vocabulary() -> None:
+    for scenario in load_scenarios() + load_scenarios(HELDOUT_DIR):
+        truth = scenario.ground_truth
+        for call in [*truth.fix, *truth.wrong_fix, *truth.destructive]:
+            assert call.tool in TOOL_SPECS
+            call.validate_args()
+        assert truth.fix or scenario.fault == "none"
+
+
+def test_clear_errors_for_a_bad_target_or_a_parameter_that_breaks_nothing() -> None:
+    with pytest.raises(FaultError, match="cannot target 'cartt'"):
+        get_fault("oom_limit").scenario("x", "shop", "shop", "cartt", {})
+    with pytest.raises(FaultError, match="would not OOM-kill"):
+        get_fault("oom_limit").scenario("x", "shop", "shop", "cart", {"memory_limit": "1Gi"})
+    with pytest.raises(FaultError, match="exists for"):
+        get_fault("bad_image").scenario("x", "shop", "shop", "cart", {"tag": "2.4.0"})
+    with pytest.raises(FaultError, match="invalid params"):
+        get_fault("chaos_network_loss").scenario("x", "shop", "shop", "cart", {"loss": 400})
+    with pytest.raises(FaultError, match="unknown fault"):
+        get_fault("disk_full")
+    with pytest.raises(FaultError, match="unknown app"):
+        get_fault("bad_env").scenario("x", "bookstore", "bookstore", "cart", {})
+
+
+@pytest.mark.slow
+def test_every_catalog_and_heldout_scenario_behaves(sim: Simulator) -> None:
+    """The whole catalog and held-out suite: each injection shows, its fix resolves, the wrong fix does not."""
+    for scenario in load_scenarios() + load_scenarios(HELDOUT_DIR):
+        for action, expected in (("fix", "resolved"), ("wrong_fix", "unresolved"), ("destructive", "worse")):
+            env, baseline = injected(sim, scenario)
+            assert (env.observe(scenario, baseline).outcome == "resolved") == (scenario.fault == "none"), scenario.name
+            env.tools(getattr(scenario.ground_truth, action))
+            env.advance(FIX_SETTLE_S)
+            verdict = env.observe(scenario, baseline)
+            assert verdict.outcome == expected, (scenario.name, action, verdict.reasons)
+            sim.delete_env(env.name)

@@ -1,0 +1,160 @@
+"""IncidentRemediationWorkflow and SimulatedIncidentWorkflow end to end on the embedded stack: the real Temporal
+dev server, the real S3 store, the simulator over HTTP, real activities and policies."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from temporalio.client import Client
+
+from agent_sre import faults
+from agent_sre.config import Settings
+from agent_sre.episodes import run_episodes, summarize
+from agent_sre.models.episode import EpisodeRequest, EpisodeResult
+from agent_sre.models.incident import Incident, RemediationLimits
+from agent_sre.models.remediation import IncidentOutcome, PolicyRef, RemediationRequest, RemediationStatus
+from agent_sre.models.scenario import Scenario
+from agent_sre.models.tools import Risk, ToolCall
+from agent_sre.models.trajectory import Trajectory
+from agent_sre.scenarios import load_scenarios
+from agent_sre.simulator.client import SimulatorClient
+from agent_sre.storage import object_store
+from agent_sre.temporal import connect, start_incident, task_queues
+from agent_sre.tools.client import api_client
+from agent_sre.trajectory_store import iter_trajectories
+from tests.isolated_workers import running_workers
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+@pytest.fixture(scope="module")
+def catalog() -> dict[str, Scenario]:
+    """One scenario per fault type: the first of each family in the catalog."""
+    first: dict[str, Scenario] = {}
+    for s in load_scenarios():
+        first.setdefault(s.fault, s)
+    return first
+
+
+async def _client(settings: Settings) -> Client:
+    return await connect(settings)
+
+
+def _injected_incident(settings: Settings, scenario: Scenario, **limits: object) -> Incident:
+    """Inject `scenario` into a fresh simulator environment and build the incident its alert would raise."""
+    env = SimulatorClient(settings.sim_url).create_env(apps=[scenario.app], seed=scenario.seed)
+    faults.inject(api_client(env["server"]), scenario)
+    return Incident(id=uuid.uuid4().hex[:12], source="sdk", alert=scenario.alert, namespace=scenario.namespace,
+                    kubeconfig=env["server"], scenario=scenario,
+                    limits=RemediationLimits(settle_s=1.0, **limits))  # type: ignore[arg-type]
+
+
+async def test_every_fault_type_runs_through_the_workflow_with_the_runbook(stack: Settings, catalog) -> None:
+    client = await _client(stack)
+    async with running_workers(client, stack) as settings:
+        results = await run_episodes(client, settings, list(catalog.values()), n=len(catalog),
+                                     policy=PolicyRef(name="runbook"), concurrency=8)
+    assert {r.fault for r in results} == set(catalog)
+    assert all(r.outcome.steps >= 1 and r.outcome.trajectory_key for r in results)
+    rows = {row.group: row for row in summarize(results)}
+    # The runbook is a decent baseline, not an oracle: it must fix a good share and not everything.
+    assert 0.3 <= rows["all"].success_rate < 1.0, rows["all"]
+    stored = list(iter_trajectories(object_store(stack), stack.s3_bucket, model_version="runbook-v1"))
+    assert {r.outcome.workflow_id for r in results} <= {t.workflow_id for t in stored}
+
+
+async def test_false_alarm_right_answer_is_no_write(stack: Settings, catalog) -> None:
+    client = await _client(stack)
+    incident = _injected_incident(stack, catalog["none"])
+    script = [ToolCall(tool="list_pods"), ToolCall(tool="get_events")]
+    async with running_workers(client, stack) as settings:
+        started = await start_incident(client, incident, policy=PolicyRef(name="scripted", script=script),
+                                       settings=settings)
+        outcome: IncidentOutcome = await started.handle.result()
+    assert outcome.outcome == "resolved" and outcome.writes == 0
+    assert outcome.reward.components.get("false_positive", 0) == 0
+
+
+async def test_refused_and_invalid_actions_are_steps_not_crashes(stack: Settings, catalog) -> None:
+    client = await _client(stack)
+    incident = _injected_incident(stack, catalog["bad_image"])
+    script = [
+        ToolCall(tool="delete_network_policy", args={"name": "x", "namespace": "kube-system"}),  # bad args
+        ToolCall(tool="rm_rf", args={}),  # unknown tool
+        ToolCall(tool="patch", args={"kind": "deployment", "name": "frontend",
+                                     "patch": {"metadata": {"namespace": "kube-system"}}}),  # guardrail
+    ]
+    async with running_workers(client, stack) as settings:
+        started = await start_incident(client, incident, policy=PolicyRef(name="scripted", script=script),
+                                       settings=settings)
+        outcome: IncidentOutcome = await started.handle.result()
+        trajectory: Trajectory = await started.handle.query("trajectory", result_type=Trajectory)
+    assert outcome.invalid == 2 and outcome.refused == 1 and outcome.writes == 0
+    assert all(r < 0 for r in outcome.reward.step_rewards[:3])
+    # The model is told why, in the conversation it will see next.
+    tool_messages = [m.content for m in trajectory.conversation if m.role == "tool"]
+    assert "invalid action" in tool_messages[0] and "unknown tool" in tool_messages[1]
+    assert tool_messages[2].startswith("refused")
+
+
+async def _await_phase(handle, phase: str) -> RemediationStatus:
+    for _ in range(200):
+        status = await handle.query("status", result_type=RemediationStatus)
+        if status.phase == phase:
+            return status
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never reached {phase}; last status {status}")
+
+
+def _restart(scenario: Scenario) -> list[ToolCall]:
+    """A low-risk write on the scenario's own service, which approval mode holds back."""
+    return [ToolCall(tool="rollout_restart", args={"deployment": scenario.target})]
+
+
+async def test_repeated_alert_attaches_to_the_running_remediation(stack: Settings, catalog) -> None:
+    client = await _client(stack)
+    scenario = catalog["bad_image"]
+    incident = _injected_incident(stack, scenario, approval_risk=Risk.LOW, approval_timeout_s=60)
+    async with running_workers(client, stack) as settings:
+        first = await start_incident(client, incident, policy=PolicyRef(name="scripted", script=_restart(scenario)),
+                                     settings=settings)
+        second = await start_incident(client, incident, settings=settings)
+        assert not first.attached and second.attached
+        assert second.workflow_id == first.workflow_id
+        await _await_phase(first.handle, "awaiting_approval")
+        await first.handle.signal("cancel")
+        outcome: IncidentOutcome = await first.handle.result()
+    assert outcome.termination == "cancelled" and outcome.refused == 1 and outcome.writes == 0
+
+
+async def test_approval_gate_and_status_query(stack: Settings, catalog) -> None:
+    client = await _client(stack)
+    scenario = catalog["bad_image"]
+    incident = _injected_incident(stack, scenario, approval_risk=Risk.LOW, approval_timeout_s=60)
+    async with running_workers(client, stack) as settings:
+        started = await start_incident(client, incident, policy=PolicyRef(name="scripted", script=_restart(scenario)),
+                                       settings=settings)
+        status = await _await_phase(started.handle, "awaiting_approval")
+        assert status.pending_approval is not None and status.pending_approval.tool == "rollout_restart"
+        await started.handle.signal("approve_action", {"step": 0, "approved": True, "by": "alice"})
+        outcome: IncidentOutcome = await started.handle.result()
+    assert outcome.writes == 1 and outcome.refused == 0
+
+
+async def test_episode_records_ground_truth_and_user_report(stack: Settings, catalog) -> None:
+    client = await _client(stack)
+    scenario = catalog["oom_limit"]
+    async with running_workers(client, stack) as settings:
+        result: EpisodeResult = await client.execute_workflow(
+            "SimulatedIncidentWorkflow", EpisodeRequest(scenario=scenario, queues=task_queues(settings)),
+            id=f"episode-test-{uuid.uuid4().hex[:8]}", task_queue=settings.queue_agent, result_type=EpisodeResult)
+    stored = [t for t in iter_trajectories(object_store(stack), stack.s3_bucket)
+              if t.workflow_id == result.outcome.workflow_id]
+    assert len(stored) == 1
+    t = stored[0]
+    assert t.incident.scenario is not None and t.incident.scenario.ground_truth.fault_class
+    assert t.incident.report == scenario.symptom
+    # The environment was cleaned up.
+    assert result.environment not in {e["name"] for e in SimulatorClient(stack.sim_url).list_envs()}

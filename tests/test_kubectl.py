@@ -1,0 +1,273 @@
+"""kubectl 1.32 against the simulator over HTTP, with a kubeconfig as for a real cluster."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sim_fixtures import NS, Served, seed, served, workload_available  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+_env_ids = itertools.count(1)
+
+
+@pytest.fixture
+def fresh(served: Served) -> Iterator[Path]:
+    """A kubeconfig for a freshly seeded environment, for tests that write."""
+    name = f"kubectl-{next(_env_ids)}"
+    seed(served.simulator, name)
+    yield served.kubeconfig_for(name)
+    served.simulator.delete_env(name)
+
+
+def _lines(text: str) -> list[list[str]]:
+    return [line.split() for line in text.strip().splitlines()]
+
+
+def test_get_pods_all_namespaces(served: Served) -> None:
+    rows = _lines(served.kubectl("get", "pods", "-A").stdout)
+    assert rows[0] == ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    by_name = {r[1]: r for r in rows[1:]}
+    assert by_name["cart-7c9b4-aaaaa"][:5] == [NS, "cart-7c9b4-aaaaa", "2/2", "Running", "0"]
+    assert by_name["cart-7c9b4-bbbbb"][2:5] == ["1/2", "CrashLoopBackOff", "4"]
+    wide = served.kubectl("get", "pods", "-n", NS, "-o", "wide").stdout
+    assert wide.splitlines()[0].split()[5:] == ["IP", "NODE", "NOMINATED", "NODE", "READINESS", "GATES"]
+    assert "10.244.2.7   node-2   <none>           <none>" in wide
+
+
+def test_get_several_kinds(served: Served) -> None:
+    out = served.kubectl("get", "deploy,svc", "-n", NS).stdout
+    assert "deployment.apps/cart   1/2     2            1" in out
+    assert "service/cart   ClusterIP   10.96.0.10   <none>        80/TCP" in out
+    out = served.kubectl("get", "all", "-n", NS).stdout
+    assert "replicaset.apps/cart-7c9b4" in out and "pod/cart-7c9b4-aaaaa" in out
+    out = served.kubectl("get", "cm,secret,quota,netpol,ep", "-n", NS).stdout
+    assert "configmap/cart-config" in out and "secret/db-credentials   Opaque" in out
+    assert "pods: 2/20, requests.cpu: 500m/4" in out and "limits.memory: 1Gi/8Gi" in out
+    assert "networkpolicy.networking.k8s.io/allow-frontend   app=cart" in out
+    assert "endpoints/cart   10.244.1.5:8080" in out
+
+
+def test_get_nodes_and_namespaces(served: Served) -> None:
+    rows = _lines(served.kubectl("get", "nodes").stdout)
+    assert rows[0] == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+    assert [r[:3] for r in rows[1:]] == [["node-1", "Ready", "control-plane"], ["node-2", "Ready", "worker"]]
+    assert {r[0] for r in _lines(served.kubectl("get", "ns").stdout)[1:]} == {"default", NS}
+
+
+def test_get_with_selectors_and_output_formats(served: Served) -> None:
+    out = served.kubectl("get", "pods", "-n", NS, "-l", "app=cart,pod-template-hash in (7c9b4)",
+                         "--field-selector", "spec.nodeName=node-1", "-o", "name").stdout
+    assert out.split() == ["pod/cart-7c9b4-aaaaa"]
+    pod = json.loads(served.kubectl("get", "pod", "cart-7c9b4-bbbbb", "-n", NS, "-o", "json").stdout)
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 4
+    out = served.kubectl("get", "events", "-n", NS, "--field-selector", "type=Warning").stdout
+    assert "BackOff" in out and "pod/cart-7c9b4-bbbbb" in out and "Scheduled" not in out
+    result = served.kubectl("get", "pods", "-l", "app in cart", check=False)
+    assert result.returncode != 0 and "unable to parse requirement" in result.stderr
+
+
+def test_describe_pod(served: Served) -> None:
+    out = served.kubectl("describe", "pod", "cart-7c9b4-bbbbb", "-n", NS).stdout
+    assert "Node:         node-2/10.0.0.11" in out
+    assert "CrashLoopBackOff" in out and "Restart Count:  4" in out
+    assert "Back-off restarting failed container cart" in out  # events found by involvedObject field selectors
+    assert "Controlled By:  ReplicaSet/cart-7c9b4" in out
+
+
+def test_describe_deployment_node_and_service(served: Served) -> None:
+    out = served.kubectl("describe", "deployment", "cart", "-n", NS).stdout
+    assert "Replicas:               2 desired | 2 updated | 2 total | 1 available | 1 unavailable" in out
+    assert "NewReplicaSet:   cart-7c9b4 (2/2 replicas created)" in out
+    assert "REDIS_ADDR:  cache:6379" in out
+    out = served.kubectl("describe", "node", "node-2").stdout
+    assert "cart-7c9b4-bbbbb" in out and "Unschedulable:      false" in out
+    out = served.kubectl("describe", "svc", "cart", "-n", NS).stdout
+    assert "Endpoints:         10.244.1.5:8080" in out and "TargetPort:        8080/TCP" in out
+
+
+def test_logs(served: Served) -> None:
+    out = served.kubectl("logs", "cart-7c9b4-aaaaa", "-n", NS, "--tail", "3").stdout
+    assert out.splitlines() == ["cart: served request 98", "cart: served request 99", "cart: served request 100"]
+    out = served.kubectl("logs", "cart-7c9b4-bbbbb", "-n", NS, "-c", "cart", "--previous").stdout
+    assert out.splitlines()[-1] == "FATAL: dial tcp cache:6379: connection refused"
+    assert served.kubectl("logs", "cart-7c9b4-aaaaa", "-n", NS, "-c", "proxy").stdout == "envoy: ready\n"
+    result = served.kubectl("logs", "cart-7c9b4-aaaaa", "-n", NS, "-c", "proxy", "--previous", check=False)
+    assert result.returncode != 0 and 'previous terminated container "proxy"' in result.stderr
+    assert served.kubectl("logs", "deploy/cart", "-n", NS, "--tail=1").stdout.strip()
+
+
+def test_patch_strategic_merge_and_json(served: Served, fresh: Path) -> None:
+    def deploy() -> dict:
+        return json.loads(served.kubectl("get", "deploy", "cart", "-n", NS, "-o", "json", kubeconfig=fresh).stdout)
+
+    served.kubectl("patch", "deploy", "cart", "-n", NS, "-p",
+                   '{"spec":{"template":{"spec":{"containers":[{"name":"cart","env":[{"name":"REDIS_ADDR",'
+                   '"value":"redis:6379"}]}]}}}}', kubeconfig=fresh)
+    containers = deploy()["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["cart", "proxy"]
+    assert containers[0]["env"] == [{"name": "REDIS_ADDR", "value": "redis:6379"}]
+    assert containers[0]["image"] == "shop/cart:1.4.2"
+    served.kubectl("patch", "deploy", "cart", "-n", NS, "--type", "merge", "-p",
+                   '{"metadata":{"labels":{"team":"payments"}}}', kubeconfig=fresh)
+    assert deploy()["metadata"]["labels"] == {"app": "cart", "team": "payments"}
+    served.kubectl("patch", "deploy", "cart", "-n", NS, "--type", "json", "-p",
+                   '[{"op":"replace","path":"/spec/template/spec/containers/1/image","value":"envoy:1.31"}]',
+                   kubeconfig=fresh)
+    assert deploy()["spec"]["template"]["spec"]["containers"][1]["image"] == "envoy:1.31"
+    served.kubectl("set", "image", "deploy/cart", "cart=shop/cart:1.5.0", "-n", NS, kubeconfig=fresh)
+    served.kubectl("rollout", "restart", "deploy/cart", "-n", NS, kubeconfig=fresh)
+    template = deploy()["spec"]["template"]
+    assert template["spec"]["containers"][0]["image"] == "shop/cart:1.5.0"
+    assert "kubectl.kubernetes.io/restartedAt" in template["metadata"]["annotations"]
+    result = served.kubectl("patch", "deploy", "cart", "-n", NS, "--type", "merge", "-p",
+                            '{"spec":{"replicas":-3}}', kubeconfig=fresh, check=False)
+    assert result.returncode != 0 and "spec.replicas: Invalid value: -3" in result.stderr
+    result = served.kubectl("patch", "svc", "cart", "-n", NS, "--type", "json", "-p",
+                            '[{"op":"test","path":"/spec/type","value":"NodePort"}]', kubeconfig=fresh, check=False)
+    assert result.returncode != 0 and "is invalid" in result.stderr
+
+
+def test_scale(served: Served, fresh: Path) -> None:
+    served.kubectl("scale", "deploy/cart", "--replicas=0", "-n", NS, kubeconfig=fresh)
+    out = served.kubectl("get", "deploy", "cart", "-n", NS, "-o", "jsonpath={.spec.replicas}", kubeconfig=fresh)
+    assert out.stdout == "0"
+    result = served.kubectl("scale", "deploy/cart", "--replicas=3", "--current-replicas=2", "-n", NS,
+                            kubeconfig=fresh, check=False)
+    assert result.returncode != 0 and "Expected replicas to be 2, was 0" in result.stderr
+
+
+def test_rollout_history_and_undo(served: Served, fresh: Path) -> None:
+    out = served.kubectl("rollout", "history", "deploy/cart", "-n", NS, kubeconfig=fresh).stdout
+    assert [r[0] for r in _lines(out)[2:]] == ["1", "2"]
+    served.kubectl("rollout", "undo", "deploy/cart", "-n", NS, kubeconfig=fresh)
+    image = served.kubectl("get", "deploy", "cart", "-n", NS, "-o",
+                           "jsonpath={.spec.template.spec.containers[0].image}", kubeconfig=fresh).stdout
+    assert image == "shop/cart:1.4.1"  # revision 1's template, restored by kubectl's JSON patch
+
+
+def test_delete_pod(served: Served, fresh: Path) -> None:
+    out = served.kubectl("delete", "pod", "cart-7c9b4-aaaaa", "-n", NS, kubeconfig=fresh).stdout
+    assert out.strip() == 'pod "cart-7c9b4-aaaaa" deleted'
+    names = served.kubectl("get", "pods", "-n", NS, "-o", "name", kubeconfig=fresh).stdout.split()
+    assert names == ["pod/cart-7c9b4-bbbbb"]
+    result = served.kubectl("delete", "pod", "cart-7c9b4-aaaaa", "-n", NS, kubeconfig=fresh, check=False)
+    assert result.returncode != 0 and 'pods "cart-7c9b4-aaaaa" not found' in result.stderr
+
+
+def test_cordon_and_uncordon(served: Served, fresh: Path) -> None:
+    served.kubectl("cordon", "node-2", kubeconfig=fresh)
+    rows = _lines(served.kubectl("get", "node", "node-2", kubeconfig=fresh).stdout)
+    assert rows[1][1] == "Ready,SchedulingDisabled"
+    served.kubectl("uncordon", "node-2", kubeconfig=fresh)
+    assert _lines(served.kubectl("get", "node", "node-2", kubeconfig=fresh).stdout)[1][1] == "Ready"
+
+
+def test_top(served: Served) -> None:
+    rows = _lines(served.kubectl("top", "pods", "-n", NS).stdout)
+    assert rows[0] == ["NAME", "CPU(cores)", "MEMORY(bytes)"]
+    assert {r[0]: r[1:] for r in rows[1:]}["cart-7c9b4-aaaaa"] == ["125m", "116Mi"]
+    rows = _lines(served.kubectl("top", "pods", "-n", NS, "--containers").stdout)
+    assert ["cart-7c9b4-aaaaa", "cart", "120m", "96Mi"] in rows
+    rows = _lines(served.kubectl("top", "nodes").stdout)
+    assert rows[1][:3] == ["node-1", "900m", "22%"]
+
+
+def test_chaos_custom_resources(served: Served, fresh: Path, tmp_path: Path) -> None:
+    manifest = tmp_path / "chaos.yaml"
+    manifest.write_text(
+        "apiVersion: chaos-mesh.org/v1alpha1\nkind: PodChaos\nmetadata: {name: kill-cart, namespace: shop}\n"
+        "spec: {action: pod-kill, mode: one, selector: {labelSelectors: {app: cart}}}\n")
+    served.kubectl("apply", "-f", str(manifest), kubeconfig=fresh)
+    rows = _lines(served.kubectl("get", "podchaos", "-n", NS, kubeconfig=fresh).stdout)
+    assert rows[0] == ["NAME", "AGE"] and rows[1][0] == "kill-cart"
+    served.kubectl("apply", "-f", str(manifest), kubeconfig=fresh)  # unchanged: a no-op patch
+    served.kubectl("delete", "podchaos", "kill-cart", "-n", NS, kubeconfig=fresh)
+    assert "No resources found" in served.kubectl("get", "podchaos", "-n", NS, kubeconfig=fresh).stderr
+
+
+def test_create_and_apply_from_files(served: Served, fresh: Path, tmp_path: Path) -> None:
+    manifest = tmp_path / "web.yaml"
+    manifest.write_text(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: shop}\n"
+        "spec:\n  replicas: 1\n  selector: {matchLabels: {app: web}}\n"
+        "  template:\n    metadata: {labels: {app: web}}\n"
+        "    spec: {containers: [{name: web, image: 'nginx:1.27'}]}\n")
+    assert "deployment.apps/web created" in served.kubectl("create", "-f", str(manifest), kubeconfig=fresh).stdout
+    manifest.write_text(manifest.read_text().replace("replicas: 1", "replicas: 2"))
+    served.kubectl("apply", "-f", str(manifest), kubeconfig=fresh)
+    out = served.kubectl("get", "deploy", "web", "-n", NS, "-o", "jsonpath={.spec.replicas}", kubeconfig=fresh)
+    assert out.stdout == "2"
+
+
+def test_errors(served: Served) -> None:
+    result = served.kubectl("get", "pod", "ghost", "-n", NS, check=False)
+    assert result.returncode != 0 and 'Error from server (NotFound): pods "ghost" not found' in result.stderr
+    result = served.kubectl("get", "widgets", check=False)
+    assert result.returncode != 0 and 'the server doesn\'t have a resource type "widgets"' in result.stderr
+
+
+@pytest.mark.skipif(not workload_available(), reason="needs the workload model (simulator/workload.py, apps.py)")
+def test_with_the_workload_model(served: Served) -> None:
+    """The shop app under the real controllers: pods come up, a bad image is rolled back, usage is reported."""
+    cluster = served.simulator.create_env("kubectl-shop", apps=("shop",), seed=3)
+    try:
+        kubeconfig = served.kubeconfig_for(cluster.name)
+        rows = _lines(served.kubectl("get", "pods", "-A", kubeconfig=kubeconfig).stdout)
+        assert len(rows) > 5 and any(r[3] == "Running" for r in rows[1:])
+        namespace, pod = rows[1][0], rows[1][1]
+        served.kubectl("describe", "pod", pod, "-n", namespace, kubeconfig=kubeconfig)
+        deploy = served.kubectl("get", "deploy", "-n", namespace, "-o", "name", kubeconfig=kubeconfig).stdout.split()[0]
+        container = served.kubectl("get", deploy, "-n", namespace, "-o",
+                                   "jsonpath={.spec.template.spec.containers[0].name}", kubeconfig=kubeconfig).stdout
+        original = served.kubectl("get", deploy, "-n", namespace, "-o",
+                                  "jsonpath={.spec.template.spec.containers[0].image}", kubeconfig=kubeconfig).stdout
+        served.kubectl("set", "image", deploy, f"{container}=registry.invalid/nope:0", "-n", namespace,
+                       kubeconfig=kubeconfig)
+        served.simulator.advance(cluster.name, 120)
+        served.kubectl("rollout", "undo", deploy, "-n", namespace, kubeconfig=kubeconfig)
+        restored = served.kubectl("get", deploy, "-n", namespace, "-o",
+                                  "jsonpath={.spec.template.spec.containers[0].image}", kubeconfig=kubeconfig).stdout
+        assert restored == original
+        served.simulator.advance(cluster.name, 120)
+        assert _lines(served.kubectl("top", "pods", "-n", namespace, kubeconfig=kubeconfig).stdout)[1:]
+    finally:
+        served.simulator.delete_env(cluster.name)
+
+
+def _cli_available() -> bool:
+    """Whether every module the root command registers exists (checked on disk: importing one runs them all)."""
+    import agent_sre
+
+    cli_dir = Path(agent_sre.__file__).parent / "cli"
+    return all((cli_dir / f"{m}.py").exists() for m in ("dev", "scenarios", "incident", "alerts", "worker"))
+
+
+@pytest.mark.skipif(not (workload_available() and _cli_available()),
+                    reason="needs the workload model and every CLI module the root `agent-sre` command registers")
+def test_sim_serve_command(tmp_path: Path, served: Served) -> None:
+    """`agent-sre sim serve` writes a kubeconfig that kubectl uses as is, and stops cleanly on SIGTERM."""
+    import signal
+    import subprocess
+    import sys
+
+    kubeconfig = tmp_path / "kubeconfig"
+    console_script = Path(sys.executable).parent / "agent-sre"
+    proc = subprocess.Popen([sys.executable, str(console_script), "sim", "serve", "--port", "0",
+                             "--kubeconfig-out", str(kubeconfig), "--speed", "120"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first.startswith("simulator: http://127.0.0.1:"), first + (proc.stderr.read() if proc.poll() else "")
+        assert proc.stdout.readline().strip() == f"kubeconfig: {kubeconfig.resolve()}"
+        rows = _lines(served.kubectl("get", "pods", "-A", kubeconfig=kubeconfig).stdout)
+        assert rows[0][:2] == ["NAMESPACE", "NAME"] and len(rows) > 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0

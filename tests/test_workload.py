@@ -1,0 +1,459 @@
+"""The workload model: controllers, scheduler, kubelet, chaos, endpoints, signals and logs, observed through the
+store and the official client (in-process), with the wording a real cluster uses."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes.client import AppsV1Api, CoreV1Api
+
+from agent_sre.faults import get_fault, inject
+from agent_sre.faults.k8s import K8s
+from agent_sre.models.tools import ToolCall
+from agent_sre.simulator import apps, workload
+from agent_sre.simulator.cluster import SIM_EPOCH, Cluster, SimClock
+from agent_sre.simulator.kubelet import crash_timeline
+from agent_sre.simulator.signals import golden_signals, render_prometheus
+from agent_sre.simulator.simulator import Simulator
+from tests.workload_fixtures import Env, new_env
+
+
+@pytest.fixture(scope="module")
+def sim() -> Simulator:
+    return Simulator(speed=1.0)
+
+
+def _inject(env: Env, fault: str, target: str, /, **params: object) -> None:
+    inject(env.api, get_fault(fault).scenario("t", env.app, env.ns, target, dict(params), seed=0))
+
+
+def _container(pod: dict, name: str | None = None) -> dict:
+    statuses = pod["status"].get("containerStatuses") or []
+    return next(s for s in statuses if name is None or s["name"] == name)
+
+
+def _newest(env: Env, service: str) -> dict:
+    return max(env.pods(service), key=lambda p: p["metadata"]["creationTimestamp"] + p["metadata"]["name"])
+
+
+# --- installing ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("app", sorted(apps.APPS))
+def test_an_installed_app_is_healthy_with_history_and_noise(sim: Simulator, app: str) -> None:
+    env = new_env(sim, app)
+    spec = apps.get_app(app)
+    for svc in spec.services:
+        dep = env.get("deployments.apps", svc.name)
+        assert dep["status"]["availableReplicas"] == svc.replicas
+        assert dep["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "2"
+        rs = [r for r in env.cluster.list("replicasets.apps", env.ns) if r["metadata"]["name"].startswith(svc.name + "-")]
+        assert sorted(r["metadata"]["annotations"]["deployment.kubernetes.io/revision"] for r in rs) == ["1", "2"]
+        endpoints = env.get("endpoints", svc.name)
+        assert len(endpoints["subsets"][0]["addresses"]) == svc.replicas
+    for pod in env.pods():
+        if not pod["metadata"]["name"].startswith("db-backup-"):
+            assert pod["status"]["phase"] == "Running" and _container(pod)["ready"], pod["metadata"]["name"]
+    backup = next(p for p in env.pods() if p["metadata"]["name"].startswith("db-backup-"))
+    assert backup["status"]["phase"] == "Succeeded" and _container(backup)["restartCount"] == 1
+    noisy = apps_noise(app)
+    last = _container(env.pods(noisy)[0])["lastState"]["terminated"]
+    assert last["reason"] == "OOMKilled" and _container(env.pods(noisy)[0])["restartCount"] == 1
+    assert any(e["reason"] == "Unhealthy" and "context deadline exceeded" in e["message"] for e in env.events())
+    quota = env.get("resourcequotas", "compute-resources")
+    assert quota["status"]["used"]["pods"] == str(sum(s.replicas for s in spec.services))
+    assert all(gs.error_ratio < 0.01 for gs in golden_signals(env.cluster).values())
+
+
+def apps_noise(app: str) -> str:
+    from agent_sre.simulator.noise import NOISE
+
+    return NOISE[app]["oom"]
+
+
+def test_installs_are_deterministic_per_seed() -> None:
+    def install(seed: int) -> Cluster:
+        cluster = Cluster("c", clock=SimClock(speed=0.0))
+        workload.attach(cluster)
+        apps.install(cluster, "shop", seed=seed)
+        cluster.sync()
+        return cluster
+
+    def names(cluster: Cluster) -> list[tuple[str, str]]:
+        return sorted((p["metadata"]["name"], p["metadata"]["uid"]) for p in cluster.list("pods", "shop"))
+
+    a, b, c = install(7), install(7), install(8)
+    assert names(a) == names(b)
+    assert names(a) != names(c)
+    assert a.get("secrets", "shop", "postgres-credentials")["data"] != \
+        c.get("secrets", "shop", "postgres-credentials")["data"]
+
+
+def test_two_apps_share_the_nodes_and_install_rejects_duplicates() -> None:
+    simulator = Simulator()
+    cluster = simulator.create_env("both", apps=["shop", "bank"])
+    assert {n["metadata"]["name"] for n in cluster.list("nodes")} == {"worker-1", "worker-2", "worker-3"}
+    for ns in ("shop", "bank"):
+        assert all(d["status"].get("availableReplicas") == d["spec"]["replicas"]
+                   for d in cluster.list("deployments.apps", ns))
+    with pytest.raises(ValueError, match="already exists"):
+        apps.install(cluster, "shop")
+    with pytest.raises(KeyError, match="unknown app"):
+        apps.install(cluster, "bookstore")
+
+
+# --- rollouts -----------------------------------------------------------------------------------------------------
+
+def test_a_template_change_is_a_new_revision_and_undo_goes_back(sim: Simulator) -> None:
+    env = new_env(sim)
+    AppsV1Api(env.api).patch_namespaced_deployment("cart", env.ns, {"spec": {"template": {"spec": {"containers": [
+        {"name": "cart", "image": "registry.acme.internal/shop/cart:2.3.0"}]}}}})
+    env.advance(120)
+    dep = env.get("deployments.apps", "cart")
+    assert dep["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "3"
+    assert dep["status"]["updatedReplicas"] == dep["status"]["availableReplicas"] == 1
+    assert {c["type"]: c["reason"] for c in dep["status"]["conditions"]}["Progressing"] == "NewReplicaSetAvailable"
+    assert _container(env.pods("cart")[0])["image"].endswith(":2.3.0")
+    assert any(e["message"].startswith("Scaled down replica set cart-") for e in env.events("ScalingReplicaSet"))
+    env.tools([ToolCall(tool="rollout_undo", args={"deployment": "cart"})])
+    env.advance(120)
+    dep = env.get("deployments.apps", "cart")
+    assert dep["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "4"
+    assert _container(env.pods("cart")[0])["image"].endswith(":2.4.1")
+    sets = [r for r in env.cluster.list("replicasets.apps", env.ns) if r["metadata"]["name"].startswith("cart-")]
+    assert len(sets) == 3, "undo reuses the old ReplicaSet instead of creating a new one"
+
+
+def test_rollout_restart_replaces_the_pods(sim: Simulator) -> None:
+    env = new_env(sim)
+    before = {p["metadata"]["name"] for p in env.pods("catalog")}
+    env.tools([ToolCall(tool="rollout_restart", args={"deployment": "catalog"})])
+    env.advance(120)
+    after = {p["metadata"]["name"] for p in env.pods("catalog")}
+    assert len(after) == 2 and not before & after
+    assert env.get("deployments.apps", "catalog")["status"]["availableReplicas"] == 2
+
+
+def test_a_broken_rollout_keeps_one_old_pod_of_two(sim: Simulator) -> None:
+    """maxSurge 1 / maxUnavailable 1: a two-replica service is degraded, not down, by a bad rollout."""
+    env = new_env(sim)
+    _inject(env, "bad_image", "frontend")
+    env.advance(300)
+    dep = env.get("deployments.apps", "frontend")
+    assert dep["status"]["availableReplicas"] == 1
+    assert dep["status"]["updatedReplicas"] == 2
+    assert env.get("endpoints", "frontend")["subsets"][0]["addresses"]
+
+
+# --- the kubelet --------------------------------------------------------------------------------------------------
+
+def test_crash_loop_back_off_follows_the_kubelet_schedule() -> None:
+    assert crash_timeline(0.5, 1.0)[:2] == (0, True)
+    assert crash_timeline(5.0, 1.0)[:2] == (0, False)
+    assert crash_timeline(11.5, 1.0)[:2] == (1, True)  # restarted after 10s back-off
+    assert crash_timeline(1 + 10 + 1 + 20 + 0.5, 1.0)[:2] == (2, True)  # then 20s
+    k, _, _, _ = crash_timeline(3600.0, 1.0)
+    assert 14 <= k <= 16  # capped at 5 minutes: about 12 restarts an hour after the first few
+
+
+def test_a_bad_env_var_crash_loops_with_a_telling_log_line(sim: Simulator) -> None:
+    env = new_env(sim)
+    _inject(env, "bad_env", "cart", env="REDIS_ADDR", value="redis-master:6379")
+    env.advance(120)
+    pod = _newest(env, "cart")
+    status = _container(pod)
+    assert status["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    assert status["restartCount"] >= 3
+    assert status["lastState"]["terminated"]["exitCode"] == 1
+    name = pod["metadata"]["name"]
+    assert any("lookup redis-master on 10.96.0.10:53: no such host" in line for line in env.logs(name))
+    assert any("lookup redis-master" in line for line in env.logs(name, which="previous"))
+    backoff = env.events("BackOff", name)[0]
+    assert backoff["message"].startswith(f"Back-off restarting failed container cart in pod {name}_shop(")
+    assert backoff["type"] == "Warning" and backoff["count"] >= 3
+
+
+def test_oom_kill_when_the_limit_is_below_the_working_set(sim: Simulator) -> None:
+    env = new_env(sim)
+    _inject(env, "oom_limit", "catalog", memory_limit="64Mi")
+    env.advance(200)
+    crashed = [_container(p) for p in env.pods("catalog") if _container(p)["restartCount"] > 0]
+    assert crashed
+    assert crashed[0]["lastState"]["terminated"]["reason"] == "OOMKilled"
+    assert crashed[0]["lastState"]["terminated"]["exitCode"] == 137
+
+
+def test_a_missing_image_tag_backs_off_pulling(sim: Simulator) -> None:
+    env = new_env(sim)
+    _inject(env, "bad_image", "checkout", tag="3.3.0")
+    env.advance(120)
+    pod = _newest(env, "checkout")
+    waiting = _container(pod)["state"]["waiting"]
+    assert waiting["reason"] == "ImagePullBackOff"
+    assert pod["status"]["phase"] == "Pending"
+    failed = [e["message"] for e in env.events("Failed", pod["metadata"]["name"])]
+    assert ('Failed to pull image "registry.acme.internal/shop/checkout:3.3.0": rpc error: code = NotFound desc = '
+            'failed to pull and unpack image "registry.acme.internal/shop/checkout:3.3.0": failed to resolve reference '
+            '"registry.acme.internal/shop/checkout:3.3.0": registry.acme.internal/shop/checkout:3.3.0: not found'
+            ) in failed
+    assert "Error: ImagePullBackOff" in failed
+
+
+def test_a_wrong_password_secret_fails_authentication_and_the_database_logs_it(sim: Simulator) -> None:
+    env = new_env(sim)
+    _inject(env, "secret_password", "checkout")
+    env.advance(120)
+    pod = _newest(env, "checkout")
+    assert any('password authentication failed for user \\"shop\\"' in line for line in env.logs(pod["metadata"]["name"]))
+    db = env.pods("postgres")[0]["metadata"]["name"]
+    assert any('FATAL:  password authentication failed for user "shop"' in line for line in env.logs(db))
+    # catalog reads the same secret but keeps the password it started with until it restarts
+    assert all(_container(p)["ready"] for p in env.pods("catalog"))
+
+
+def test_a_bad_command_cannot_start(sim: Simulator) -> None:
+    env = new_env(sim)
+    _inject(env, "bad_command", "postgres")
+    env.advance(60)
+    status = _container(_newest(env, "postgres"))
+    assert status["lastState"]["terminated"]["reason"] == "StartError"
+    assert 'exec: "postgres-server": executable file not found in $PATH' in status["lastState"]["terminated"]["message"]
+    _inject(env, "bad_command", "cart")
+    env.advance(60)
+    assert any('Error: unknown command "server" for "cart"' in line
+               for line in env.logs(_newest(env, "cart")["metadata"]["name"]))
+
+
+def test_a_missing_secret_is_a_config_error(sim: Simulator) -> None:
+    env = new_env(sim)
+    CoreV1Api(env.api).delete_namespaced_secret("payment-psp", env.ns)
+    env.tools([ToolCall(tool="rollout_restart", args={"deployment": "payment"})])
+    env.advance(60)
+    waiting = _container(_newest(env, "payment"))["state"]["waiting"]
+    assert waiting == {"reason": "CreateContainerConfigError", "message": 'secret "payment-psp" not found'}
+
+
+def test_a_broken_readiness_probe_keeps_the_pod_unready(sim: Simulator) -> None:
+    env = new_env(sim)
+    _inject(env, "readiness_probe", "cart", mode="path", path="/health")
+    env.advance(120)
+    pod = _newest(env, "cart")
+    assert pod["status"]["phase"] == "Running" and not _container(pod)["ready"]
+    messages = [e["message"] for e in env.events("Unhealthy", pod["metadata"]["name"])]
+    assert "Readiness probe failed: HTTP probe failed with statuscode: 404" in messages
+    _inject(env, "readiness_probe", "catalog", mode="port", port=8081)
+    env.advance(120)
+    pod = _newest(env, "catalog")
+    messages = [e["message"] for e in env.events("Unhealthy", pod["metadata"]["name"])]
+    ip = pod["status"]["podIP"]
+    assert f'Readiness probe failed: Get "http://{ip}:8081/ready": dial tcp {ip}:8081: connect: connection refused' \
+        in messages
+
+
+def test_init_containers_hang_or_crash_loop(sim: Simulator) -> None:
+    env = new_env(sim)
+    _inject(env, "init_container_hang", "cart")
+    _inject(env, "init_container_fail", "checkout")
+    env.advance(120)
+    hang = _newest(env, "cart")
+    assert hang["status"]["phase"] == "Pending"
+    assert "running" in hang["status"]["initContainerStatuses"][0]["state"]
+    assert _container(hang)["state"]["waiting"]["reason"] == "PodInitializing"
+    assert env.logs(hang["metadata"]["name"], "wait-for-migrations")[-1] == "waiting for db-migrations:5432"
+    fail = _newest(env, "checkout")
+    init = fail["status"]["initContainerStatuses"][0]
+    assert init["state"]["waiting"]["reason"] == "CrashLoopBackOff" and init["restartCount"] >= 2
+    assert "schema v42 required, found v41" in env.logs(fail["metadata"]["name"], "check-schema")
+
+
+# --- the scheduler and admission ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("fault", "target", "params", "message"), [
+    ("node_selector_missing", "cart", {}, "0/3 nodes are available: 3 node(s) didn't match Pod's node "
+     "affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."),
+    ("cpu_unschedulable", "cart", {}, "0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are "
+     "available: 3 No preemption victims found for incoming pod."),
+    ("cordoned_node", "payment", {}, "0/3 nodes are available: 1 node(s) were unschedulable, 2 node(s) didn't "
+     "match Pod's node affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful for "
+     "scheduling."),
+])
+def test_unschedulable_pods_say_why(sim: Simulator, fault: str, target: str, params: dict, message: str) -> None:
+    env = new_env(sim)
+    _inject(env, fault, target, **params)
+    env.advance(60)
+    pending = [p for p in env.pods(target) if p["status"]["phase"] == "Pending"]
+    assert pending
+    condition = next(c for c in pending[0]["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert condition["status"] == "False" and condition["reason"] == "Unschedulable"
+    assert condition["message"] == message
+    event = env.events("FailedScheduling", pending[0]["metadata"]["name"])[0]
+    assert event["message"] == message and event["source"]["component"] == "default-scheduler"
+
+
+def test_a_cordoned_node_carries_the_unschedulable_taint(sim: Simulator) -> None:
+    env = new_env(sim)
+    K8s(env.api).cordon("worker-1", True)
+    env.advance(1)
+    taints = env.cluster.get("nodes", "", "worker-1")["spec"]["taints"]
+    assert {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}.items() <= taints[0].items()
+    env.tools([ToolCall(tool="uncordon", args={"node": "worker-1"})])
+    env.advance(1)
+    assert "taints" not in env.cluster.get("nodes", "", "worker-1")["spec"]
+
+
+def test_the_quota_refuses_new_pods(sim: Simulator) -> None:
+    env = new_env(sim)
+    _inject(env, "quota_exceeded", "cart")
+    env.advance(60)
+    assert not [p for p in env.pods("cart") if p["status"]["phase"] == "Running"]
+    event = env.events("FailedCreate")[0]
+    assert "is forbidden: exceeded quota: compute-resources, requested: pods=1, used: pods=9, limited: pods=9" \
+        in event["message"]
+    assert event["message"].startswith('Error creating: pods "cart-')
+    conditions = env.get("deployments.apps", "cart")["status"]["conditions"]
+    assert any(c["type"] == "ReplicaFailure" and c["reason"] == "FailedCreate" for c in conditions)
+
+
+# --- services, network policies, chaos ----------------------------------------------------------------------------
+
+def test_endpoints_follow_selector_and_target_port(sim: Simulator) -> None:
+    env = new_env(sim)
+    _inject(env, "service_selector", "cart")
+    _inject(env, "service_target_port", "catalog", target_port=9090)
+    _inject(env, "service_target_port", "payment", target_port="grpc")
+    env.advance(5)
+    assert "subsets" not in env.get("endpoints", "cart")
+    assert env.get("endpoints", "catalog")["subsets"][0]["ports"][0]["port"] == 9090
+    assert "subsets" not in env.get("endpoints", "payment")
+    signals = golden_signals(env.cluster)
+    assert signals[("shop", "cart")].error_ratio == 1.0
+    assert signals[("shop", "catalog")].error_ratio == 1.0
+    assert signals[("shop", "frontend")].error_ratio > 0.5  # catalog is on every page
+
+
+def test_errors_and_latency_climb_the_call_graph(sim: Simulator) -> None:
+    env = new_env(sim)
+    healthy = golden_signals(env.cluster)
+    _inject(env, "chaos_network_delay", "payment", latency="2s", jitter="100ms")
+    env.advance(10)
+    slow = golden_signals(env.cluster)
+    assert slow[("shop", "payment")].latency_p99_seconds > 2.0
+    assert slow[("shop", "checkout")].latency_p99_seconds > 2.0
+    assert slow[("shop", "frontend")].latency_p99_seconds > healthy[("shop", "frontend")].latency_p99_seconds + 1
+    assert slow[("shop", "catalog")] == healthy[("shop", "catalog")]  # not on the path
+    _inject(env, "network_policy_deny", "cart")
+    env.advance(10)
+    blocked = golden_signals(env.cluster)
+    assert blocked[("shop", "cart")].error_ratio == 1.0
+    assert blocked[("shop", "checkout")].error_ratio > 0.99
+    checkout = env.pods("checkout")[0]["metadata"]["name"]
+    env.advance(60)
+    assert any("upstream=cart" in line and "i/o timeout" in line for line in env.logs(checkout))
+
+
+def test_a_soft_dependency_degrades_without_failing(sim: Simulator) -> None:
+    env = new_env(sim)
+    _inject(env, "scaled_to_zero", "recommendation")
+    env.advance(120)
+    signals = golden_signals(env.cluster)
+    assert signals[("shop", "recommendation")].error_ratio == 1.0
+    assert signals[("shop", "frontend")].error_ratio < 0.01
+    frontend = env.pods("frontend")[0]["metadata"]["name"]
+    assert any("recommendation unavailable" in line for line in env.logs(frontend))
+
+
+def test_chaos_pod_kill_replaces_a_pod_every_tick_until_removed(sim: Simulator) -> None:
+    env = new_env(sim)
+    _inject(env, "chaos_pod_kill", "catalog", every="1m")
+    seen = set()
+    for _ in range(4):
+        env.advance(61)
+        seen |= {p["metadata"]["name"] for p in env.pods("catalog")}
+        assert len(env.pods("catalog")) == 2
+    assert len(seen) >= 5, "a pod should have been killed and replaced at every tick"
+    env.tools([ToolCall(tool="delete_chaos_experiment", args={"kind": "Schedule", "name": "catalog-pod-kill"})])
+    env.advance(30)
+    stable = {p["metadata"]["name"] for p in env.pods("catalog")}
+    env.advance(300)
+    assert {p["metadata"]["name"] for p in env.pods("catalog")} == stable
+
+
+def test_chaos_pod_failure_swaps_in_pause_and_recovers(sim: Simulator) -> None:
+    env = new_env(sim)
+    _inject(env, "chaos_pod_failure", "cart")
+    env.advance(30)
+    status = _container(env.pods("cart")[0])
+    assert status["image"] == "gcr.io/google-containers/pause:latest" and not status["ready"]
+    assert status["restartCount"] == 1
+    K8s(env.api).delete_chaos(env.ns, "PodChaos", "cart-pod-failure")
+    env.advance(30)
+    status = _container(env.pods("cart")[0])
+    assert status["ready"] and status["restartCount"] == 2 and status["image"].endswith(":2.4.1")
+
+
+def test_stress_shows_in_kubectl_top_and_in_latency(sim: Simulator) -> None:
+    env = new_env(sim)
+    healthy = golden_signals(env.cluster)[("shop", "checkout")].latency_p99_seconds
+    _inject(env, "chaos_stress", "checkout", workers=2, load=100)
+    env.advance(10)
+    pod = env.pods("checkout")[0]["metadata"]["name"]
+    cpu, _ = env.cluster.model["usage"][(env.ns, pod)]["checkout"]
+    assert cpu > 2000
+    assert golden_signals(env.cluster)[("shop", "checkout")].latency_p99_seconds > healthy + 0.05
+    node_cpu, node_memory = env.cluster.model["node_usage"]["worker-2"]
+    assert node_cpu > 2000 and node_memory > 1e9
+
+
+def test_http_abort_fails_every_request(sim: Simulator) -> None:
+    env = new_env(sim)
+    _inject(env, "chaos_http_abort", "catalog")
+    env.advance(10)
+    signals = golden_signals(env.cluster)
+    assert signals[("shop", "catalog")].error_ratio > 0.99
+    assert signals[("shop", "frontend")].error_ratio > 0.99
+
+
+# --- time, determinism, cost ----------------------------------------------------------------------------------------
+
+def test_state_depends_on_simulated_time_not_on_how_often_anyone_looked() -> None:
+    def run(steps: list[float]) -> list[tuple]:
+        simulator = Simulator(speed=0.0 + 1e-9)
+        cluster = simulator.create_env("e", apps=["shop"], seed=1)
+        env = Env(simulator, "e", "shop")
+        _inject(env, "oom_limit", "cart")
+        for step in steps:
+            env.advance(step)
+        return sorted((p["metadata"]["name"], _container(p)["restartCount"], tuple(_container(p)["state"]),
+                       p["status"]["phase"]) for p in cluster.list("pods", "shop"))
+
+    assert run([600.0]) == run([10.0] * 60) == run([7.0, 93.0, 250.0, 250.0])
+
+
+def test_sync_is_skipped_when_nothing_changed(sim: Simulator) -> None:
+    env = new_env(sim)
+    env.cluster.sync()
+    revision = env.cluster.revision
+    state = env.cluster.model["workload"]
+    passes = state.last_pass
+    for _ in range(50):
+        env.cluster.sync()
+    assert env.cluster.revision == revision and state.last_pass == passes
+
+
+def test_the_clock_starts_at_the_simulated_epoch() -> None:
+    cluster = Simulator().create_env("e")
+    started = [p for p in cluster.list("pods", "shop") if p["status"].get("startTime")]
+    assert all(p["status"]["startTime"] < "2026-01-01T00:00:00Z" for p in started)
+    assert cluster.clock.now() >= SIM_EPOCH
+
+
+def test_prometheus_exposition(sim: Simulator) -> None:
+    env = new_env(sim)
+    _inject(env, "oom_limit", "cart")
+    env.advance(120)
+    text = render_prometheus({env.name: env.cluster})
+    assert f'agent_sre_sim_requests_per_second{{env="{env.name}",namespace="shop",service="frontend"}} 120.0' in text
+    assert "# TYPE agent_sre_sim_error_ratio gauge" in text
+    assert "agent_sre_sim_latency_p99_seconds{" in text
+    assert f'kube_deployment_status_replicas_available{{deployment="cart",env="{env.name}",namespace="shop"}} 0.0' \
+        in text
+    assert 'kube_pod_container_status_restarts_total{container="cart"' in text
+    assert 'reason="CrashLoopBackOff"' in text
