@@ -268,7 +268,8 @@ class ContainerView:
     ready: bool
     started: bool  # has run at least once
     done_at: float | None  # init containers: when it completed
-    next_change: float
+    next_change: float  # when something others depend on changes (readiness, completion, a start)
+    next_display: float = INF  # when only what the status shows changes (back-off phase, retries, counts)
 
 
 def _terminated(run: Run, begin: float, end: float, container_id: str) -> Obj:
@@ -322,7 +323,7 @@ def view_container(pod: Obj, ps: PodState, run: Run, container: Obj, now: float,
         else:
             status["state"] = {"waiting": {"reason": "CreateContainerConfigError", "message": out.message}}
             emit(pod, ps, "Failed", f"Error: {out.message}", "Warning", k + 1, name)
-        return ContainerView(status, False, False, None, now + nxt)
+        return ContainerView(status, False, False, None, INF, now + nxt)
 
     status["imageID"] = _image_id(image)
     if run.restarts_before == 0:
@@ -373,7 +374,9 @@ def view_container(pod: Obj, ps: PodState, run: Run, container: Obj, now: float,
         if backoffs:
             emit(pod, ps, "BackOff", f"Back-off restarting failed container {name} in pod {pod_ref}", "Warning",
                  backoffs, name)
-        return ContainerView(status, status["ready"], True, None, next_change)
+        if out.kind == "crash" and 0 < out.startup_s < out.run_s and run.ready_failure is None:
+            return ContainerView(status, status["ready"], True, None, next_change)  # ready between crashes
+        return ContainerView(status, False, True, None, INF, next_change)
 
     container_id = _container_id(uid, name, run.restarts_before)
     emit(pod, ps, "Created", f"Created container {name}", "Normal", 1, name)
@@ -404,7 +407,7 @@ def view_container(pod: Obj, ps: PodState, run: Run, container: Obj, now: float,
     ready_at = run.since + out.startup_s
     probe = container.get("readinessProbe")
     failure = run.ready_failure
-    next_change = INF
+    first_failure = INF
     if ps.failure_since is not None and probe:
         failure = "probe failed: dial tcp: connect: connection refused"
     if probe and (failure is not None or now < ready_at):
@@ -414,12 +417,11 @@ def view_container(pod: Obj, ps: PodState, run: Run, container: Obj, now: float,
         if periods > 0 and (failure or "httpGet" in probe):
             emit(pod, ps, "Unhealthy", "Readiness " + message, "Warning", periods, name)
         elif failure:  # wake up for the first failed probe, so the event appears when the kubelet writes it
-            first = run.since + probe.get("initialDelaySeconds", 0) + probe.get("periodSeconds", PROBE_PERIOD_S)
-            next_change = first
+            first_failure = run.since + probe.get("initialDelaySeconds", 0) + probe.get("periodSeconds",
+                                                                                      PROBE_PERIOD_S)
     ready = failure is None and now >= ready_at and not init
     status["ready"] = ready
-    next_change = min(next_change, ready_at if now < ready_at else INF)
-    return ContainerView(status, ready, True, None, next_change)
+    return ContainerView(status, ready, True, None, ready_at if now < ready_at else INF, first_failure)
 
 
 # --- one pod ----------------------------------------------------------------------------------------------------
@@ -492,11 +494,12 @@ def _apply_pod_failure(ps: PodState, failing: bool, now: float) -> None:
 
 
 def sync_pod(pod: Obj, ps: PodState, view: NamespaceView, now: float, emit: Emit,
-             pod_failure: bool = False) -> tuple[Obj, bool, float]:
-    """The status of a scheduled pod at `now`: (status, ready, time of its next change)."""
+             pod_failure: bool = False) -> tuple[Obj, bool, float, float]:
+    """The status of a scheduled pod at `now`: (status, ready, next change others depend on, next change of
+    what the status shows only)."""
     spec = pod["spec"]
     _apply_pod_failure(ps, pod_failure, now)
-    next_change = INF
+    next_change = next_display = INF
     t = ps.scheduled_at + SANDBOX_S
     initialized, pending = now >= t, []
     init_statuses: list[Obj] = []
@@ -511,7 +514,7 @@ def sync_pod(pod: Obj, ps: PodState, view: NamespaceView, now: float, emit: Emit
             continue
         cv = view_container(pod, ps, run, container, now, True, emit)
         init_statuses.append(cv.status)
-        next_change = min(next_change, cv.next_change)
+        next_change, next_display = min(next_change, cv.next_change), min(next_display, cv.next_display)
         if cv.done_at is None:
             initialized = False
             pending.append(container["name"])
@@ -530,7 +533,7 @@ def sync_pod(pod: Obj, ps: PodState, view: NamespaceView, now: float, emit: Emit
             continue
         cv = view_container(pod, ps, run, container, now, False, emit)
         statuses.append(cv.status)
-        next_change = min(next_change, cv.next_change)
+        next_change, next_display = min(next_change, cv.next_change), min(next_display, cv.next_display)
         all_ready = all_ready and cv.ready
         any_started = any_started or cv.started or bool(cv.status["lastState"])
     if now < ps.scheduled_at + SANDBOX_S:
@@ -555,7 +558,7 @@ def sync_pod(pod: Obj, ps: PodState, view: NamespaceView, now: float, emit: Emit
                    "qosClass": qos_class(spec)}
     if init_statuses:
         status["initContainerStatuses"] = init_statuses
-    return status, all_ready, next_change
+    return status, all_ready, next_change, next_display
 
 
 def _condition(ps: PodState, kind: str, ok: bool, reason: str, message: str, now: float) -> Obj:

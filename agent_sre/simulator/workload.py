@@ -40,7 +40,8 @@ class WorkloadState:
     """What the controllers remember between passes (beyond what the objects themselves record)."""
 
     seen_revision: int = -1
-    next_change: float = 0.0
+    next_change: float = 0.0  # the next moment state others depend on changes: a pass must run then
+    next_display: float = 0.0  # the next moment only displayed state changes: a pass runs before it is read
     last_sync: float = 0.0  # when the cluster last synced: writes since then happened at about that time
     last_pass: float = 0.0
     pods: dict[tuple[str, str], PodState] = field(default_factory=dict)
@@ -107,16 +108,15 @@ def reconcile(cluster: Cluster) -> None:
         _run_pass(cluster, state, at)
     else:
         _run_pass(cluster, state, now)
-    if now - state.last_pass >= RESYNC_S:
-        _run_pass(cluster, state, now)  # logs and usage stay fresh even when nothing changes
+    if state.next_display <= now or now - state.last_pass >= RESYNC_S:
+        _run_pass(cluster, state, now)  # what only shows (back-off phases, counts, logs, usage) is brought up to date
     state.last_sync = now
 
 
 def _run_pass(cluster: Cluster, state: WorkloadState, at: float) -> None:
-    next_change = _Pass(cluster, state, at).run()
+    state.next_change, state.next_display = _Pass(cluster, state, at).run()
     state.seen_revision = cluster.revision
     state.last_pass = at
-    state.next_change = next_change
 
 
 # --- helpers ----------------------------------------------------------------------------------------------------
@@ -177,7 +177,7 @@ def _terminal(pod: Obj) -> bool:
 class _Pass:
     def __init__(self, cluster: Cluster, state: WorkloadState, now: float) -> None:
         self.c, self.st, self.now = cluster, state, now
-        self.next_change = INF
+        self.next_change = self.next_display = INF
         self.views: dict[str, NamespaceView] = {}
         self.effects: dict[tuple[str, str], chaos.PodEffects] = {}
         self.synced: set[tuple[str, str]] = set()
@@ -188,9 +188,14 @@ class _Pass:
         self._by_owner: dict[str, list[Obj]] = {}
 
     # --- plumbing ----------------------------------------------------------------------------------------------
-    def _later(self, t: float) -> None:
+    def _later(self, t: float, display: bool = False) -> None:
+        """Ask for a pass at `t`: always when state others depend on changes then; for a change that only shows in
+        the status (`display`), a clock jump skips it and one pass at the end brings the status up to date."""
         if t > self.now:
-            self.next_change = min(self.next_change, t)
+            if display:
+                self.next_display = min(self.next_display, t)
+            else:
+                self.next_change = min(self.next_change, t)
 
     def _write(self, resource: str, obj: Obj) -> Obj:
         self._writes += 1
@@ -267,7 +272,7 @@ class _Pass:
         return view
 
     # --- the pass ----------------------------------------------------------------------------------------------
-    def run(self) -> float:
+    def run(self) -> tuple[float, float]:
         self.st.pods = {k: v for k, v in self.st.pods.items() if self.c.get("pods", *k) is not None}
         self._chaos()
         self._nodes()
@@ -294,7 +299,7 @@ class _Pass:
         self._logs(computed)
         if self.endpoints_changed:
             self.next_change = self.now  # a waiting init container may see its service now
-        return self.next_change
+        return self.next_change, self.next_display
 
     # --- Chaos Mesh --------------------------------------------------------------------------------------------
     def _chaos(self) -> None:
@@ -569,7 +574,7 @@ class _Pass:
                     self._event(rs, "FailedCreate", f'Error creating: pods "{pod["metadata"]["name"]}" is '
                                 f"forbidden: {rejection}", "Warning", component="replicaset-controller",
                                 count=1 + int((self.now - since) // 30))
-                    self._later(self.now + 30)
+                    self._later(self.now + 30, display=True)
                     break
             self.st.pod_counter[rs["metadata"]["uid"]] = self.st.pod_counter.get(rs["metadata"]["uid"], 0) + 1
             self._store("pods", pod)
@@ -681,9 +686,10 @@ class _Pass:
                 ps = self.st.pods[key] = PodState(node=node["metadata"]["name"], ip=self._pod_ip(node), host_ip="",
                                                   scheduled_at=self.now)
             effects = self.effects.get(key)
-            status, ready, nxt = kubelet.sync_pod(pod, ps, self._view(key[0]), self.now, self._kubelet_event,
-                                                  pod_failure=effects is not None and effects.failure)
+            status, _, nxt, display = kubelet.sync_pod(pod, ps, self._view(key[0]), self.now, self._kubelet_event,
+                                                       pod_failure=effects is not None and effects.failure)
             self._later(nxt)
+            self._later(display, display=True)
             if pod.get("status") != status:
                 self._write("pods", {**pod, "status": status})
 
@@ -759,7 +765,7 @@ class _Pass:
                 progressing = ("False", "ProgressDeadlineExceeded", f'ReplicaSet "{rs_name}" has timed out progressing.')
             else:
                 progressing = ("True", "ReplicaSetUpdated", f'ReplicaSet "{rs_name}" is progressing.')
-                self._later(since + deadline)
+                self._later(since + deadline, display=True)
             conditions.append(self._condition(uid, "Progressing", *progressing))
             failed = [r for r in owned if (r.get("status") or {}).get("conditions")]
             if failed:
