@@ -13,6 +13,8 @@ from typing import Annotated
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from agent_sre.models.llm import SamplingConfig
+
 Port = Annotated[int, Field(ge=1, le=65535)]
 
 
@@ -62,6 +64,21 @@ class Settings(BaseSettings):
     # Alertmanager webhook receiver (`agent-sre alerts serve`). With a token set, requests must carry it as a bearer.
     alerts_token: str | None = None
     alerts_port: Port = 9095
+
+    # The LLM policy. A model version resolves to a local directory; each worker keeps the last few loaded (LRU).
+    llm_models_dir: Path | None = Field(default=None, description="converted base model cache; None: data_dir/models")
+    llm_cache_size: int = Field(default=2, ge=1, description="model versions kept loaded per worker process")
+    llm_device: str = Field(default="auto", description="auto (a GPU when there is one), cpu, cuda, cuda:1, ...")
+    llm_sampling: SamplingConfig = Field(default_factory=SamplingConfig, description='JSON, e.g. {"temperature": 0.7}')
+    # Serve the LLM policy from an OpenAI-compatible endpoint (vLLM, Ollama) instead of local weights: its API root,
+    # e.g. http://vllm:8000/v1. The policy's version is then the served model name.
+    llm_endpoint: str | None = None
+    llm_endpoint_api_key: str | None = None
+    llm_endpoint_token_ids: bool = Field(default=False, description="ask for token ids (vLLM only)")
+
+    @property
+    def models_dir(self) -> Path:
+        return self.llm_models_dir or self.data_dir / "models"
 
     @property
     def sim_url(self) -> str:

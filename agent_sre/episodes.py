@@ -12,6 +12,7 @@ from temporalio.client import Client
 
 from agent_sre.config import Settings
 from agent_sre.models.episode import EpisodeRequest, EpisodeResult, OutcomeStats
+from agent_sre.models.incident import RemediationLimits
 from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.scenario import Scenario
 from agent_sre.temporal import task_queues
@@ -19,7 +20,8 @@ from agent_sre.temporal import task_queues
 
 async def run_episodes(client: Client, settings: Settings, scenarios: Sequence[Scenario], n: int,
                        policy: PolicyRef, concurrency: int = 8,
-                       on_done: Callable[[EpisodeResult], None] | None = None) -> list[EpisodeResult]:
+                       on_done: Callable[[EpisodeResult], None] | None = None,
+                       limits: RemediationLimits | None = None) -> list[EpisodeResult]:
     """Run `n` episodes cycling through `scenarios` fault type by fault type, at most `concurrency` at once."""
     if not scenarios:
         raise ValueError("no scenarios to run")
@@ -32,7 +34,8 @@ async def run_episodes(client: Client, settings: Settings, scenarios: Sequence[S
         async with gate:
             result: EpisodeResult = await client.execute_workflow(
                 "SimulatedIncidentWorkflow",
-                EpisodeRequest(scenario=scenario, policy=policy, queues=task_queues(settings)),
+                EpisodeRequest(scenario=scenario, policy=policy, queues=task_queues(settings),
+                               **({"limits": limits} if limits else {})),
                 id=f"episode-{batch}-{i:05d}-{scenario.name}", task_queue=settings.queue_agent,
                 result_type=EpisodeResult)
         if on_done:

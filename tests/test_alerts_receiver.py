@@ -21,6 +21,7 @@ from agent_sre.alerts.receiver import ROLLOUT_LABEL, create_app
 from agent_sre.config import Settings
 from agent_sre.models.alert import Alert
 from agent_sre.models.remediation import RemediationStatus
+from agent_sre.stack.ports import pick_free_ports
 from agent_sre.temporal import connect
 
 TOKEN = "test-token-7f3a"
@@ -219,3 +220,13 @@ async def _eventually(fetch: Any, ok: Any, timeout_s: float = 20.0) -> Any:
             assert ok(value), value
             return value
         await asyncio.sleep(0.1)
+
+
+async def test_temporal_unreachable_is_503_so_alertmanager_retries(temporal_server: Settings) -> None:
+    [port] = pick_free_ports(1, "127.0.0.1")  # nothing listens there
+    down = await Client.connect(f"127.0.0.1:{port}", lazy=True)
+    async with TestClient(TestServer(create_app(down, temporal_server, TOKEN))) as http:
+        resp = await http.post("/alerts", json=webhook(alert()), headers={"Authorization": f"Bearer {TOKEN}"})
+        reply = await resp.json()
+    assert resp.status == 503, reply
+    assert "Temporal did not accept the alerts" in reply["error"] and "Alertmanager will retry" in reply["error"]

@@ -158,3 +158,15 @@ async def test_episode_records_ground_truth_and_user_report(stack: Settings, cat
     assert t.incident.report == scenario.symptom
     # The environment was cleaned up.
     assert result.environment not in {e["name"] for e in SimulatorClient(stack.sim_url).list_envs()}
+
+
+@pytest.mark.slow
+async def test_200_concurrent_simulated_incidents_none_lost(stack: Settings) -> None:
+    client = await _client(stack)
+    scenarios = load_scenarios()
+    async with running_workers(client, stack) as settings:
+        results = await run_episodes(client, settings, scenarios, n=200, policy=PolicyRef(name="runbook"),
+                                     concurrency=200)
+    assert len(results) == 200
+    assert len({r.outcome.workflow_id for r in results}) == 200
+    assert all(r.outcome.trajectory_key for r in results)

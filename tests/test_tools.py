@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sim_fixtures import NS, call, seed, workload_available
+from sim_fixtures import NS, call, seed
 
 from agent_sre.faults import FAULTS, inject
 from agent_sre.faults.oracle import observe, snapshot
+from agent_sre.models.scenario import Scenario
 from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolInvocation, ToolResult
 from agent_sre.simulator.apps import get_app
 from agent_sre.simulator.cluster import Cluster
@@ -524,15 +525,42 @@ def test_every_ground_truth_fix_passes_the_guardrails_and_resolves(fault_name: s
     act(scenario.ground_truth.destructive)  # harmful but legitimate-looking: only the oracle can judge it
 
 
-@pytest.mark.skipif(not workload_available(), reason="the workload model (simulator/workload.py, apps.py) is not there")
-def test_tools_read_the_workload_model(served_sim: tuple[Simulator, SimulatorServer, Path]) -> None:
-    simulator, _, _ = served_sim
-    cluster = simulator.create_env(name=f"shop-{next(_names)}", apps=["shop"])
-    namespace = "shop"
-    ctx = ToolContext(api=in_process_api_client(simulator, cluster.name), namespace=namespace, idempotency_key="k")
-    pods = execute(ToolCall(tool="list_pods"), ctx)
-    assert pods.ok and "Running" in pods.output, pods.output
-    deployment = next(iter(cluster.list("deployments.apps", namespace)))["metadata"]["name"]
-    described = execute(ToolCall(tool="describe", args={"kind": "deployment", "name": deployment}), ctx)
-    assert described.ok and "desired" in described.output
+def _injected(fault_name: str) -> tuple[Simulator, Cluster, ToolContext, Scenario]:
+    fault = FAULTS[fault_name]
+    scenario = fault.scenario(f"diag-{fault_name}".replace("_", "-"), "shop", "shop", fault.targets(get_app("shop"))[0],
+                              {})
+    simulator = Simulator()
+    cluster = simulator.create_env("diag", apps=["shop"])
+    api = in_process_api_client(simulator, cluster.name)
+    inject(api, scenario)
+    simulator.advance(cluster.name, 300)
+    return simulator, cluster, ToolContext(api=api, namespace="shop"), scenario
 
+
+def _read(ctx: ToolContext, tool: str, **args: Any) -> str:
+    result = execute(ToolCall(tool=tool, args=args), ctx)
+    assert result.ok, result.output
+    return result.output
+
+
+def test_the_reads_show_an_oom_kill_as_kubectl_would() -> None:
+    _, cluster, ctx, scenario = _injected("oom_limit")
+    pods = _read(ctx, "list_pods", selector=f"app={scenario.target}")
+    assert "CrashLoopBackOff" in pods or "OOMKilled" in pods, pods
+    crashing = next(p["metadata"]["name"] for p in cluster.list("pods", "shop")
+                    if p["metadata"]["name"] in pods and p["metadata"]["name"].startswith(scenario.target)
+                    and any((cs.get("lastState") or {}).get("terminated") for cs in p["status"].get(
+                        "containerStatuses") or []))
+    described = _read(ctx, "describe", kind="pod", name=crashing)
+    assert "Reason:         OOMKilled" in described and "Exit Code:      137" in described, described
+    history = _read(ctx, "rollout_history", deployment=scenario.target)
+    assert "(current)" in history and "resources" in history, history
+
+
+def test_the_reads_show_a_cordoned_node_and_pending_pods() -> None:
+    _, cluster, ctx, scenario = _injected("cordoned_node")
+    node = next(n["metadata"]["name"] for n in cluster.list("nodes") if n["spec"].get("unschedulable"))
+    described = _read(ctx, "describe", kind="node", name=node)
+    assert "Unschedulable:  true" in described and "node.kubernetes.io/unschedulable:NoSchedule" in described
+    events = _read(ctx, "get_events")
+    assert "FailedScheduling" in events, events

@@ -8,10 +8,11 @@ from temporalio import activity
 from agent_sre.models.policy import PolicyDecision
 from agent_sre.models.remediation import PolicyName, PolicyRequest
 from agent_sre.policy.base import Policy
+from agent_sre.policy.llm import LLMPolicy
 from agent_sre.policy.runbook import RunbookPolicy
 from agent_sre.policy.scripted import ScriptedPolicy
 
-POLICIES: dict[PolicyName, Policy] = {"runbook": RunbookPolicy(), "scripted": ScriptedPolicy()}
+POLICIES: dict[PolicyName, Policy] = {"runbook": RunbookPolicy(), "scripted": ScriptedPolicy(), "llm": LLMPolicy()}
 tracer = trace.get_tracer("agent_sre.policy")
 
 

@@ -22,6 +22,7 @@ from agent_sre.config import Settings
 from agent_sre.models.alert import Alert, AlertHandling, AlertmanagerWebhook, AlertReceipt, WebhookReply
 from agent_sre.models.incident import Incident
 from agent_sre.temporal import connect, signal_alert_resolved, start_incident
+from agent_sre.validation import explain
 
 log = logging.getLogger(__name__)
 
@@ -132,10 +133,7 @@ def _authorized(request: web.Request, token: str) -> bool:
 
 
 def _reason(e: ValueError) -> str:
-    """Pydantic's errors without the offending input (it may hold secrets), or the plain message."""
-    if isinstance(e, ValidationError):
-        return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}" for err in e.errors())
-    return str(e)
+    return explain(e, root="body") if isinstance(e, ValidationError) else str(e)
 
 
 def _reply(reply: WebhookReply, status: int, headers: dict[str, str] | None = None) -> web.Response:

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar
 
 import typer
 from pydantic import ValidationError
@@ -31,15 +31,19 @@ from temporalio.service import RPCError, RPCStatusCode
 from agent_sre.config import Settings, get_settings
 from agent_sre.models.alert import Alert, AlertmanagerWebhook
 from agent_sre.models.episode import EpisodeRequest, EpisodeResult
-from agent_sre.models.incident import Incident
+from agent_sre.models.incident import Incident, RemediationLimits
 from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, PolicyRef, RemediationStatus
 from agent_sre.models.reward import HumanFeedback
 from agent_sre.models.scenario import Scenario
+from agent_sre.models.tools import Risk
+from agent_sre.temporal import connect, start_incident, task_queues
+from agent_sre.validation import explain
 
 app = typer.Typer(help="Start, follow and answer remediations.", no_args_is_help=True)
 console = Console()
 T = TypeVar("T")
 
+RiskName = Literal["low", "medium", "high"]  # the write risks (models.tools.Risk)
 QUERY_TIMEOUT = timedelta(seconds=10)
 KUBECONFIG_HELP = ("the cluster to act on, as the worker sees it: a kubeconfig path or a simulator environment URL "
                    "(default: the worker's own)")
@@ -56,6 +60,10 @@ def start(
     name: str = typer.Option(None, "--name", help="which scenario, when the file holds several"),
     policy: str = typer.Option(None, "--policy", help="runbook; default: the routing activity picks the model"),
     kubeconfig: str = typer.Option(None, "--kubeconfig", help=KUBECONFIG_HELP),
+    approval_risk: RiskName = typer.Option(None, "--approval-risk",
+                                           help="writes at or above this risk wait for `incident approve`"),
+    feedback_window: float = typer.Option(None, "--feedback-window", min=0,
+                                          help="seconds after the verdict during which `incident feedback` counts"),
     wait: bool = typer.Option(False, "--wait", help="wait for the outcome and print it"),
 ) -> None:
     """Start a remediation from an alert file or a scenario file."""
@@ -63,7 +71,8 @@ def start(
         raise typer.BadParameter("give exactly one of --alert FILE or --scenario FILE")
     ref = _policy_ref(policy)
     if alert is not None:
-        incidents = [_bad_input(lambda a=a: Incident.from_alert(a, source="cli", kubeconfig=kubeconfig))
+        limits = _limits(RemediationLimits(), approval_risk, feedback_window)
+        incidents = [_bad_input(lambda a=a: Incident.from_alert(a, source="cli", kubeconfig=kubeconfig, limits=limits))
                      for a in _firing_alerts(alert)]
         _run(lambda client, settings: _start_incidents(client, settings, incidents, ref, wait))
     else:
@@ -71,7 +80,9 @@ def start(
             raise typer.BadParameter("a scenario runs in a fresh simulated environment of its own",
                                      param_hint="--kubeconfig")
         chosen = _load_scenario(scenario, name)
-        _run(lambda client, settings: _start_episode(client, settings, chosen, ref, wait))
+        request = EpisodeRequest(scenario=chosen, **({"policy": ref} if ref else {}))
+        request.limits = _limits(request.limits, approval_risk, feedback_window)
+        _run(lambda client, settings: _start_episode(client, settings, request, wait))
 
 
 @app.command("report")
@@ -81,11 +92,16 @@ def report(
     service: str = typer.Option(None, "--service", help="the service the user means, when known"),
     policy: str = typer.Option(None, "--policy", help="runbook; default: the routing activity picks the model"),
     kubeconfig: str = typer.Option(None, "--kubeconfig", help=KUBECONFIG_HELP),
+    approval_risk: RiskName = typer.Option(None, "--approval-risk",
+                                           help="writes at or above this risk wait for `incident approve`"),
+    feedback_window: float = typer.Option(None, "--feedback-window", min=0,
+                                          help="seconds after the verdict during which `incident feedback` counts"),
     wait: bool = typer.Option(False, "--wait", help="wait for the outcome and print it"),
 ) -> None:
     """Start a remediation from a user's plain-language report (no alert needed)."""
-    incident = _bad_input(lambda: Incident(source="user_report", report=text, namespace=namespace, service=service,
-                                           kubeconfig=kubeconfig))
+    incident = _bad_input(lambda: Incident(
+        source="user_report", report=text, namespace=namespace, service=service, kubeconfig=kubeconfig,
+        limits=_limits(RemediationLimits(), approval_risk, feedback_window)))
     ref = _policy_ref(policy)
     _run(lambda client, settings: _start_incidents(client, settings, [incident], ref, wait))
 
@@ -102,7 +118,13 @@ def status(workflow_id: str = typer.Argument(..., metavar="ID", help="the remedi
             console.print(f"{workflow_id} is a simulated episode ({desc.status.name if desc.status else '?'}); "
                           f"its remediation is {workflow_id}-remediation")
             handle = client.get_workflow_handle(f"{workflow_id}-remediation")
-            desc = await handle.describe()
+            try:
+                desc = await handle.describe()
+            except RPCError as e:
+                if e.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                console.print("the remediation has not started yet: the fault is still being injected")
+                return
         elif desc.workflow_type != "IncidentRemediationWorkflow":
             _fail(f"{workflow_id} is a {desc.workflow_type}, not a remediation")
         table = Table(show_header=False, title=f"incident {handle.id}")
@@ -192,11 +214,11 @@ def _decide(workflow_id: str, decision: ApprovalDecision) -> None:
 
 
 def _firing_alerts(path: Path) -> list[Alert]:
-    data = _bad_input(lambda: json.loads(path.read_text()))
+    data = _bad_input(lambda: json.loads(path.read_text()), f"{path} is not JSON")
     if isinstance(data, dict) and "alerts" in data:
-        alerts = _bad_input(lambda: AlertmanagerWebhook.model_validate(data)).alerts
+        alerts = _bad_input(lambda: AlertmanagerWebhook.model_validate(data), f"{path} (webhook)").alerts
     else:
-        alerts = [_bad_input(lambda: Alert.model_validate(data))]
+        alerts = [_bad_input(lambda: Alert.model_validate(data), f"{path} (alert)")]
     firing = [a for a in alerts if a.status == "firing"]
     if not firing:
         _fail(f"{path}: no firing alert in it (resolved alerts do not start remediations)")
@@ -204,7 +226,7 @@ def _firing_alerts(path: Path) -> list[Alert]:
 
 
 def _load_scenario(path: Path, name: str | None) -> Scenario:
-    from agent_sre.scenarios import load_scenarios
+    from agent_sre.scenarios import load_scenarios  # here: it loads the fault catalog, slow for other commands
 
     loaded: list[Scenario] = list(_bad_input(lambda: load_scenarios(path)))
     chosen = [s for s in loaded if name is None or s.name == name]
@@ -212,6 +234,15 @@ def _load_scenario(path: Path, name: str | None) -> Scenario:
         problem = f"no scenario named {name!r}" if name else f"{len(loaded)} scenarios"
         _fail(f"{path} holds {problem}; pick one with --name ({', '.join(s.name for s in loaded)})")
     return chosen[0]
+
+
+def _limits(base: RemediationLimits, approval_risk: RiskName | None, feedback_window: float | None) -> RemediationLimits:
+    update: dict[str, Any] = {}
+    if approval_risk is not None:
+        update["approval_risk"] = Risk[approval_risk.upper()]
+    if feedback_window is not None:
+        update["feedback_window_s"] = feedback_window
+    return base.model_copy(update=update)
 
 
 def _policy_ref(policy: str | None) -> PolicyRef | None:
@@ -225,8 +256,6 @@ def _policy_ref(policy: str | None) -> PolicyRef | None:
 
 async def _start_incidents(client: Client, settings: Settings, incidents: list[Incident], policy: PolicyRef | None,
                            wait: bool) -> None:
-    from agent_sre.temporal import start_incident
-
     for incident in incidents:
         started = await start_incident(client, incident, policy=policy, settings=settings)
         how = "attached to the running remediation" if started.attached else "started"
@@ -235,11 +264,9 @@ async def _start_incidents(client: Client, settings: Settings, incidents: list[I
             _print_outcome(await _outcome(client, started.workflow_id))
 
 
-async def _start_episode(client: Client, settings: Settings, scenario: Scenario, policy: PolicyRef | None,
-                         wait: bool) -> None:
-    from agent_sre.temporal import task_queues
-
-    request = EpisodeRequest(scenario=scenario, queues=task_queues(settings), **({"policy": policy} if policy else {}))
+async def _start_episode(client: Client, settings: Settings, request: EpisodeRequest, wait: bool) -> None:
+    scenario = request.scenario
+    request = request.model_copy(update={"queues": task_queues(settings)})
     episode_id = f"episode-cli-{uuid.uuid4().hex[:8]}-{scenario.name}"
     handle = await client.start_workflow("SimulatedIncidentWorkflow", request, id=episode_id,
                                          task_queue=settings.queue_agent, result_type=EpisodeResult)
@@ -289,14 +316,15 @@ def _print_outcome(o: IncidentOutcome) -> None:
     console.print(table)
 
 
-def _bad_input(make: Callable[[], T]) -> T:
-    """Run a parser/constructor; turn what the user got wrong into one clear line."""
+def _bad_input(make: Callable[[], T], where: str = "") -> T:
+    """Run a parser/constructor; turn what the user got wrong into one clear line (prefixed by `where`)."""
+    prefix = f"{where}: " if where else ""
     try:
         return make()
     except ValidationError as e:
-        _fail("; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'input'}: {err['msg']}" for err in e.errors()))
+        _fail(prefix + explain(e))
     except (ValueError, OSError) as e:
-        _fail(str(e))
+        _fail(f"{prefix}{e}")
 
 
 def _fail(message: str) -> NoReturn:
@@ -306,8 +334,6 @@ def _fail(message: str) -> NoReturn:
 
 def _run(action: Callable[[Client, Settings], Awaitable[None]]) -> None:
     """Connect, run, and report Temporal's refusals as errors rather than tracebacks."""
-    from agent_sre.temporal import connect
-
     settings = get_settings()
 
     async def go() -> None:

@@ -18,8 +18,7 @@ from typing import Any
 from agent_sre.faults.k8s import K8s, Obj
 from agent_sre.simulator.apps import AppSpec, labels
 from agent_sre.simulator.chaos import PAUSE_ANNOTATION, parse_duration
-from agent_sre.simulator.netpol import blocking_policy
-from agent_sre.simulator.selectors import selector_matches
+from agent_sre.simulator.netpol import blocking_policy, matches
 
 RECENT_RESTART_S = 600.0  # longer than the longest crash-loop back-off (5m) plus a run: a looping container
 # always shows a recent exit, and one that died this recently has not proven it is healthy again
@@ -95,8 +94,9 @@ def _chaos_selects(obj: Obj, ns: str, pod_labels: dict[str, str]) -> bool:
     for sel in selectors:
         if ns not in (sel.get("namespaces") or [obj["metadata"].get("namespace")]):
             continue
-        match = {"matchLabels": sel.get("labelSelectors") or {}, "matchExpressions": sel.get("expressionSelectors") or []}
-        if selector_matches(match, pod_labels):
+        match = {"matchLabels": sel.get("labelSelectors") or {},
+                 "matchExpressions": sel.get("expressionSelectors") or []}
+        if matches(match, pod_labels):
             return True
     return False
 
@@ -141,7 +141,7 @@ def service_health(k8s: K8s, app: AppSpec | None, ns: str) -> dict[str, list[str
     for want in expectations(app, deployments, services):
         dep = deployments.get(want.name)
         selector = ((dep or {}).get("spec") or {}).get("selector") or {"matchLabels": {"app": want.name}}
-        own = [p for p in pods if selector_matches(selector, p["metadata"].get("labels"))]
+        own = [p for p in pods if matches(selector, p["metadata"].get("labels"))]
         reasons = _deployment_reasons(dep, want, own, now)
         if want.port is not None:
             reasons += _service_reasons(services.get(want.name), endpoints.get(want.name), want, own)

@@ -27,14 +27,27 @@ RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 
 
 class K8s:
-    """Typed-API calls in one namespace's terms (plus nodes), returning plain dicts."""
+    """Typed-API calls in one namespace's terms (plus nodes), returning plain dicts.
 
-    def __init__(self, api: ApiClient) -> None:
+    With `memo`, reads are remembered for the life of the object: one judgement of the oracle reads each list
+    once, however many checks look at it (a typed-client call costs far more than the lookup).
+    """
+
+    def __init__(self, api: ApiClient, memo: bool = False) -> None:
         self.core, self.apps = CoreV1Api(api), AppsV1Api(api)
         self.net, self.custom = NetworkingV1Api(api), CustomObjectsApi(api)
         self.server_time: float | None = None
+        self._memo: dict[tuple[Any, ...], Any] | None = {} if memo else None
 
     def _raw(self, method: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._memo is not None and not method.__name__.startswith(("patch", "create", "delete")):
+            key = (method.__name__, args, tuple(sorted(kwargs.items())))
+            if key not in self._memo:
+                self._memo[key] = self._call(method, *args, **kwargs)
+            return self._memo[key]
+        return self._call(method, *args, **kwargs)
+
+    def _call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
         response = method(*args, _preload_content=False, **kwargs)
         date = response.headers.get("Date") if response.headers else None
         if date:

@@ -26,7 +26,7 @@ def snapshot(api_client: ApiClient, namespace: str, app: str | None = None) -> H
     """The baseline, taken right after injection (or after the settle window that lets the fault develop).
     `app` defaults to the namespace's `app.kubernetes.io/part-of` label, which installing an app sets; a
     namespace of no known app is judged on its own deployments' specs."""
-    k8s = K8s(api_client)
+    k8s = K8s(api_client, memo=True)
     if app is None:
         app = (k8s.namespace(namespace)["metadata"].get("labels") or {}).get(PART_OF)
     unhealthy = service_health(k8s, APPS.get(app or ""), namespace)
@@ -36,7 +36,7 @@ def snapshot(api_client: ApiClient, namespace: str, app: str | None = None) -> H
 
 def observe(api_client: ApiClient, scenario: Scenario, baseline: HealthSnapshot) -> Verdict:
     """Judge the cluster now against the baseline, with the scenario's fault-specific check."""
-    k8s = K8s(api_client)
+    k8s = K8s(api_client, memo=True)
     fault = get_fault(scenario.fault)
     return _judge(k8s, get_app(scenario.app), scenario.namespace, baseline,
                   lambda: fault.check(k8s, fault.context_of(scenario), baseline))
@@ -47,7 +47,7 @@ def observe_incident(api_client: ApiClient, incident: Incident, baseline: Health
     with the app's expectations when the namespace belongs to a known app."""
     if incident.scenario is not None:
         return observe(api_client, incident.scenario, baseline)
-    k8s = K8s(api_client)
+    k8s = K8s(api_client, memo=True)
     part_of = (k8s.namespace(incident.namespace)["metadata"].get("labels") or {}).get(PART_OF)
     return _judge(k8s, APPS.get(part_of or ""), incident.namespace, baseline, list)
 

@@ -10,7 +10,7 @@ from agent_sre.faults.base import FaultContext, FaultError, FaultParams, FaultTy
 from agent_sre.faults.k8s import K8s
 from agent_sre.models.tools import ToolCall
 from agent_sre.simulator.apps import PART_OF, AppSpec, labels, nodes_for
-from agent_sre.simulator.selectors import selector_matches
+from agent_sre.simulator.netpol import matches
 
 QUOTA = "compute-resources"
 
@@ -94,7 +94,7 @@ class PolicyParams(FaultParams):
 def guarded(app: AppSpec, service: str) -> bool:
     """Does a baseline NetworkPolicy of the app already select this service's pods?"""
     pod_labels = labels(app, app.service(service))
-    return any(selector_matches((p.get("spec") or {}).get("podSelector") or {}, pod_labels)
+    return any(matches((p.get("spec") or {}).get("podSelector") or {}, pod_labels)
                for p in app.network_policies)
 
 

@@ -51,7 +51,6 @@ class Edge:
     callee: str
     calls: float
     critical: bool = True
-    call: str = "GET /"
 
 
 @dataclass(frozen=True)
@@ -104,7 +103,6 @@ class AppSpec:
     databases: dict[str, tuple[str, str]]  # database service -> (secret, key) holding its initial password
     quota: dict[str, str]
     network_policies: tuple[Obj, ...] = ()
-    description: str = ""
     _by_name: dict[str, ServiceSpec] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -178,7 +176,6 @@ def _svc(name: str, repo: str, tags: tuple[str, str], replicas: int, **kw: Any) 
 
 SHOP = AppSpec(
     name="shop",
-    description="online store: frontend, cart, checkout, payment, catalog, recommendation, redis, postgres",
     services=(
         _svc("frontend", f"{ACME}/shop/frontend", ("1.9.0", "1.9.1"), 2, port=8080, tier="web",
              command=("node",), args=("server.js",), cpu="100m", memory="192Mi", memory_limit="256Mi",
@@ -186,23 +183,23 @@ SHOP = AppSpec(
                   ("CHECKOUT_URL", "http://checkout:8080"), ("RECOMMENDATION_URL", "http://recommendation:8080"),
                   ("SESSION_SECRET", Ref("secret", "frontend-session", "secret")),
                   ("LOG_LEVEL", Ref("configmap", "shop-config", "LOG_LEVEL"))),
-             deps=(Edge("catalog", 1.0, call="GET /v1/products"), Edge("cart", 0.4, call="GET /v1/cart"),
-                   Edge("recommendation", 0.5, critical=False, call="GET /v1/recommendations"),
-                   Edge("checkout", 0.05, call="POST /v1/checkout")),
+             deps=(Edge("catalog", 1.0), Edge("cart", 0.4),
+                   Edge("recommendation", 0.5, critical=False),
+                   Edge("checkout", 0.05)),
              entry_rps=120.0, feature="the shop website"),
         _svc("cart", f"{ACME}/shop/cart", ("2.4.0", "2.4.1"), 1, port=8080,
              command=("/app/cart",), args=("serve",), cpu="50m", memory="128Mi", memory_limit="256Mi",
              env=(("PORT", "8080"), ("REDIS_ADDR", "redis:6379"),
                   ("CART_TTL_HOURS", Ref("configmap", "shop-config", "CART_TTL_HOURS")),
                   ("LOG_LEVEL", Ref("configmap", "shop-config", "LOG_LEVEL"))),
-             deps=(Edge("redis", 1.5, call="GET cart:*"),), feature="adding items to the cart"),
+             deps=(Edge("redis", 1.5),), feature="adding items to the cart"),
         _svc("checkout", f"{ACME}/shop/checkout", ("3.2.0", "3.2.1"), 1, port=8080,
              command=("/app/checkout",), args=("serve",), cpu="100m", memory="128Mi", memory_limit="256Mi",
              env=(("PORT", "8080"), ("CART_URL", "http://cart:8080"), ("PAYMENT_URL", "http://payment:8080"),
                   ("CATALOG_URL", "http://catalog:8080"), *_db_env("shop-db-credentials", "shop", "orders"),
                   ("LOG_LEVEL", Ref("configmap", "shop-config", "LOG_LEVEL"))),
-             deps=(Edge("cart", 1.0, call="GET /v1/cart"), Edge("payment", 1.0, call="POST /v1/charge"),
-                   Edge("catalog", 1.0, call="GET /v1/products"), Edge("postgres", 2.0, call="INSERT orders")),
+             deps=(Edge("cart", 1.0), Edge("payment", 1.0),
+                   Edge("catalog", 1.0), Edge("postgres", 2.0)),
              feature="checking out"),
         _svc("payment", f"{ACME}/shop/payment", ("5.0.3", "5.1.0"), 1, port=8080,
              command=("java", "-jar", "/app/payment.jar"), cpu="250m", memory="512Mi", memory_limit="768Mi",
@@ -213,12 +210,12 @@ SHOP = AppSpec(
              env=(("PORT", "8080"), *_db_env("shop-db-credentials", "shop", "catalog"),
                   ("CACHE_TTL_SECONDS", Ref("configmap", "shop-config", "CACHE_TTL_SECONDS")),
                   ("LOG_LEVEL", Ref("configmap", "shop-config", "LOG_LEVEL"))),
-             deps=(Edge("postgres", 0.3, call="SELECT products"),), feature="product pages"),
+             deps=(Edge("postgres", 0.3),), feature="product pages"),
         _svc("recommendation", f"{ACME}/shop/recommendation", ("0.10.0", "0.10.1"), 1, port=8080,
              command=("python", "-m", "recommendation"), cpu="200m", memory="512Mi", memory_limit="640Mi",
              env=(("PORT", "8080"), ("CATALOG_URL", "http://catalog:8080"),
                   ("WORKERS", Ref("configmap", "shop-config", "RECS_WORKERS"))),
-             deps=(Edge("catalog", 0.2, critical=False, call="GET /v1/products"),),
+             deps=(Edge("catalog", 0.2, critical=False),),
              feature="the 'you may also like' suggestions"),
         _svc("redis", "docker.io/library/redis", ("7.2.4", "7.2.5"), 1, port=6379, probe="tcp", tier="data",
              args=("--appendonly", "no"), cpu="50m", memory="128Mi", memory_limit="256Mi", env=(),
@@ -248,33 +245,32 @@ SHOP = AppSpec(
 
 BANK = AppSpec(
     name="bank",
-    description="online banking: web, auth, accounts, ledger, notifications, db",
     services=(
         _svc("web", f"{ACME}/bank/web", ("4.3.0", "4.3.1"), 2, port=8080, tier="web",
              command=("node",), args=("server.js",), cpu="100m", memory="192Mi", memory_limit="256Mi",
              env=(("PORT", "8080"), ("AUTH_URL", "http://auth:8080"), ("ACCOUNTS_URL", "http://accounts:8080"),
                   ("LOG_LEVEL", Ref("configmap", "bank-config", "LOG_LEVEL"))),
-             deps=(Edge("auth", 1.0, call="GET /v1/introspect"), Edge("accounts", 0.6, call="GET /v1/accounts")),
+             deps=(Edge("auth", 1.0), Edge("accounts", 0.6)),
              entry_rps=80.0, feature="the online banking site"),
         _svc("auth", f"{ACME}/bank/auth", ("2.0.1", "2.1.0"), 2, port=8080,
              command=("/app/auth",), args=("serve",), cpu="50m", memory="96Mi", memory_limit="192Mi",
              env=(("PORT", "8080"), *_db_env("bank-db-credentials", "bank", "auth", host="db"),
                   ("JWT_SIGNING_KEY", Ref("secret", "auth-jwt", "signing-key")),
                   ("TOKEN_TTL_MINUTES", Ref("configmap", "bank-config", "TOKEN_TTL_MINUTES"))),
-             deps=(Edge("db", 0.3, call="SELECT sessions"),), feature="logging in"),
+             deps=(Edge("db", 0.3),), feature="logging in"),
         _svc("accounts", f"{ACME}/bank/accounts", ("1.8.0", "1.8.2"), 1, port=8080,
              command=("/app/accounts",), args=("serve",), cpu="100m", memory="128Mi", memory_limit="256Mi",
              env=(("PORT", "8080"), ("LEDGER_URL", "http://ledger:8080"), ("AUTH_URL", "http://auth:8080"),
                   *_db_env("bank-db-credentials", "bank", "accounts", host="db")),
-             deps=(Edge("ledger", 0.5, call="POST /v1/entries"), Edge("auth", 0.1, call="GET /v1/introspect"),
-                   Edge("db", 1.0, call="SELECT accounts")), feature="the account overview"),
+             deps=(Edge("ledger", 0.5), Edge("auth", 0.1),
+                   Edge("db", 1.0)), feature="the account overview"),
         _svc("ledger", f"{ACME}/bank/ledger", ("3.4.0", "3.5.1"), 1, port=8080,
              command=("java", "-jar", "/app/ledger.jar"), cpu="250m", memory="640Mi", memory_limit="896Mi",
              env=(("PORT", "8080"), *_db_env("bank-db-credentials", "bank", "ledger", host="db"),
                   ("NOTIFICATIONS_URL", "http://notifications:8080"),
                   ("LEDGER_BATCH_SIZE", Ref("configmap", "bank-config", "LEDGER_BATCH_SIZE"))),
-             deps=(Edge("db", 2.0, call="INSERT entries"),
-                   Edge("notifications", 0.5, critical=False, call="POST /v1/notify")),
+             deps=(Edge("db", 2.0),
+                   Edge("notifications", 0.5, critical=False)),
              node_selector=(("workload-class", "pci"),), feature="money transfers"),
         _svc("notifications", f"{ACME}/bank/notifications", ("1.1.0", "1.2.0"), 1, port=8080,
              command=("python", "-m", "notifications"), cpu="50m", memory="128Mi", memory_limit="192Mi",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from agent_sre.simulator.cluster import Obj
 from agent_sre.simulator.kubelet import TIME_EPSILON_S
-from agent_sre.simulator.selectors import selector_matches
+from agent_sre.simulator.netpol import matches
 
 PAUSE_ANNOTATION = "experiment.chaos-mesh.org/pause"
 CHAOS_RESOURCES = {"PodChaos": "podchaos.chaos-mesh.org", "NetworkChaos": "networkchaos.chaos-mesh.org",
@@ -93,7 +93,8 @@ def _percent(text: object) -> float:
         return 0.0
 
 
-def active_experiments(objects: Mapping[str, Iterable[Obj]], now: float, created: Mapping[str, float]) -> list[Experiment]:
+def active_experiments(objects: Mapping[str, Iterable[Obj]], now: float,
+                       created: Mapping[str, float]) -> list[Experiment]:
     """The experiments acting at `now`. `created` maps a resource uid to its creation time."""
     out: list[Experiment] = []
     for kind, resource in CHAOS_RESOURCES.items():
@@ -145,13 +146,13 @@ def select(exp: Experiment, pods: Iterable[Obj], selector: Obj | None = None, mo
             continue
         if phases and (pod.get("status") or {}).get("phase") not in phases:
             continue
-        if (label_sel["matchLabels"] or label_sel["matchExpressions"]) and not selector_matches(
+        if (label_sel["matchLabels"] or label_sel["matchExpressions"]) and not matches(
                 label_sel, meta.get("labels")):
             continue
         chosen.append(pod)
     # Chaos Mesh picks at random; here the pick is a stable hash of the experiment and pod names.
-    chosen.sort(key=lambda p: hashlib.blake2b(f"{exp.uid}/{exp.tick}/{p['metadata']['name']}".encode(),
-                                              digest_size=8).digest())
+    chosen.sort(key=lambda p: hashlib.blake2b(f"{exp.namespace}/{exp.name}/{exp.tick}/{p['metadata']['name']}"
+                                              .encode(), digest_size=8).digest())
     n = len(chosen)
     if mode == "all" or n == 0:
         return chosen

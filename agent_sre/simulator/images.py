@@ -23,7 +23,8 @@ def _go(repo: str, program: str, tags: tuple[str, ...], env: dict[str, EnvRule],
     lines = (f'level=info msg="starting {program}" version={tags[-1]}', *extra,
              'level=info msg="listening" addr=:{port}')
     return Software(repo=f"{ACME}/{repo}", program=program, runtime="go", tags=tags, argv=(f"/app/{program}", "serve"),
-                    binaries=frozenset({f"/app/{program}"}), env=env, startup_lines=lines, **kw)  # type: ignore[arg-type]
+                    binaries=frozenset({f"/app/{program}"}), env=env, startup_lines=lines,
+                    **kw)  # type: ignore[arg-type]
 
 
 SHOP_IMAGES = (

@@ -22,7 +22,7 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from agent_sre.simulator.cluster import Cluster, Obj, rfc3339
+from agent_sre.simulator.cluster import Obj, rfc3339
 from agent_sre.simulator.images import PAUSE_IMAGE, lookup, pull_error
 from agent_sre.simulator.software import Outcome, RunContext, Software, start
 
@@ -34,6 +34,16 @@ ERR_IMAGE_PULL_S = 5.0  # a failed pull shows as ErrImagePull until the kubelet'
 FAILING = frozenset({"crash", "start_error", "pull_error", "config_error", "hang"})
 INF = float("inf")
 TIME_EPSILON_S = 1e-3  # far above float rounding at epoch scale (2.4e-7 per operation), far below any delay
+
+
+@lru_cache(maxsize=65536)
+def _stamp(second: int) -> str:
+    return rfc3339(second)
+
+
+def stamp(ts: float) -> str:
+    """`stamp(ts)`, cached: a pass formats the same few timestamps thousands of times."""
+    return _stamp(int(ts))
 
 
 @lru_cache(maxsize=4096)
@@ -103,6 +113,7 @@ class PodState:
     ready: bool = False
     ready_since: float | None = None
     log_key: tuple[Any, ...] = ()
+    quiet_rv: str | None = None  # the pod's resourceVersion when it was last seen running, ready and settled
 
 
 @dataclass
@@ -274,8 +285,8 @@ class ContainerView:
 
 def _terminated(run: Run, begin: float, end: float, container_id: str) -> Obj:
     out = run.outcome
-    term = {"exitCode": out.exit_code, "reason": out.reason, "startedAt": rfc3339(begin),
-            "finishedAt": rfc3339(end), "containerID": container_id}
+    term = {"exitCode": out.exit_code, "reason": out.reason, "startedAt": stamp(begin),
+            "finishedAt": stamp(end), "containerID": container_id}
     if out.kind == "start_error":
         term["message"] = out.message
     return term
@@ -337,7 +348,7 @@ def view_container(pod: Obj, ps: PodState, run: Run, container: Obj, now: float,
         status["restartCount"] = restarts
         current_id = _container_id(uid, name, restarts)
         if running:
-            status["state"] = {"running": {"startedAt": rfc3339(run.since + begin)}}
+            status["state"] = {"running": {"startedAt": stamp(run.since + begin)}}
             status["started"] = True
             status["containerID"] = current_id
             if k > 0:
@@ -386,15 +397,15 @@ def view_container(pod: Obj, ps: PodState, run: Run, container: Obj, now: float,
     if out.kind == "complete":
         done_at = run.since + out.run_s
         if now >= done_at:
-            status["state"] = {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": rfc3339(run.since),
-                                              "finishedAt": rfc3339(done_at), "containerID": container_id}}
+            status["state"] = {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": stamp(run.since),
+                                              "finishedAt": stamp(done_at), "containerID": container_id}}
             status["started"] = False
             status["ready"] = True
             return ContainerView(status, True, True, done_at, INF)
-        status["state"] = {"running": {"startedAt": rfc3339(run.since)}}
+        status["state"] = {"running": {"startedAt": stamp(run.since)}}
         return ContainerView(status, False, True, None, done_at)
     if out.kind == "hang":
-        status["state"] = {"running": {"startedAt": rfc3339(run.since)}}
+        status["state"] = {"running": {"startedAt": stamp(run.since)}}
         return ContainerView(status, False, True, None, INF)
 
     # a process that keeps running
@@ -403,25 +414,26 @@ def view_container(pod: Obj, ps: PodState, run: Run, container: Obj, now: float,
         status["image"] = PAUSE_IMAGE
         status["imageID"] = _image_id(PAUSE_IMAGE)
         started_at = ps.failure_since
-    status["state"] = {"running": {"startedAt": rfc3339(started_at)}}
+    status["state"] = {"running": {"startedAt": stamp(started_at)}}
     ready_at = run.since + out.startup_s
     probe = container.get("readinessProbe")
     failure = run.ready_failure
-    first_failure = INF
+    next_probe = INF
     if ps.failure_since is not None and probe:
         failure = "probe failed: dial tcp: connect: connection refused"
     if probe and (failure is not None or now < ready_at):
-        periods = int(max(0.0, (now if failure else ready_at) - run.since - probe.get("initialDelaySeconds", 0)
-                          + TIME_EPSILON_S) // probe.get("periodSeconds", PROBE_PERIOD_S))
+        # probes fail from the start of this run (or of the chaos that broke it), once the initial delay is over
+        origin = (ps.failure_since if ps.failure_since is not None else run.since) + probe.get("initialDelaySeconds", 0)
+        period = probe.get("periodSeconds", PROBE_PERIOD_S)
+        periods = int(max(0.0, (now if failure else ready_at) - origin + TIME_EPSILON_S) // period)
         message = failure or "probe failed: HTTP probe failed with statuscode: 503"
         if periods > 0 and (failure or "httpGet" in probe):
             emit(pod, ps, "Unhealthy", "Readiness " + message, "Warning", periods, name)
-        elif failure:  # wake up for the first failed probe, so the event appears when the kubelet writes it
-            first_failure = run.since + probe.get("initialDelaySeconds", 0) + probe.get("periodSeconds",
-                                                                                      PROBE_PERIOD_S)
+        if failure:  # the event count grows with every failed probe
+            next_probe = origin + (periods + 1) * period
     ready = failure is None and now >= ready_at and not init
     status["ready"] = ready
-    return ContainerView(status, ready, True, None, ready_at if now < ready_at else INF, first_failure)
+    return ContainerView(status, ready, True, None, ready_at if now < ready_at else INF, next_probe)
 
 
 # --- one pod ----------------------------------------------------------------------------------------------------
@@ -554,7 +566,7 @@ def sync_pod(pod: Obj, ps: PodState, view: NamespaceView, now: float, emit: Emit
                    "conditions": [_condition(ps, kind, ok, reason, message, now)
                                   for kind, (ok, reason, message) in conditions.items()],
                    "hostIP": ps.host_ip, "hostIPs": [{"ip": ps.host_ip}], "podIP": ps.ip, "podIPs": [{"ip": ps.ip}],
-                   "startTime": rfc3339(ps.scheduled_at), "containerStatuses": statuses,
+                   "startTime": stamp(ps.scheduled_at), "containerStatuses": statuses,
                    "qosClass": qos_class(spec)}
     if init_statuses:
         status["initContainerStatuses"] = init_statuses
@@ -566,7 +578,7 @@ def _condition(ps: PodState, kind: str, ok: bool, reason: str, message: str, now
     if previous is None or previous[0] != ok:
         previous = ps.conditions[kind] = (ok, now if previous is not None else ps.scheduled_at)
     cond: Obj = {"type": kind, "status": "True" if ok else "False", "lastProbeTime": None,
-                 "lastTransitionTime": rfc3339(previous[1])}
+                 "lastTransitionTime": stamp(previous[1])}
     if not ok and reason:
         cond["reason"], cond["message"] = reason, message
     return cond

@@ -14,6 +14,16 @@ from agent_sre.simulator.selectors import selector_matches
 Obj = dict
 
 
+def matches(selector: Mapping[str, object], labels: Mapping[str, str] | None) -> bool:
+    """LabelSelector semantics (an empty selector selects everything); the common matchLabels-only case is
+    answered without parsing, everything else by the apiserver-syntax matcher."""
+    if not selector.get("matchExpressions"):
+        labels = labels or {}
+        wanted: Mapping[str, str] = selector.get("matchLabels") or {}  # type: ignore[assignment]
+        return all(labels.get(k) == v for k, v in wanted.items())
+    return selector_matches(selector, labels)
+
+
 def _isolates_ingress(policy: Obj) -> bool:
     spec = policy.get("spec") or {}
     types = spec.get("policyTypes")
@@ -27,9 +37,9 @@ def _peer_allows(peer: Obj, policy_ns: str, src_ns: str, src_labels: Mapping[str
         return False  # an ipBlock: pod IPs in the simulated cluster are never inside the blocks apps use
     if ns_sel is None and src_ns != policy_ns:
         return False
-    if ns_sel is not None and not selector_matches(ns_sel, src_ns_labels):
+    if ns_sel is not None and not matches(ns_sel, src_ns_labels):
         return False
-    return pod_sel is None or selector_matches(pod_sel, src_labels)
+    return pod_sel is None or matches(pod_sel, src_labels)
 
 
 def _port_allows(ports: list[Obj] | None, port: int, port_name: str | None) -> bool:
@@ -52,7 +62,7 @@ def blocking_policy(policies: Iterable[Obj], dest_ns: str, dest_labels: Mapping[
     for policy in policies:
         if policy["metadata"].get("namespace") != dest_ns or not _isolates_ingress(policy):
             continue
-        if not selector_matches((policy.get("spec") or {}).get("podSelector") or {}, dest_labels):
+        if not matches((policy.get("spec") or {}).get("podSelector") or {}, dest_labels):
             continue
         isolating.append(policy)
         for rule in (policy.get("spec") or {}).get("ingress") or []:

@@ -62,6 +62,7 @@ def _old_oom_kill(cluster: Cluster, state: WorkloadState, namespace: str, servic
                      "finishedAt": rfc3339(killed_at), "containerID": container_id}
     run.restarts_before = 1
     run.since = killed_at + 1.0
+    ps.quiet_rv = None  # the kubelet must write the status again
     ps.ready_since = run.since + run.outcome.startup_s
     for kind in ("Ready", "ContainersReady"):
         ps.conditions[kind] = (True, ps.ready_since)

@@ -120,11 +120,11 @@ def _backend(cluster: Cluster, ns: str, svc: ServiceSpec, pods: Mapping[tuple[st
     return backend
 
 
-def _caller_effects(ns: str, caller: str, pods: Mapping[tuple[str, str], PodState],
+def _caller_effects(ns: str, caller: str, apps_of: Mapping[tuple[str, str], str],
                     effects: Mapping[tuple[str, str], PodEffects]) -> tuple[float, float]:
     """(loss, delay seconds) that chaos on the caller's own pods adds to its outgoing calls."""
     loss = delay = 0.0
-    mine = [fx for (pns, name), fx in effects.items() if pns == ns and name.startswith(caller + "-")]
+    mine = [fx for key, fx in effects.items() if key[0] == ns and apps_of.get(key) == caller]
     if mine:
         loss = sum(fx.loss for fx in mine) / len(mine)
         delay = max(fx.delay_ms for fx in mine) / 1000.0
@@ -138,6 +138,8 @@ def compute(cluster: Cluster, effects: Mapping[tuple[str, str], PodEffects],
 
     out = Computed()
     policies = cluster.list("networkpolicies.networking.k8s.io")
+    apps_of = {(p["metadata"]["namespace"], p["metadata"]["name"]): (p["metadata"].get("labels") or {}).get("app", "")
+               for key in effects for p in [cluster.get("pods", *key)] if p is not None}
     for ns, instance in cluster.model.get("apps", {}).items():
         app: AppSpec = instance.spec
         ns_obj = cluster.get("namespaces", "", ns) or {"metadata": {}}
@@ -165,7 +167,7 @@ def compute(cluster: Cluster, effects: Mapping[tuple[str, str], PodEffects],
             for edge in s.deps:
                 callee = app.service(edge.callee)
                 health = _edge(cluster, ns, s, callee, backends[callee.name], internal_error[callee.name],
-                               internal_p99[callee.name], policies, ns_labels, service_labels, pods, effects)
+                               internal_p99[callee.name], policies, ns_labels, service_labels, apps_of, effects)
                 out.edges[(ns, s.name, callee.name)] = health
                 if edge.critical:
                     p = health.error_ratio
@@ -200,7 +202,7 @@ def compute(cluster: Cluster, effects: Mapping[tuple[str, str], PodEffects],
 
 def _edge(cluster: Cluster, ns: str, caller: ServiceSpec, callee: ServiceSpec, backend: _Backend,
           callee_error: float, callee_p99: float, policies: list[Obj], ns_labels: Mapping[str, str],
-          service_labels: Mapping[str, Mapping[str, str]], pods: Mapping[tuple[str, str], PodState],
+          service_labels: Mapping[str, Mapping[str, str]], apps_of: Mapping[tuple[str, str], str],
           effects: Mapping[tuple[str, str], PodEffects]) -> EdgeHealth:
     blocked = blocking_policy(policies, ns, service_labels[callee.name], ns, service_labels[caller.name], ns_labels,
                               callee.port,
@@ -209,7 +211,7 @@ def _edge(cluster: Cluster, ns: str, caller: ServiceSpec, callee: ServiceSpec, b
     ip = (service.get("spec") or {}).get("clusterIP", "10.96.0.1")
     if blocked is not None and backend.serving:
         return EdgeHealth(1.0, CLIENT_TIMEOUT_S, f"dial tcp {ip}:{callee.port}: i/o timeout")
-    caller_loss, caller_delay = _caller_effects(ns, caller.name, pods, effects)
+    caller_loss, caller_delay = _caller_effects(ns, caller.name, apps_of, effects)
     loss = _combine(backend.loss, caller_loss)
     loss_error = min(1.0, loss ** 1.5) if loss < 1.0 else 1.0
     unreachable = 1.0 - backend.reachable

@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_sre.simulator import chaos, kubelet, logs, scheduling, signals
-from agent_sre.simulator.cluster import Cluster, Obj, rfc3339
+from agent_sre.simulator.cluster import Cluster, Obj
 from agent_sre.simulator.kubelet import INF, NamespaceView, PodState
-from agent_sre.simulator.selectors import selector_matches
 
 REVISION = "deployment.kubernetes.io/revision"
 HASH_LABEL = "pod-template-hash"
@@ -33,6 +32,8 @@ SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 SYSTEM_CPU_M, SYSTEM_MEMORY = 180.0, 1.1 * 1024 ** 3  # kubelet, containerd and daemonsets on every node
 RESYNC_S = 300.0  # at the latest, a pass runs every 5 simulated minutes (logs and usage stay fresh)
 MAX_CATCH_UP_PASSES = 500  # a longer jump of the clock is finished in one step
+CREATE_RETRY_S = 30.0  # the ReplicaSet controller retries a pod the quota refused
+SCHEDULE_RETRY_S = 60.0  # the scheduler retries an unschedulable pod
 
 
 @dataclass
@@ -54,7 +55,6 @@ class WorkloadState:
     created: dict[str, float] = field(default_factory=dict)  # uid -> creation time (chaos timing)
     ip_counter: dict[str, int] = field(default_factory=dict)  # node -> last host octet handed out
     failing_since: dict[tuple[str, ...], float] = field(default_factory=dict)  # a failure logs lines from then on
-    seed: int = 0
 
     def merge(self, other: WorkloadState) -> None:
         for name in ("pods", "hashes", "pod_counter", "progress", "conditions", "first_failure", "chaos_ticks",
@@ -98,6 +98,7 @@ def reconcile(cluster: Cluster) -> None:
     """
     state: WorkloadState = cluster.model["workload"]
     now = cluster.clock.now()
+    last: _Pass | None = None
     for _ in range(MAX_CATCH_UP_PASSES):
         if cluster.revision != state.seen_revision:
             at = min(max(state.last_sync, state.last_pass), now)
@@ -105,18 +106,22 @@ def reconcile(cluster: Cluster) -> None:
             at = max(state.next_change, state.last_pass)
         else:
             break
-        _run_pass(cluster, state, at)
+        last = _run_pass(cluster, state, at)
     else:
-        _run_pass(cluster, state, now)
+        last = _run_pass(cluster, state, now)
     if state.next_display <= now or now - state.last_pass >= RESYNC_S:
-        _run_pass(cluster, state, now)  # what only shows (back-off phases, counts, logs, usage) is brought up to date
+        last = _run_pass(cluster, state, now)  # what only shows (back-off phases, counts) is brought up to date
+    if last is not None:
+        last.finish()
     state.last_sync = now
 
 
-def _run_pass(cluster: Cluster, state: WorkloadState, at: float) -> None:
-    state.next_change, state.next_display = _Pass(cluster, state, at).run()
+def _run_pass(cluster: Cluster, state: WorkloadState, at: float) -> _Pass:
+    done = _Pass(cluster, state, at)
+    state.next_change, state.next_display = done.run()
     state.seen_revision = cluster.revision
     state.last_pass = at
+    return done
 
 
 # --- helpers ----------------------------------------------------------------------------------------------------
@@ -203,7 +208,7 @@ class _Pass:
 
     def _store(self, resource: str, obj: Obj) -> Obj:
         self._writes += 1
-        obj["metadata"].setdefault("creationTimestamp", rfc3339(self.now))
+        obj["metadata"].setdefault("creationTimestamp", kubelet.stamp(self.now))
         return self.c.create(resource, obj)
 
     def _index(self) -> None:
@@ -292,14 +297,19 @@ class _Pass:
         self._deployment_status()
         self._endpoints()
         self._quota_status()
-        computed = signals.compute(self.c, self.effects, self.st.pods)
-        self.c.model["signals"] = computed.services
-        self.c.model["edges"] = computed.edges
-        self._usage(computed.load)
-        self._logs(computed)
+        self.computed = signals.compute(self.c, self.effects, self.st.pods)
+        self.c.model["signals"] = self.computed.services
+        self.c.model["edges"] = self.computed.edges
+        self.failing = self._failing_since(self.computed)
         if self.endpoints_changed:
             self.next_change = self.now  # a waiting init container may see its service now
         return self.next_change, self.next_display
+
+    def finish(self) -> None:
+        """What only readers see - usage for `kubectl top` and logs - for the last pass of a sync: passes in
+        between (a clock jump stepping through state changes) skip it."""
+        self._usage(self.computed.load)
+        self._logs(*self.failing)
 
     # --- Chaos Mesh --------------------------------------------------------------------------------------------
     def _chaos(self) -> None:
@@ -351,9 +361,9 @@ class _Pass:
         records = [{"id": f"{p['metadata']['namespace']}/{p['metadata']['name']}", "selectorKey": ".",
                     "phase": "Injected"} for p in selected]
         if exp.tick >= 0:
-            status = {"time": rfc3339(self.st.created[exp.uid]), "active": [{"kind": exp.kind, "name": exp.name}]}
+            status = {"time": kubelet.stamp(self.st.created[exp.uid]), "active": [{"kind": exp.kind, "name": exp.name}]}
         else:
-            stamp = rfc3339(self.st.created[exp.uid])
+            stamp = kubelet.stamp(self.st.created[exp.uid])
             status = {"conditions": [
                 {"type": "Selected", "status": "True" if selected else "False"},
                 {"type": "AllInjected", "status": "True" if selected else "False"},
@@ -391,7 +401,7 @@ class _Pass:
             new = {**node, "spec": dict(spec)}
             if want:
                 new["spec"]["taints"] = [*taints, {"key": scheduling.UNSCHEDULABLE_TAINT, "effect": "NoSchedule",
-                                                   "timeAdded": rfc3339(self.now)}]
+                                                   "timeAdded": kubelet.stamp(self.now)}]
             else:
                 rest = [t for t in taints if t.get("key") != scheduling.UNSCHEDULABLE_TAINT]
                 if rest:
@@ -438,13 +448,15 @@ class _Pass:
         selector = _clone(dep["spec"]["selector"])
         selector.setdefault("matchLabels", {})[HASH_LABEL] = pod_hash
         name = f"{meta['name']}-{pod_hash}"
-        annotations = {REVISION: str(revision), "deployment.kubernetes.io/desired-replicas": str(
-            dep["spec"].get("replicas", 1)), "deployment.kubernetes.io/max-replicas": str(dep["spec"].get("replicas", 1))}
+        replicas = str(dep["spec"].get("replicas", 1))
+        annotations = {REVISION: str(revision), "deployment.kubernetes.io/desired-replicas": replicas,
+                       "deployment.kubernetes.io/max-replicas": replicas}
         cause = (meta.get("annotations") or {}).get(CHANGE_CAUSE)
         if cause:
             annotations[CHANGE_CAUSE] = cause
         rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
-              "metadata": {"name": name, "namespace": meta["namespace"], "uid": stable_uid(meta["namespace"], "rs", name),
+              "metadata": {"name": name, "namespace": meta["namespace"],
+                           "uid": stable_uid(meta["namespace"], "rs", name),
                            "labels": dict(template["metadata"]["labels"]), "annotations": annotations,
                            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": meta["name"],
                                                 "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}]},
@@ -497,10 +509,9 @@ class _Pass:
         strategy = spec.get("strategy") or {}
         before = self.c.revision
         if strategy.get("type") == "Recreate":
-            active_olds = [r for r in olds if r["spec"].get("replicas", 0) > 0 or self._pods_of(r)]
             for old in olds:
                 self._scale(dep, old, 0)
-            if not active_olds or all(not self._pods_of(r) for r in olds):
+            if not any(self._pods_of(r) for r in olds):  # the new pods start once the old ones are gone
                 self._scale(dep, new, replicas)
         else:
             rolling = strategy.get("rollingUpdate") or {}
@@ -512,13 +523,21 @@ class _Pass:
             if new_replicas > replicas or not olds:
                 self._scale(dep, new, replicas)
             elif new_replicas < replicas:
-                current = sum(r["spec"].get("replicas", 0) for r in owned) + (0 if new in owned else new_replicas)
+                current = new_replicas + sum(r["spec"].get("replicas", 0) for r in olds)
                 room = replicas + surge - current
                 if room > 0:
                     self._scale(dep, new, min(replicas, new_replicas + room))
             new = self.c.get("replicasets.apps", ns, new["metadata"]["name"]) or new
             self._scale_down_olds(dep, new, olds, replicas, unavailable)
+        self._prune_history(olds, spec.get("revisionHistoryLimit", 10))
         return changed or self.c.revision != before
+
+    def _prune_history(self, olds: list[Obj], limit: int) -> None:
+        """Old ReplicaSets scaled to zero beyond `revisionHistoryLimit` are deleted, oldest first."""
+        idle = [r for r in olds if not r["spec"].get("replicas") and not self._pods_of(r)]
+        for rs in idle[:max(0, len(idle) - limit)]:
+            self.c.delete("replicasets.apps", rs["metadata"]["namespace"], rs["metadata"]["name"])
+            self._writes += 1
 
     def _scale_down_olds(self, dep: Obj, new: Obj, olds: list[Obj], replicas: int, unavailable: int) -> None:
         """The rolling update's scale-down half: never below `replicas - maxUnavailable` available pods."""
@@ -571,10 +590,11 @@ class _Pass:
                 if rejection is not None:
                     key = (rs["metadata"]["uid"], "FailedCreate")
                     since = self.st.first_failure.setdefault(key, self.now)
+                    retries = 1 + int((self.now - since + kubelet.TIME_EPSILON_S) // CREATE_RETRY_S)
                     self._event(rs, "FailedCreate", f'Error creating: pods "{pod["metadata"]["name"]}" is '
                                 f"forbidden: {rejection}", "Warning", component="replicaset-controller",
-                                count=1 + int((self.now - since) // 30))
-                    self._later(self.now + 30, display=True)
+                                count=retries)
+                    self._later(since + retries * CREATE_RETRY_S, display=True)
                     break
             self.st.pod_counter[rs["metadata"]["uid"]] = self.st.pod_counter.get(rs["metadata"]["uid"], 0) + 1
             self._store("pods", pod)
@@ -594,7 +614,8 @@ class _Pass:
     def _new_pod(self, rs: Obj) -> Obj:
         meta = rs["metadata"]
         n = self.st.pod_counter.get(meta["uid"], 0)
-        suffix = stable_suffix(self.st.seed, meta["uid"], n)
+        instance = self.c.model.get("apps", {}).get(meta["namespace"])
+        suffix = stable_suffix(instance.seed if instance else 0, meta["uid"], n)  # pod names follow the seed
         name = f"{meta['name']}-{suffix}"
         template = rs["spec"]["template"]
         spec = _clone(template.get("spec") or {})
@@ -643,11 +664,13 @@ class _Pass:
                 since = self.st.first_failure.setdefault((meta["uid"], "FailedScheduling"), self.now)
                 status = {"phase": "Pending", "qosClass": kubelet.qos_class(pod["spec"]), "conditions": [
                     {"type": "PodScheduled", "status": "False", "lastProbeTime": None,
-                     "lastTransitionTime": rfc3339(since), "reason": "Unschedulable", "message": message}]}
+                     "lastTransitionTime": kubelet.stamp(since), "reason": "Unschedulable", "message": message}]}
                 if pod.get("status") != status:
                     self._write("pods", {**pod, "status": status})
+                attempts = 1 + int((self.now - since + kubelet.TIME_EPSILON_S) // SCHEDULE_RETRY_S)
                 self._event(pod, "FailedScheduling", message, "Warning", component="default-scheduler",
-                            count=1 + int((self.now - since) // 60))
+                            count=attempts)
+                self._later(since + attempts * SCHEDULE_RETRY_S, display=True)
                 continue
             self.st.first_failure.pop((meta["uid"], "FailedScheduling"), None)
             req = scheduling.pod_requests(pod["spec"])
@@ -686,12 +709,18 @@ class _Pass:
                 ps = self.st.pods[key] = PodState(node=node["metadata"]["name"], ip=self._pod_ip(node), host_ip="",
                                                   scheduled_at=self.now)
             effects = self.effects.get(key)
-            status, _, nxt, display = kubelet.sync_pod(pod, ps, self._view(key[0]), self.now, self._kubelet_event,
-                                                       pod_failure=effects is not None and effects.failure)
+            if effects is None and ps.quiet_rv == meta.get("resourceVersion"):
+                continue  # running, ready and untouched since the last pass: nothing about it can have changed
+            status, ready, nxt, display = kubelet.sync_pod(pod, ps, self._view(key[0]), self.now,
+                                                           self._kubelet_event,
+                                                           pod_failure=effects is not None and effects.failure)
             self._later(nxt)
             self._later(display, display=True)
             if pod.get("status") != status:
-                self._write("pods", {**pod, "status": status})
+                pod = self._write("pods", {**pod, "status": status})
+            quiet = ready and effects is None and nxt == INF and display == INF and all(
+                r.outcome.kind in ("run", "complete") for r in ps.runs.values())
+            ps.quiet_rv = pod["metadata"].get("resourceVersion") if quiet else None
 
     # --- status ------------------------------------------------------------------------------------------------
     def _replicaset_status(self) -> None:
@@ -705,7 +734,7 @@ class _Pass:
             failure = self.st.first_failure.get((rs["metadata"]["uid"], "FailedCreate"))
             if failure is not None:
                 status["conditions"] = [{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
-                                         "lastTransitionTime": rfc3339(failure),
+                                         "lastTransitionTime": kubelet.stamp(failure),
                                          "message": self._last_event_message(rs, "FailedCreate")}]
             for key in ("readyReplicas", "availableReplicas"):
                 if not status[key]:
@@ -727,8 +756,8 @@ class _Pass:
         elif previous[1] != reason:
             previous = (status, reason, previous[2], self.now)
         self.st.conditions[key] = previous
-        return {"type": kind, "status": status, "lastUpdateTime": rfc3339(previous[3]),
-                "lastTransitionTime": rfc3339(previous[2]), "reason": reason, "message": message}
+        return {"type": kind, "status": status, "lastUpdateTime": kubelet.stamp(previous[3]),
+                "lastTransitionTime": kubelet.stamp(previous[2]), "reason": reason, "message": message}
 
     def _deployment_status(self) -> None:
         for dep in self.c.list("deployments.apps"):
@@ -762,7 +791,8 @@ class _Pass:
             if complete:
                 progressing = ("True", "NewReplicaSetAvailable", f'ReplicaSet "{rs_name}" has successfully progressed.')
             elif self.now - since + kubelet.TIME_EPSILON_S >= deadline:
-                progressing = ("False", "ProgressDeadlineExceeded", f'ReplicaSet "{rs_name}" has timed out progressing.')
+                progressing = ("False", "ProgressDeadlineExceeded",
+                               f'ReplicaSet "{rs_name}" has timed out progressing.')
             else:
                 progressing = ("True", "ReplicaSetUpdated", f'ReplicaSet "{rs_name}" is progressing.')
                 self._later(since + deadline, display=True)
@@ -780,7 +810,16 @@ class _Pass:
             if dep.get("status") != status:
                 self._write("deployments.apps", {**dep, "status": status})
 
+    def _by_label(self, ns: str, key: str) -> dict[str, list[Obj]]:
+        out: dict[str, list[Obj]] = defaultdict(list)
+        for pod in self._pods(ns):
+            value = (pod["metadata"].get("labels") or {}).get(key)
+            if value is not None:
+                out[value].append(pod)
+        return out
+
     def _endpoints(self) -> None:
+        by_app: dict[str, dict[str, list[Obj]]] = {}
         for svc in self.c.list("services"):
             meta, spec = svc["metadata"], svc.get("spec") or {}
             selector = spec.get("selector")
@@ -788,7 +827,9 @@ class _Pass:
                 continue
             ns = meta["namespace"]
             groups: dict[tuple[tuple[str, int, str], ...], dict[str, list[Obj]]] = {}
-            for pod in self._pods(ns):
+            candidates = by_app.setdefault(ns, self._by_label(ns, "app")).get(selector["app"], []) \
+                if "app" in selector else self._pods(ns)
+            for pod in candidates:
                 ps = self.st.pods.get((ns, pod["metadata"]["name"]))
                 if ps is None or not pod["spec"].get("nodeName"):
                     continue
@@ -872,7 +913,9 @@ class _Pass:
         self.c.model["node_usage"] = {n: (cpu, mem) for n, (cpu, mem) in node_usage.items()}
 
     # --- logs --------------------------------------------------------------------------------------------------
-    def _logs(self, computed: signals.Computed) -> None:
+    def _failing_since(self, computed: signals.Computed) -> tuple[dict[Any, Any], dict[Any, Any]]:
+        """The failing calls and database logins per service, each with the moment it started failing (logs
+        show errors from then on), tracked at every pass so a clock jump does not move the onset."""
         seen: set[tuple[str, ...]] = set()
 
         def since(*key: str) -> float:
@@ -885,6 +928,9 @@ class _Pass:
         inbound = {(ns, db): tuple((user, since(ns, db, "auth", user)) for user in users)
                    for (ns, db), users in computed.auth_failures.items()}
         self.st.failing_since = {k: v for k, v in self.st.failing_since.items() if k in seen}
+        return failing, inbound
+
+    def _logs(self, failing: dict[Any, Any], inbound: dict[Any, Any]) -> None:
         for (ns, name), ps in self.st.pods.items():
             pod = self.c.get("pods", ns, name)
             if pod is None:

@@ -1,0 +1,3 @@
+from agent_sre.cli import app
+
+app()

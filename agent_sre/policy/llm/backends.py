@@ -1,0 +1,173 @@
+"""Where completions come from: a local transformers model, or an OpenAI-compatible endpoint (vLLM, Ollama, a
+hosted API) for models too big for the worker. Both take our conversations and return the completion text with
+the token ids and logprobs the backend gives, so every action can be learned from later."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import aiohttp
+
+from agent_sre.models.llm import SamplingConfig
+from agent_sre.models.policy import ChatMessage
+from agent_sre.policy.llm.chat import chat_messages, prompt_token_ids
+from agent_sre.policy.llm.checkpoint import LoadedModel
+
+FinishReason = Literal["stop", "length", "too_long"]
+
+
+class BackendError(RuntimeError):
+    """The backend could not answer (unreachable, an HTTP error, a malformed reply): an infrastructure failure
+    to retry, unlike a bad completion, which is the model's mistake and becomes an invalid action."""
+
+
+@dataclass
+class Generation:
+    """One completion. `token_ids` and `logprobs` cover the sampled tokens, the end-of-turn token included when
+    the model emitted one; logprobs are under the distribution actually sampled from (after temperature/top-p).
+    `problem` says why there is no completion at all (the prompt does not fit the context)."""
+
+    text: str
+    token_ids: list[int] | None
+    logprobs: list[float] | None
+    finish_reason: FinishReason
+    prompt_tokens: int | None = None
+    problem: str | None = None
+
+
+class Backend(Protocol):
+    def generate(self, prompts: Sequence[Sequence[ChatMessage]], sampling: SamplingConfig) -> list[Generation]: ...
+
+
+class TransformersBackend:
+    """Batched generation with a local model (KV cache on, left padding). One batch at a time per model: the
+    activity worker runs decisions in threads, and interleaving them on one model only thrashes the CPU."""
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        self.loaded = loaded
+        self._lock = threading.Lock()
+
+    def generate(self, prompts: Sequence[Sequence[ChatMessage]], sampling: SamplingConfig) -> list[Generation]:
+        encoded = [prompt_token_ids(self.loaded.tokenizer, p) for p in prompts]
+        limit = self.loaded.context_length
+        results: list[Generation | None] = [None] * len(encoded)
+        fitting = []
+        for i, ids in enumerate(encoded):
+            if len(ids) + sampling.max_new_tokens > limit:
+                results[i] = Generation(text="", token_ids=[], logprobs=[], finish_reason="too_long",
+                                        prompt_tokens=len(ids),
+                                        problem=f"the conversation is {len(ids)} tokens and with "
+                                                f"{sampling.max_new_tokens} new tokens exceeds the model's context "
+                                                f"of {limit} tokens")
+            else:
+                fitting.append(i)
+        if fitting:
+            with self._lock:
+                generated = self._generate([encoded[i] for i in fitting], sampling)
+            for i, generation in zip(fitting, generated, strict=True):
+                results[i] = generation
+        return [r for r in results if r is not None]
+
+    def _generate(self, batch: list[list[int]], sampling: SamplingConfig) -> list[Generation]:
+        import torch
+        from transformers import GenerationConfig
+
+        tokenizer, model = self.loaded.tokenizer, self.loaded.model
+        pad = tokenizer.pad_token_id
+        width = max(len(ids) for ids in batch)
+        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch], device=self.loaded.device)
+        attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch],
+                                 device=self.loaded.device)
+        sample = sampling.temperature > 0
+        stops = self.loaded.stop_token_ids
+        config = GenerationConfig(
+            do_sample=sample, temperature=sampling.temperature if sample else None,
+            top_p=sampling.top_p if sample else None, top_k=0 if sample else None,
+            max_new_tokens=sampling.max_new_tokens, eos_token_id=stops, pad_token_id=pad, use_cache=True,
+            return_dict_in_generate=True, output_scores=True)
+        with torch.inference_mode():
+            out = model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config)
+        new = out.sequences[:, width:]
+        # scores are the processed logits each token was drawn from, so these are the sampling probabilities
+        logprobs = torch.stack([step.float().log_softmax(-1).gather(1, new[:, t:t + 1]).squeeze(1)
+                                for t, step in enumerate(out.scores)], dim=1)
+        generations = []
+        for row, ids in enumerate(new.tolist()):
+            end = next((t + 1 for t, token in enumerate(ids) if token in stops), None)
+            kept = ids[:end] if end is not None else ids
+            text_ids = kept[:-1] if end is not None else kept
+            generations.append(Generation(
+                text=tokenizer.decode(text_ids, skip_special_tokens=True), token_ids=kept,
+                logprobs=logprobs[row, :len(kept)].tolist(), finish_reason="stop" if end is not None else "length",
+                prompt_tokens=len(batch[row])))
+        return generations
+
+
+class OpenAIBackend:
+    """`POST {base_url}/chat/completions` with `logprobs: true`, one request per conversation, concurrently.
+
+    `base_url` is the API root, as in the OpenAI SDK (e.g. `http://vllm:8000/v1`); `model` is the served model name.
+    OpenAI-compatible servers return per-token logprobs but not token ids; vLLM does with
+    `return_tokens_as_token_ids` (set `token_ids=True`)."""
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout_s: float = 120.0,
+                 token_ids: bool = False) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+        self.token_ids = token_ids
+
+    def generate(self, prompts: Sequence[Sequence[ChatMessage]], sampling: SamplingConfig) -> list[Generation]:
+        """Blocking; call from a thread (the activity worker's), not from a running event loop."""
+        return asyncio.run(self.agenerate(prompts, sampling))
+
+    async def agenerate(self, prompts: Sequence[Sequence[ChatMessage]],
+                        sampling: SamplingConfig) -> list[Generation]:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        async with aiohttp.ClientSession(headers=headers, timeout=timeout) as session:
+            return list(await asyncio.gather(*(self._complete(session, p, sampling) for p in prompts)))
+
+    def request_body(self, messages: Sequence[ChatMessage], sampling: SamplingConfig) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "messages": chat_messages(messages),
+                                "temperature": sampling.temperature, "top_p": sampling.top_p,
+                                "max_tokens": sampling.max_new_tokens, "logprobs": True, "n": 1}
+        if self.token_ids:
+            body["return_tokens_as_token_ids"] = True
+        return body
+
+    async def _complete(self, session: aiohttp.ClientSession, messages: Sequence[ChatMessage],
+                        sampling: SamplingConfig) -> Generation:
+        try:
+            async with session.post(self.url, json=self.request_body(messages, sampling)) as response:
+                text = await response.text()
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise BackendError(f"cannot reach the model endpoint {self.url}: {exc or type(exc).__name__}") from exc
+        if status != 200:
+            raise BackendError(f"the model endpoint {self.url} answered HTTP {status}: {text[:500]}")
+        try:
+            return self._parse(json.loads(text))
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise BackendError(f"the model endpoint {self.url} sent a malformed chat completion "
+                               f"({type(exc).__name__}: {exc}): {text[:500]}") from exc
+
+    def _parse(self, reply: dict[str, Any]) -> Generation:
+        choice = reply["choices"][0]
+        content = choice["logprobs"]["content"] if choice.get("logprobs") else None
+        ids = None
+        if self.token_ids:
+            if content is None or not all(str(t["token"]).startswith("token_id:") for t in content):
+                raise ValueError("no token ids in the logprobs (return_tokens_as_token_ids is a vLLM option)")
+            ids = [int(str(t["token"]).removeprefix("token_id:")) for t in content]
+        usage = reply.get("usage") or {}
+        return Generation(text=choice["message"].get("content") or "", token_ids=ids,
+                          logprobs=[float(t["logprob"]) for t in content] if content is not None else None,
+                          finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
+                          prompt_tokens=usage.get("prompt_tokens"))

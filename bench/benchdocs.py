@@ -1,0 +1,29 @@
+"""Writing a benchmark's figures into docs/benchmarks.md: each script owns one `## ...` section."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shlex
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+
+
+def provenance() -> str:
+    """The command that produced the figures, when, and on what machine."""
+    command = " ".join([".venv/bin/python", *map(shlex.quote, [os.path.relpath(sys.argv[0]), *sys.argv[1:]])])
+    return (f"Command: `{command}`  \nDate: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {os.cpu_count()} CPUs "
+            f"(nproc), {platform.machine()}, Python {platform.python_version()}.\n")
+
+
+def write_section(heading: str, body: str) -> None:
+    """Replace the section under `heading` (or append it), leaving the other sections alone."""
+    section = f"{heading}\n\n{body.rstrip()}\n"
+    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n\nFigures measured by the scripts in bench/.\n"
+    pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
+    text = pattern.sub(lambda _: section + "\n", text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
+    DOCS.write_text(text)

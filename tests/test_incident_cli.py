@@ -1,0 +1,224 @@
+"""`agent-sre incident …` and `agent-sre worker` as a user runs them: the worker is a real process (with its
+Prometheus endpoint), the commands run through the CLI against the session's Temporal server and simulator."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from isolated_workers import isolated_queues
+from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
+from typer.testing import CliRunner, Result
+
+from agent_sre.cli import app
+from agent_sre.cli import incident as incident_cli
+from agent_sre.config import Settings
+from agent_sre.scenarios import default_catalog
+from agent_sre.simulator.client import SimulatorClient
+from agent_sre.stack.ports import pick_free_ports
+
+BAD_IMAGE = default_catalog() / "bad-image.yaml"
+
+
+@dataclass
+class Worker:
+    settings: Settings
+    metrics_port: int
+
+    def metric(self, name: str, **labels: str) -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+                   if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+@pytest.fixture(scope="module")
+def worker(stack: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
+    """`agent-sre worker` on queues of its own, metrics on a free port."""
+    settings = isolated_queues(stack)
+    [port] = pick_free_ports(1, "127.0.0.1")
+    env = dict(os.environ, AGENT_SRE_QUEUE_AGENT=settings.queue_agent, AGENT_SRE_QUEUE_TOOLS=settings.queue_tools,
+               AGENT_SRE_QUEUE_POLICY=settings.queue_policy)
+    log = tmp_path_factory.mktemp("worker") / "worker.log"
+    proc = subprocess.Popen([sys.executable, "-m", "agent_sre.cli", "worker", "--metrics-port", str(port)], env=env,
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    handle = Worker(settings, port)
+    try:
+        _until(lambda: "worker on" in log.read_text() and _answers(handle), "the worker to start", log)
+        yield handle
+    finally:
+        proc.send_signal(signal.SIGINT)  # graceful: KeyboardInterrupt shuts the workers down
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _answers(worker: Worker) -> bool:
+    try:
+        worker.metric("agent_sre_incidents_started_total")
+    except OSError:
+        return False
+    return True
+
+
+def _until(ok: Callable[[], object], what: str, log: Path | None = None, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ok():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}" + (f"\n{log.read_text()}" if log else ""))
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def cli(worker: Worker, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
+    """Run `agent-sre ARGS` with settings naming the worker's queues."""
+    monkeypatch.setattr(incident_cli, "get_settings", lambda: worker.settings)
+    monkeypatch.setattr(incident_cli, "console", Console(width=200))  # no wrapped table cells to match across
+    runner = CliRunner()
+
+    def run(*args: str) -> Result:
+        return runner.invoke(app, list(args))
+
+    return run
+
+
+@pytest.fixture
+def shop_env(stack: Settings) -> Iterator[str]:
+    """A fresh simulated environment with the shop app; yields its Kubernetes API URL."""
+    sim = SimulatorClient(stack.sim_url)
+    env = sim.create_env(apps=["shop"])
+    try:
+        yield env["server"]
+    finally:
+        sim.delete_env(env["name"])
+
+
+def flat(result: Result) -> str:
+    """The output with rich's line wrapping undone, for matching phrases."""
+    return re.sub(r"\s+", " ", result.output)
+
+
+def status_until(cli: Callable[..., Result], workflow_id: str, phrase: str, timeout_s: float = 90.0) -> str:
+    last = ""
+
+    def reached() -> bool:
+        nonlocal last
+        result = cli("incident", "status", workflow_id)
+        assert result.exit_code == 0, result.output
+        last = flat(result)
+        return phrase in last
+
+    _until(reached, f"{phrase!r} in the status of {workflow_id}", timeout_s=timeout_s)
+    return last
+
+
+def test_scenario_with_approval_then_feedback(cli: Callable[..., Result], worker: Worker) -> None:
+    started = cli("incident", "start", "--scenario", str(BAD_IMAGE), "--name", "bad-image-cart-s0",
+                  "--approval-risk", "medium", "--feedback-window", "60")
+    assert started.exit_code == 0, started.output
+    episode_id = re.search(r"started (episode-cli-\S+)", flat(started)).group(1)  # type: ignore[union-attr]
+    workflow_id = f"{episode_id}-remediation"
+    waiting = status_until(cli, episode_id, "awaiting_approval")  # the episode's status follows its remediation
+    step = int(re.search(r"waiting for approval │ step (\d+): (\w+)", waiting).group(1))  # type: ignore[union-attr]
+    wrong = cli("incident", "approve", workflow_id, "--step", str(step + 1))
+    assert wrong.exit_code == 1 and f"step {step + 1} is not waiting for approval; step {step}" in flat(wrong)
+    early = cli("incident", "feedback", workflow_id, "--rating", "1")
+    assert early.exit_code == 1 and "not awaiting feedback" in flat(early)
+
+    approved = cli("incident", "approve", workflow_id, "--step", str(step), "--by", "oncall")
+    assert approved.exit_code == 0 and "approved" in approved.output, approved.output
+
+    status_until(cli, workflow_id, "awaiting_feedback")
+    sent = cli("incident", "feedback", workflow_id, "--rating", "1", "--comment", "quick rollback")
+    assert sent.exit_code == 0, sent.output
+
+    done = status_until(cli, workflow_id, "COMPLETED")
+    assert "phase │ done" in done and "termination │ finished" in done
+    assert "feedback +1" in done  # the rating was folded into the reward
+    assert worker.metric("agent_sre_incidents_finished_total", model_version="runbook-v1") >= 1
+
+
+
+def test_user_report_starts_then_attaches(cli: Callable[..., Result], shop_env: str) -> None:
+    text = f"my checkout page keeps failing ({shop_env.rsplit('/', 1)[-1]})"
+    args = ("incident", "report", text, "--namespace", "shop", "--service", "checkout", "--kubeconfig", shop_env)
+    first = cli(*args)
+    assert first.exit_code == 0, first.output
+    workflow_id = re.search(r"started (incident-shop-\w+)", flat(first)).group(1)  # type: ignore[union-attr]
+    again = cli(*args)
+    assert again.exit_code == 0 and f"attached to the running remediation {workflow_id}" in flat(again)
+    assert cli("incident", "cancel", workflow_id).exit_code == 0
+
+
+def test_cancel_while_a_write_waits_for_approval(cli: Callable[..., Result]) -> None:
+    started = cli("incident", "start", "--scenario", str(BAD_IMAGE), "--name", "bad-image-checkout-s0",
+                  "--approval-risk", "low")
+    assert started.exit_code == 0, started.output
+    episode_id = re.search(r"started (episode-cli-\S+)", flat(started)).group(1)  # type: ignore[union-attr]
+    workflow_id = f"{episode_id}-remediation"
+    status_until(cli, episode_id, "awaiting_approval")
+    cancelled = cli("incident", "cancel", workflow_id)
+    assert cancelled.exit_code == 0 and f"cancel sent to {workflow_id}" in cancelled.output
+    done = status_until(cli, workflow_id, "COMPLETED")
+    assert "termination │ cancelled" in done
+    assert "writes / refused / invalid │ 0 / 1 / 0" in done  # the waiting write was refused, never run
+
+
+def test_alert_file_starts_one_remediation_per_firing_alert(cli: Callable[..., Result], shop_env: str,
+                                                             tmp_path: Path) -> None:
+    tag = shop_env.rsplit("/", 1)[-1]
+    firing = [{"status": "firing", "labels": {"alertname": "KubePodCrashLooping", "namespace": "shop",
+                                               "deployment": name, "env": tag}} for name in ("cart", "catalog")]
+    resolved = {"status": "resolved", "labels": {"alertname": "Old", "namespace": "shop", "env": tag}}
+    hook = tmp_path / "webhook.json"
+    hook.write_text(json.dumps({"version": "4", "groupKey": "g", "status": "firing", "receiver": "agent-sre",
+                                "alerts": [*firing, resolved]}))
+    result = cli("incident", "start", "--alert", str(hook), "--kubeconfig", shop_env)
+    assert result.exit_code == 0, result.output
+    ids = re.findall(r"started (incident-shop-\w+)", flat(result))
+    assert len(set(ids)) == 2
+    for workflow_id in ids:
+        assert cli("incident", "cancel", workflow_id).exit_code == 0
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("incident", "start"), "give exactly one of --alert FILE or --scenario FILE"),
+    (("incident", "start", "--scenario", str(BAD_IMAGE)), "holds 9 scenarios; pick one with --name"),
+    (("incident", "start", "--scenario", str(BAD_IMAGE), "--name", "nope"), "no scenario named 'nope'"),
+    (("incident", "report", "x", "--namespace", "Not_Valid"), "namespace: String should match pattern"),
+    (("incident", "report", "x", "--namespace", "shop", "--policy", "llm"), "policy 'llm' cannot be chosen"),
+    (("incident", "status", "incident-nope-0"), "no such workflow"),
+    (("incident", "cancel", "incident-nope-0"), "no such workflow"),
+    (("incident", "feedback", "incident-nope-0", "--rating", "2"), "--rating"),
+])
+def test_bad_input_is_one_clear_error(cli: Callable[..., Result], args: tuple[str, ...], message: str) -> None:
+    result = cli(*args)
+    assert result.exit_code != 0
+    assert message in flat(result), result.output
+    assert "Traceback" not in result.output
+
+
+def test_alert_file_errors_name_the_file(cli: Callable[..., Result], tmp_path: Path) -> None:
+    cases = {"not-json.json": ("{nope", "is not JSON"),
+             "no-namespace.json": ('{"labels": {"alertname": "X"}}', "alert X has no 'namespace' label"),
+             "empty-webhook.json": ('{"version": "4", "alerts": []}', "(webhook): groupKey: Field required"),
+             "only-resolved.json": ('{"status": "resolved", "labels": {"namespace": "shop"}}', "no firing alert")}
+    for name, (content, message) in cases.items():
+        path = tmp_path / name
+        path.write_text(content)
+        result = cli("incident", "start", "--alert", str(path))
+        assert result.exit_code == 1, (name, result.output)
+        assert message in flat(result), (name, result.output)
