@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from isolated_workers import running_workers, terminate_running
 from prometheus_client import REGISTRY
 from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent_sre.alerts.receiver import ROLLOUT_LABEL, create_app
@@ -224,7 +225,7 @@ async def _eventually(fetch: Any, ok: Any, timeout_s: float = 20.0) -> Any:
 
 async def test_temporal_unreachable_is_503_so_alertmanager_retries(temporal_server: Settings) -> None:
     [port] = pick_free_ports(1, "127.0.0.1")  # nothing listens there
-    down = await Client.connect(f"127.0.0.1:{port}", lazy=True)
+    down = await Client.connect(f"127.0.0.1:{port}", lazy=True, data_converter=pydantic_data_converter)
     async with TestClient(TestServer(create_app(down, temporal_server, TOKEN))) as http:
         resp = await http.post("/alerts", json=webhook(alert()), headers={"Authorization": f"Bearer {TOKEN}"})
         reply = await resp.json()

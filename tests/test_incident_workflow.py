@@ -59,8 +59,12 @@ async def test_every_fault_type_runs_through_the_workflow_with_the_runbook(stack
     assert {r.fault for r in results} == set(catalog)
     assert all(r.outcome.steps >= 1 and r.outcome.trajectory_key for r in results)
     rows = {row.group: row for row in summarize(results)}
-    # The runbook is a decent baseline, not an oracle: it must fix a good share and not everything.
-    assert 0.3 <= rows["all"].success_rate < 1.0, rows["all"]
+    resolved = {r.fault for r in results if r.outcome.outcome == "resolved"}
+    # The runbook is a decent baseline, not an oracle: the textbook faults it fixes, its documented blind
+    # spots (NetworkPolicies, Service wiring, a corrupted Secret survives a rollback) it misses.
+    assert {"bad_image", "oom_limit", "chaos_network_delay", "node_selector_missing", "scaled_to_zero"} <= resolved
+    assert not {"network_policy_deny", "service_selector", "secret_password"} & resolved
+    assert 0.5 <= rows["all"].success_rate < 1.0, rows["all"]
     stored = list(iter_trajectories(object_store(stack), stack.s3_bucket, model_version="runbook-v1"))
     assert {r.outcome.workflow_id for r in results} <= {t.workflow_id for t in stored}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from agent_sre.models.episode import OutcomeStats
 from agent_sre.models.remediation import PolicyName, PolicyRef
@@ -28,6 +28,15 @@ class FileEntry(BaseModel):
     path: str = Field(description="relative POSIX path inside the version directory")
     sha256: str = Field(pattern=SHA256_PATTERN)
     bytes: int = Field(ge=0)
+
+    @field_validator("path")
+    @classmethod
+    def _inside(cls, path: str) -> str:
+        """A card is read from the store: a path must not lead a download outside the version's directory."""
+        parts = path.split("/")
+        if not path or path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in parts):
+            raise ValueError(f"{path!r} is not a plain relative path")
+        return path
 
 
 class DataItem(BaseModel):

@@ -22,9 +22,10 @@ CHAOS_ROW = re.compile(r"^(?P<kind>PodChaos|StressChaos|NetworkChaos|HTTPChaos|S
 CHAOS_SLASH = re.compile(r"(?P<kind>podchaos|stresschaos|networkchaos|httpchaos|schedule)[.\w-]*/(?P<name>[-a-z0-9]+)",
                          re.IGNORECASE)
 NODE_CORDONED = re.compile(r"^(?P<name>[-a-z0-9.]+)\s.*SchedulingDisabled", re.MULTILINE)
-MEMORY_LIMIT = re.compile(r"Limits:\s*\n(?:\s+cpu:\s*\S+\s*\n)?\s+memory:\s*(?P<value>\d+)(?P<unit>Ki|Mi|Gi)")
-CONTAINER = re.compile(r"^Containers:\s*\n\s+(?P<name>[-a-z0-9]+):", re.MULTILINE)
+MEMORY_LIMIT = re.compile(r"Limits:\s+(?:cpu=\S+\s+)?memory=(?P<value>\d+)(?P<unit>Ki|Mi|Gi)")
+CONTAINER = re.compile(r"^\s*Containers:\s*\n\s+(?P<name>[-a-z0-9]+):", re.MULTILINE)
 QUOTA_NAME = re.compile(r'exceeded quota: (?P<name>[-a-z0-9]+)')
+SCALED_TO_ZERO = re.compile(r"deployment/(?P<name>[-a-z0-9]+)\s+Scaled down replica set \S+ to 0 from")
 CHAOS_KIND_CASE = {k.lower(): k for k in ("PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "Schedule")}
 UNHEALTHY = ("CrashLoopBackOff", "Error", "ImagePullBackOff", "ErrImagePull", "OOMKilled", "Pending",
              "CreateContainerConfigError", "Init:", "ContainerCreating")
@@ -82,6 +83,9 @@ class RunbookPolicy(ActionPolicy):
         if chaos is not None:
             kind = CHAOS_KIND_CASE.get(chaos["kind"].lower(), chaos["kind"])
             return ToolCall(tool="delete_chaos_experiment", args={"kind": kind, "name": chaos["name"]})
+        for zero in SCALED_TO_ZERO.finditer(ev.text):  # scaled to zero, and not as part of a rollout
+            if not re.search(rf"deployment/{zero['name']}\s+Scaled up", ev.text):
+                return ToolCall(tool="scale", args={"deployment": zero["name"], "replicas": 1})
         pod = _worst_pod(ev.text, service)
         deployment = deployment_of(pod["name"]) if pod is not None else service
         if deployment is None:
@@ -103,8 +107,6 @@ class RunbookPolicy(ActionPolicy):
                                                                "requests.memory": "40Gi"}})
         if ev.has("ImagePullBackOff", "ErrImagePull", "CrashLoopBackOff", "Readiness probe failed", "Init:"):
             return ToolCall(tool="rollout_undo", args={"deployment": deployment})
-        if ev.has("0/0", "scaled to 0", "Replicas:          0 desired", "Replicas: 0 desired"):
-            return ToolCall(tool="scale", args={"deployment": deployment, "replicas": 2})
         if pod is not None and int(pod["restarts"]) > 0:
             return ToolCall(tool="rollout_restart", args={"deployment": deployment})
         return None
@@ -115,6 +117,8 @@ def _worst_pod(text: str, service: str | None) -> dict[str, str] | None:
     best: tuple[int, dict[str, str]] | None = None
     for m in POD_ROW.finditer(text):
         row = m.groupdict()
+        if row["status"] == "Completed":
+            continue  # a finished Job's pod: not a symptom
         score = (4 if any(row["status"].startswith(u) for u in UNHEALTHY) else 0) \
             + (2 if row["ready"] != row["total"] else 0) + (1 if int(row["restarts"]) > 0 else 0)
         if score == 0:

@@ -103,6 +103,7 @@ class AppSpec:
     databases: dict[str, tuple[str, str]]  # database service -> (secret, key) holding its initial password
     quota: dict[str, str]
     network_policies: tuple[Obj, ...] = ()
+    description: str = ""  # one line for humans (the kind manifests' header)
     _by_name: dict[str, ServiceSpec] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -176,6 +177,7 @@ def _svc(name: str, repo: str, tags: tuple[str, str], replicas: int, **kw: Any) 
 
 SHOP = AppSpec(
     name="shop",
+    description="online store: frontend, cart, checkout, payment, catalog, recommendation, redis, postgres",
     services=(
         _svc("frontend", f"{ACME}/shop/frontend", ("1.9.0", "1.9.1"), 2, port=8080, tier="web",
              command=("node",), args=("server.js",), cpu="100m", memory="192Mi", memory_limit="256Mi",
@@ -245,6 +247,7 @@ SHOP = AppSpec(
 
 BANK = AppSpec(
     name="bank",
+    description="online banking: web, auth, accounts, ledger, notifications, db",
     services=(
         _svc("web", f"{ACME}/bank/web", ("4.3.0", "4.3.1"), 2, port=8080, tier="web",
              command=("node",), args=("server.js",), cpu="100m", memory="192Mi", memory_limit="256Mi",

@@ -45,10 +45,7 @@ def smollm2_gguf() -> Path:
 
 
 def convert_gguf(gguf: Path, out_dir: Path) -> Path:
-    """Dequantize a GGUF checkpoint into a safetensors model directory with its tokenizer (float32, exact).
-
-    Written to a temporary sibling and renamed, so a reader never sees half a directory and two workers
-    converting at once both end up with one complete copy."""
+    """Dequantize a GGUF checkpoint into a safetensors model directory with its tokenizer (float32, exact)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -64,7 +61,7 @@ def convert_gguf(gguf: Path, out_dir: Path) -> Path:
     model = AutoModelForCausalLM.from_config(type(quantized.config).from_dict(config), dtype=torch.float32)
     model.load_state_dict(quantized.state_dict(), strict=True)
     model.generation_config = quantized.generation_config
-    _save_atomically(model, tokenizer, out_dir)
+    save_model_dir(model, tokenizer, out_dir)
     return out_dir
 
 
@@ -97,11 +94,13 @@ def tiny_model(path: Path, tokenizer_source: Path | None = None, seed: int = 0) 
     model.generation_config = GenerationConfig(bos_token_id=tokenizer.bos_token_id,
                                                eos_token_id=tokenizer.eos_token_id,
                                                pad_token_id=tokenizer.pad_token_id)
-    _save_atomically(model, tokenizer, path)
+    save_model_dir(model, tokenizer, path)
     return path
 
 
-def _save_atomically(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: Path) -> None:
+def save_model_dir(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: Path) -> None:
+    """Save weights (safetensors) and tokenizer as a model directory, atomically: written to a temporary sibling
+    and renamed, so a reader never sees half a directory, and of two processes writing it one copy wins."""
     tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True)

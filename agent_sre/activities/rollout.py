@@ -1,0 +1,93 @@
+"""The rollout workflow's activities: registry stages, the routing table, analysis, guardrails, rollback events.
+
+Registry refusals (an unknown version, a stage change that is not allowed) are raised as non-retryable errors:
+retrying cannot make them succeed, and the workflow reports them. Store errors are retried by Temporal.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from agent_sre.config import get_settings
+from agent_sre.models.rollout import (
+    AnalysisRequest,
+    AnalysisResult,
+    GuardrailRequest,
+    GuardrailResult,
+    RollbackEvent,
+    RolloutPolicies,
+    RoutingTable,
+    StageUpdate,
+)
+from agent_sre.registry import Registry, RegistryError
+from agent_sre.rollout import analysis, events, routing, samples
+from agent_sre.storage import object_store
+
+STORE_TIMEOUT_S = 10.0
+
+
+def _registry() -> Registry:
+    return Registry.from_settings(get_settings(), timeout_s=STORE_TIMEOUT_S)
+
+
+@activity.defn
+def update_stages(update: StageUpdate) -> RolloutPolicies:
+    """started: candidate → canary (baseline must be production); succeeded: candidate → production and the old
+    production → archived; rolled_back / aborted: candidate → rolled_back / candidate. Returns how each version
+    is served, for the routing table."""
+    registry = _registry()
+    try:
+        if update.outcome == "started":
+            baseline = registry.get(update.baseline)
+            if baseline.stage != "production":
+                raise RegistryError(f"the baseline {update.baseline} is {baseline.stage}, not production")
+            registry.start_canary(update.candidate, by=update.by, reason=update.reason)
+        elif update.outcome == "succeeded":
+            registry.promote(update.candidate, by=update.by, reason=update.reason, ending_rollout=True)
+        else:
+            to = "rolled_back" if update.outcome == "rolled_back" else "candidate"
+            registry.end_canary(update.candidate, to, by=update.by, reason=update.reason)
+        return RolloutPolicies(candidate=registry.policy_ref(update.candidate),
+                               baseline=registry.policy_ref(update.baseline))
+    except RegistryError as exc:
+        raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
+
+
+@activity.defn
+def set_routing(table: RoutingTable) -> RoutingTable:
+    settings = get_settings()
+    return routing.write_table(object_store(settings, timeout_s=STORE_TIMEOUT_S), settings.s3_bucket, table)
+
+
+def _served(version: str, start: datetime, end: datetime) -> list[samples.OutcomeSample]:
+    settings = get_settings()
+    return samples.served(object_store(settings, timeout_s=STORE_TIMEOUT_S), settings.s3_bucket, version, start, end)
+
+
+@activity.defn
+def analyze_rollout(req: AnalysisRequest) -> AnalysisResult:
+    candidate = _served(req.candidate, req.window_start, req.window_end)
+    baseline = _served(req.baseline, req.window_start, req.window_end)
+    return analysis.analyze(analysis.summarize_arm(req.candidate, candidate),
+                            analysis.summarize_arm(req.baseline, baseline), candidate, baseline, req.config,
+                            req.min_samples, (req.window_start, req.window_end))
+
+
+@activity.defn
+def check_guardrails(req: GuardrailRequest) -> GuardrailResult:
+    return analysis.check_guardrails(_served(req.candidate, req.since, req.until), req.config, req.until)
+
+
+@activity.defn
+def record_rollback(event: RollbackEvent) -> str:
+    return events.record_rollback(event)
+
+
+@activity.defn
+def notify_rollback(event: RollbackEvent) -> int:
+    if event.notify_url is None:
+        raise ApplicationError("no notification URL", non_retryable=True)
+    return events.post_webhook(event.notify_url, event)

@@ -1,0 +1,111 @@
+"""SFT warm start: imitate the expert (runbook) policy's successful episodes, with TRL's SFTTrainer.
+
+The training text is each episode's stored conversation in the one chat format the policy is served with
+(`policy.llm.chat`), and the loss covers the assistant turns only (the JSON tool calls and their end-of-turn
+token): the model learns what to answer, not to predict the alerts and kubectl output it is shown.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from agent_sre.models.training import SFTConfig, SFTResult
+from agent_sre.models.trajectory import Trajectory
+from agent_sre.policy.llm.chat import chat_messages
+from agent_sre.policy.llm.checkpoint import check_model_dir, pick_device, save_model_dir
+from agent_sre.rewards.base import EpisodeFacts
+
+if TYPE_CHECKING:
+    from trl import SFTTrainer
+
+
+def is_expert_episode(t: Trajectory, policies: Iterable[str]) -> bool:
+    """A demonstration worth imitating: an expert policy's episode that finished on its own, with no invalid
+    action, and that the observer judged resolved without a false positive."""
+    if t.policy not in set(policies) or t.verdict is None or t.termination != "finished" or not t.conversation:
+        return False
+    if t.conversation[-1].role != "assistant" or any(s.action is None for s in t.steps):
+        return False
+    facts = EpisodeFacts.of(t)
+    return facts.resolved and not facts.false_positive
+
+
+def expert_conversations(trajectories: Iterable[Trajectory], policies: Iterable[str]) -> list[list[dict[str, str]]]:
+    """The distinct expert conversations, as chat-template messages. `trajectories` may be a list or
+    `trajectory_store.iter_trajectories(...)` over the object store."""
+    policies = list(policies)
+    seen: set[str] = set()
+    conversations = []
+    for t in trajectories:
+        if not is_expert_episode(t, policies):
+            continue
+        messages = chat_messages(t.conversation)
+        key = json.dumps(messages, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            conversations.append(messages)
+    return conversations
+
+
+def build_sft_trainer(model_dir: Path, conversations: list[list[dict[str, str]]], work_dir: Path,
+                      config: SFTConfig) -> SFTTrainer:
+    """An SFTTrainer over `conversations` with the loss on assistant tokens only. Its tokenized dataset
+    (`trainer.train_dataset`: input_ids, labels = -100 outside the assistant turns) is ready on return."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig as TRLSFTConfig
+    from trl import SFTTrainer
+
+    if not conversations:
+        raise ValueError("no expert conversations to train on")
+    check_model_dir(model_dir)
+    device = pick_device(config.device)
+    on_gpu = device.type == "cuda"
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True)
+    args = TRLSFTConfig(
+        output_dir=str(work_dir), max_steps=config.max_steps, learning_rate=config.learning_rate,
+        lr_scheduler_type=config.lr_scheduler, warmup_steps=config.warmup_steps, weight_decay=config.weight_decay,
+        per_device_train_batch_size=config.batch_size, gradient_accumulation_steps=config.gradient_accumulation_steps,
+        max_length=config.max_length, assistant_only_loss=True, packing=False,
+        gradient_checkpointing=config.gradient_checkpointing, bf16=on_gpu and torch.cuda.is_bf16_supported(),
+        use_cpu=not on_gpu, seed=config.seed, logging_steps=config.logging_steps, save_strategy="no",
+        report_to="none", disable_tqdm=True, dataloader_num_workers=0)
+    peft_config = None
+    if config.lora_r is not None:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, target_modules="all-linear",
+                                 task_type="CAUSAL_LM")
+    return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list([{"messages": c} for c in conversations]),
+                      processing_class=tokenizer, peft_config=peft_config)
+
+
+def train_sft(model_dir: Path, trajectories: Iterable[Trajectory], output_dir: Path,
+              config: SFTConfig | None = None) -> SFTResult:
+    """Fine-tune the model in `model_dir` on the expert episodes among `trajectories`; write the result to
+    `output_dir` (a new directory: weights in safetensors + tokenizer, loadable by `load_policy_model`)."""
+    config = config or SFTConfig()
+    if output_dir.exists() and any(output_dir.iterdir()):
+        raise FileExistsError(f"{output_dir} already holds files; SFT writes a new model directory")
+    conversations = expert_conversations(trajectories, config.expert_policies)
+    if not conversations:
+        raise ValueError(f"no expert episodes: SFT needs finished, resolved episodes without false positives from "
+                         f"{', '.join(config.expert_policies)}")
+    with tempfile.TemporaryDirectory(prefix="sft-") as work:
+        trainer = build_sft_trainer(model_dir, conversations, Path(work), config)
+        output = trainer.train()
+        model = trainer.model.merge_and_unload() if config.lora_r is not None else trainer.model
+        save_model_dir(model, trainer.processing_class, output_dir)
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    if not all(math.isfinite(loss) for loss in losses):
+        raise FloatingPointError(f"SFT diverged: losses {losses}")
+    return SFTResult(output_dir=str(output_dir), base_model=str(model_dir), examples=len(conversations),
+                     steps=trainer.state.global_step, losses=losses, train_runtime_s=output.metrics["train_runtime"],
+                     train_tokens=int(trainer.state.num_input_tokens_seen or 0))
