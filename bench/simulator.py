@@ -232,14 +232,15 @@ def table(runs: list[Run], catalog: list[Scenario]) -> Table:
     return t
 
 
-def markdown(runs: list[Run], catalog: list[Scenario], command: str) -> str:
+def markdown(runs: list[Run], catalog: list[Scenario], command: str, load_before: float) -> str:
     inproc = next((r for r in runs if r.mode == "in-process"), None)
     http = next((r for r in runs if r.mode == "http"), None)
     lines = [
         SECTION, "",
         f"Command: `{command}`  ",
         f"Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {os.cpu_count()} CPUs (nproc), "
-        f"{platform.processor() or platform.machine()}, Python {platform.python_version()}.",
+        f"{platform.processor() or platform.machine()}, Python {platform.python_version()}; 1-minute load average "
+        f"{load_before:.2f} before and {os.getloadavg()[0]:.2f} after the run (other work on the machine slows it).",
         "",
         f"Episode: create env -> inject fault -> settle {INJECT_SETTLE_S:.0f} s simulated -> oracle baseline -> "
         f"{INVESTIGATION_CALLS} investigation tool calls -> ground-truth fix (tool calls) -> settle "
@@ -293,6 +294,7 @@ def main() -> None:
     catalog = load_scenarios()  # the training catalog (scenario YAML under agent_sre/scenarios/catalog)
     warmup = args.warmup or len(catalog)
     console = Console(width=160)
+    load_before = os.getloadavg()[0]
     runs = []
     if args.episodes:
         with console.status(f"in-process: {args.episodes} episodes"):
@@ -306,7 +308,7 @@ def main() -> None:
                 http.close()
     console.print(table(runs, catalog))
     command = shlex.join([".venv/bin/python", "bench/simulator.py", *sys.argv[1:]])
-    section = markdown(runs, catalog, command)
+    section = markdown(runs, catalog, command, load_before)
     console.print(section)
     if not args.no_docs:
         write_docs(section)

@@ -36,7 +36,7 @@ CANNED: dict[str, dict[str, str]] = {
     "oom": {
         "list_pods": PODS_HEADER + "cart-7d9f8c6b5d-x2k4q   0/1     OOMKilled          4          9m\n" + HEALTHY_WEB,
         "get_events": "LAST SEEN   TYPE      REASON    OBJECT                      MESSAGE\n"
-                      "30s         Warning   BackOff   pod/cart-7d9f8c6b5d-x2k4q   Back-off restarting failed container",
+                      "30s         Warning   BackOff   pod/cart-7d9f8c6b5d-x2k4q   Back-off restarting container",
         "describe:deployment": "Name: cart\nReplicas: 2 desired | 2 updated | 2 total | 1 available",
         "describe:pod": "Name: cart-7d9f8c6b5d-x2k4q\nContainers:\n  cart:\n    Limits:      memory=64Mi\n"
                         "    Last State:  Terminated\n      Reason:    OOMKilled",

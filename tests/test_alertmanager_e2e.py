@@ -27,17 +27,11 @@ from agent_sre.models.remediation import RemediationStatus
 from agent_sre.stack.ports import pick_free_ports
 from agent_sre.temporal import connect
 
-pytestmark = pytest.mark.slow
-
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 TOKEN = "e2e-token-41d9"
 
-
-@pytest.fixture
-def alertmanager_binary() -> str:
-    if ALERTMANAGER is None:
-        pytest.skip("Alertmanager is not installed: apt-get install -y prometheus-alertmanager")
-    return ALERTMANAGER
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
+    ALERTMANAGER is None, reason="Alertmanager is not installed: apt-get install -y prometheus-alertmanager")]
 
 
 def alertmanager_config(receiver_url: str, token: str) -> dict[str, Any]:
@@ -52,12 +46,13 @@ def alertmanager_config(receiver_url: str, token: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def alertmanager(alertmanager_binary: str, tmp_path: Path, receiver_port: int) -> Iterator[str]:
+def alertmanager(tmp_path: Path, receiver_port: int) -> Iterator[str]:
     config = tmp_path / "alertmanager.yml"
     config.write_text(yaml.safe_dump(alertmanager_config(f"http://127.0.0.1:{receiver_port}/alerts", TOKEN)))
     [port] = pick_free_ports(1, "127.0.0.1")
     log = (tmp_path / "alertmanager.log").open("w")
-    proc = subprocess.Popen([alertmanager_binary, f"--config.file={config}", f"--storage.path={tmp_path / 'data'}",
+    assert ALERTMANAGER is not None
+    proc = subprocess.Popen([ALERTMANAGER, f"--config.file={config}", f"--storage.path={tmp_path / 'data'}",
                              f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
                             stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -111,7 +106,7 @@ async def post_alert(http: aiohttp.ClientSession, url: str, labels: dict[str, st
         assert resp.status == 200, await resp.text()
 
 
-async def poll(fetch: Any, timeout_s: float = 30.0) -> Any:
+async def poll(fetch: Any, timeout_s: float = 60.0) -> Any:
     """Call `fetch` until it returns something truthy (Alertmanager delivers asynchronously)."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     while asyncio.get_running_loop().time() < deadline:

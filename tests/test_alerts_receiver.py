@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
@@ -212,7 +216,7 @@ async def test_metrics_endpoint_counts_alerts(receiver: Receiver) -> None:
     assert 'agent_sre_alert_deliveries_rejected_total{reason="unauthorized"}' in text
 
 
-async def _eventually(fetch: Any, ok: Any, timeout_s: float = 20.0) -> Any:
+async def _eventually(fetch: Any, ok: Any, timeout_s: float = 60.0) -> Any:
     """Poll until `ok(value)`: a signal is delivered to the workflow on its next workflow task."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
@@ -231,3 +235,30 @@ async def test_temporal_unreachable_is_503_so_alertmanager_retries(temporal_serv
         reply = await resp.json()
     assert resp.status == 503, reply
     assert "Temporal did not accept the alerts" in reply["error"] and "Alertmanager will retry" in reply["error"]
+
+
+async def test_alerts_serve_command(temporal_server: Settings, tmp_path: Path) -> None:
+    """`agent-sre alerts serve` as a process: it answers health checks and enforces its token."""
+    [port] = pick_free_ports(1, "127.0.0.1")
+    log = tmp_path / "alerts.log"
+    proc = subprocess.Popen([sys.executable, "-m", "agent_sre.cli", "alerts", "serve", "--port", str(port),
+                             "--token", TOKEN], stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    try:
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http:
+            for _ in range(100):
+                try:
+                    async with http.get("/healthz") as resp:
+                        assert resp.status == 200
+                        break
+                except aiohttp.ClientConnectionError:
+                    await asyncio.sleep(0.1)
+            else:
+                pytest.fail(f"the receiver did not come up:\n{log.read_text()}")
+            async with http.post("/alerts", json=webhook(alert()), headers={"Authorization": "Bearer no"}) as resp:
+                assert resp.status == 401
+            async with http.post("/alerts", data=b"[]", headers={"Authorization": f"Bearer {TOKEN}"}) as resp:
+                assert resp.status == 400
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert f"alert receiver on http://127.0.0.1:{port}/alerts" in log.read_text()

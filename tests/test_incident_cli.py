@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from typer.testing import CliRunner, Result
 
+from agent_sre import config
 from agent_sre.cli import app
 from agent_sre.cli import incident as incident_cli
 from agent_sre.config import Settings
@@ -198,7 +200,8 @@ def test_alert_file_starts_one_remediation_per_firing_alert(cli: Callable[..., R
     (("incident", "start"), "give exactly one of --alert FILE or --scenario FILE"),
     (("incident", "start", "--scenario", str(BAD_IMAGE)), "holds 9 scenarios; pick one with --name"),
     (("incident", "start", "--scenario", str(BAD_IMAGE), "--name", "nope"), "no scenario named 'nope'"),
-    (("incident", "report", "x", "--namespace", "Not_Valid"), "namespace: String should match pattern"),
+    (("incident", "report", "x", "--namespace", "Not_Valid"),
+     "namespace: String should match pattern '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'"),
     (("incident", "report", "x", "--namespace", "shop", "--policy", "llm"), "policy 'llm' cannot be chosen"),
     (("incident", "status", "incident-nope-0"), "no such workflow"),
     (("incident", "cancel", "incident-nope-0"), "no such workflow"),
@@ -222,3 +225,22 @@ def test_alert_file_errors_name_the_file(cli: Callable[..., Result], tmp_path: P
         result = cli("incident", "start", "--alert", str(path))
         assert result.exit_code == 1, (name, result.output)
         assert message in flat(result), (name, result.output)
+
+
+def test_worker_bad_input_is_one_clear_error(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = CliRunner()
+    unknown = runner.invoke(app, ["worker", "--queue", "nope", "--metrics-port", "0"])
+    assert unknown.exit_code == 2 and "unknown task queue(s) ['nope']" in flat(unknown)
+
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        busy = runner.invoke(app, ["worker", "--metrics-port", str(taken.getsockname()[1])])
+    assert busy.exit_code == 2 and "cannot serve metrics on port" in flat(busy)
+
+    [nobody] = pick_free_ports(1, "127.0.0.1")
+    monkeypatch.setattr(config, "get_settings", lambda: settings.model_copy(
+        update={"temporal_address": f"127.0.0.1:{nobody}"}))
+    unreachable = runner.invoke(app, ["worker", "--metrics-port", "0"])
+    assert unreachable.exit_code == 1 and f"cannot reach Temporal at 127.0.0.1:{nobody}" in flat(unreachable)
+    assert "Traceback" not in unreachable.output

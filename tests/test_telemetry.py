@@ -194,17 +194,17 @@ async def run_rejected_then_executed_write(settings: Settings, kubeconfig: str, 
     script = [ToolCall(tool="list_pods"), ToolCall(tool="scale", args={"deployment": "cart", "replicas": 3}),
               ToolCall(tool="rollout_restart", args={"deployment": "cart"}), FINISH]
     incident = Incident(source="sdk", namespace="shop", kubeconfig=kubeconfig, report="the cart feels slow",
-                        limits=RemediationLimits(settle_s=0, approval_risk=Risk.MEDIUM, approval_timeout_s=60))
+                        limits=RemediationLimits(settle_s=0, approval_risk=Risk.MEDIUM, approval_timeout_s=300))
     try:
         async with running_workers(client, settings) as isolated:
             started = await start_incident(client, incident, settings=isolated,
                                            policy=PolicyRef(name="scripted", version=version, script=script))
             handle = started.handle
-            for _ in range(200):
-                status = await handle.query("status", result_type=RemediationStatus)
-                if status.pending_approval is not None:
-                    break
+            deadline = time.monotonic() + 120  # generous: a loaded CI machine is slow, a hang is still caught
+            status = await handle.query("status", result_type=RemediationStatus)
+            while status.pending_approval is None and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
+                status = await handle.query("status", result_type=RemediationStatus)
             assert status.pending_approval is not None and status.pending_approval.tool == "scale", status
             await handle.signal("reject_action", ApprovalDecision(step=1, approved=False, by="test", reason="no"))
             return IncidentOutcome.model_validate(await handle.result())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ async def test_start_signal_query_and_result_with_the_temporal_cli(stack: Settin
         request = {
             "incident": {"id": incident_id, "source": "cli", "namespace": "shop",
                          "report": "my checkout page keeps failing",
-                         "limits": {"settle_s": 0, "feedback_window_s": 60}},
+                         "limits": {"settle_s": 0, "feedback_window_s": 300}},
             "policy": {"name": "scripted", "version": "scripted-cli",
                        "script": [{"tool": "list_pods", "args": {}},
                                   {"tool": "finish", "args": {"diagnosis": "nothing wrong with shop",
@@ -75,10 +76,9 @@ async def test_start_signal_query_and_result_with_the_temporal_cli(stack: Settin
             rc, refused = await temporal_cli(settings, *start, "--fail-existing")
             assert rc != 0 and "already running" in refused, refused
 
+            deadline = time.monotonic() + 120
             status = await query_status(settings, workflow_id)
-            for _ in range(200):
-                if status["phase"] == "awaiting_feedback":
-                    break
+            while status["phase"] != "awaiting_feedback" and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
                 status = await query_status(settings, workflow_id)
             assert status["phase"] == "awaiting_feedback", status

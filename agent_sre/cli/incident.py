@@ -18,6 +18,7 @@ from typing import Any, Literal, NoReturn, TypeVar
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from temporalio.client import (
     Client,
@@ -133,7 +134,8 @@ def status(workflow_id: str = typer.Argument(..., metavar="ID", help="the remedi
         try:
             _status_rows(table, await _status(handle))
         except RPCError as e:
-            table.add_row("status", f"[yellow]no answer to the status query: {e.message}[/] (is a worker running?)")
+            table.add_row("status", f"[yellow]no answer to the status query: {escape(e.message)}[/] "
+                                    "(is a worker running?)")
         if desc.status == WorkflowExecutionStatus.COMPLETED:
             _outcome_rows(table, await _outcome(client, handle.id))
         elif desc.status not in (None, WorkflowExecutionStatus.RUNNING):
@@ -236,7 +238,9 @@ def _load_scenario(path: Path, name: str | None) -> Scenario:
     return chosen[0]
 
 
-def _limits(base: RemediationLimits, approval_risk: RiskName | None, feedback_window: float | None) -> RemediationLimits:
+def _limits(base: RemediationLimits, approval_risk: RiskName | None,
+            feedback_window: float | None) -> RemediationLimits:
+    """The command line's overrides of the remediation's limits."""
     update: dict[str, Any] = {}
     if approval_risk is not None:
         update["approval_risk"] = Risk[approval_risk.upper()]
@@ -290,8 +294,8 @@ def _status_rows(table: Table, st: RemediationStatus) -> None:
     table.add_row("steps", str(st.steps))
     table.add_row("last action", st.last_action or "-")
     if st.pending_approval is not None:
-        table.add_row("waiting for approval", f"step {st.steps - 1}: {st.pending_approval.tool} "
-                                              f"{json.dumps(st.pending_approval.args)}")
+        table.add_row("waiting for approval", escape(f"step {st.steps - 1}: {st.pending_approval.tool} "
+                                                     f"{json.dumps(st.pending_approval.args)}"))
     table.add_row("resolved signal", "received" if st.alert_resolved else "-")
     table.add_row("outcome", st.outcome or "-")
 
@@ -299,12 +303,12 @@ def _status_rows(table: Table, st: RemediationStatus) -> None:
 def _outcome_rows(table: Table, o: IncidentOutcome) -> None:
     table.add_row("termination", o.termination)
     table.add_row("writes / refused / invalid", f"{o.writes} / {o.refused} / {o.invalid}")
-    table.add_row("diagnosis", o.diagnosis or "-")
+    table.add_row("diagnosis", escape(o.diagnosis or "-"))
     table.add_row("time to mitigate", f"{o.time_to_mitigate_s:.1f}s" if o.time_to_mitigate_s is not None else "-")
     parts = ", ".join(f"{k} {v:+g}" for k, v in o.reward.components.items())
     table.add_row("reward", f"{o.reward.total:+.2f} ({o.reward.function}: {parts})")
     if o.trajectory_key:
-        table.add_row("trajectory", o.trajectory_key)
+        table.add_row("trajectory", escape(o.trajectory_key))
 
 
 def _print_outcome(o: IncidentOutcome) -> None:
@@ -328,7 +332,7 @@ def _bad_input(make: Callable[[], T], where: str = "") -> T:
 
 
 def _fail(message: str) -> NoReturn:
-    console.print(f"[red]error:[/] {message}")
+    console.print(f"[red]error:[/] {escape(message)}")
     raise typer.Exit(1)
 
 

@@ -27,10 +27,18 @@ def worker(
     setup_tracing(settings, service_name="agent-sre-worker")
     port = settings.metrics_port if metrics_port is None else metrics_port
     if port:
-        start_metrics_server(port)
+        try:
+            start_metrics_server(port)
+        except OSError as e:
+            raise typer.BadParameter(f"cannot serve metrics on port {port}: {e}", param_hint="--metrics-port") from None
 
     async def serve() -> None:
-        client = instrument(await connect(settings))
+        try:
+            client = instrument(await connect(settings))
+        except RuntimeError as e:
+            typer.echo(f"error: cannot reach Temporal at {settings.temporal_address} ({e}); "
+                       "is `agent-sre dev up` running?", err=True)
+            raise typer.Exit(1) from None
         typer.echo(f"worker on {', '.join(queue or sorted(known))} · Temporal {settings.temporal_address}"
                    + (f" · metrics http://0.0.0.0:{port}/metrics" if port else ""))
         await run_workers(client, settings, queue or None)

@@ -169,6 +169,19 @@ class RolloutPlan(BaseModel):
         return self
 
 
+def describe_step(step: PlanStep) -> str:
+    """One line for the UI, the CLI and the decision history."""
+    if step.kind == "ab_test":
+        return f"A/B test {step.weight:g}% for {format_duration(step.duration)}"
+    if step.kind == "set_weight":
+        return f"set weight {step.weight:g}%"
+    if step.kind == "bake":
+        return f"bake {format_duration(step.duration)}"
+    if step.kind == "pause":
+        return f"pause ({step.reason})"
+    return step.kind
+
+
 # --- routing ----------------------------------------------------------------------------------------------------
 
 class RoutingTable(BaseModel):
@@ -351,12 +364,15 @@ class RolloutResult(BaseModel):
     latest_analysis: AnalysisResult | None
 
 
+StageOutcome = Literal["started", "succeeded", "rolled_back", "aborted"]
+
+
 class StageUpdate(BaseModel):
     """The registry side of a rollout's start or end."""
 
     candidate: str
     baseline: str
-    outcome: Literal["started", "succeeded", "rolled_back", "aborted"]
+    outcome: StageOutcome
     by: str
     reason: str
 

@@ -22,7 +22,7 @@ class SFTConfig(BaseModel):
     batch_size: int = Field(default=1, ge=1, description="conversations per device per step")
     gradient_accumulation_steps: int = Field(default=1, ge=1)
     max_length: int = Field(default=2048, ge=64, description="tokens per conversation; longer ones lose their end")
-    gradient_checkpointing: bool = Field(default=False, description="trade compute for memory (big models)")
+    activation_checkpointing: bool = Field(default=False, description="trade compute for memory (big models)")
     lora_r: int | None = Field(default=None, ge=1, description="train LoRA adapters of this rank (merged on save)")
     lora_alpha: int = Field(default=16, ge=1)
     device: str = Field(default="auto", description="auto (a GPU when there is one) or cpu")

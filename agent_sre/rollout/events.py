@@ -32,6 +32,7 @@ def record_rollback(event: RollbackEvent) -> str:
 
 def post_webhook(url: str, event: RollbackEvent) -> int:
     """POST the event as JSON; returns the HTTP status. Errors (refused, 4xx/5xx, timeout) raise."""
-    request = urllib.request.Request(url, data=_payload(event).encode(), method="POST", headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(url, data=_payload(event).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT_S) as response:
         return int(response.status)

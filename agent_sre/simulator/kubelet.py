@@ -548,8 +548,9 @@ def sync_pod(pod: Obj, ps: PodState, view: NamespaceView, now: float, emit: Emit
         next_change, next_display = min(next_change, cv.next_change), min(next_display, cv.next_display)
         all_ready = all_ready and cv.ready
         any_started = any_started or cv.started or bool(cv.status["lastState"])
-    if now < ps.scheduled_at + SANDBOX_S:
-        next_change = min(next_change, ps.scheduled_at + SANDBOX_S)
+    if now < ps.scheduled_at + SANDBOX_S:  # the sandbox only shows; the first container starts after the pull
+        next_display = min(next_display, ps.scheduled_at + SANDBOX_S)
+        next_change = min(next_change, ps.scheduled_at + SANDBOX_S + PULL_S)
     if all_ready != ps.ready:
         ps.ready = all_ready
         ps.ready_since = now if all_ready else None

@@ -74,7 +74,7 @@ def build_sft_trainer(model_dir: Path, conversations: list[list[dict[str, str]]]
         lr_scheduler_type=config.lr_scheduler, warmup_steps=config.warmup_steps, weight_decay=config.weight_decay,
         per_device_train_batch_size=config.batch_size, gradient_accumulation_steps=config.gradient_accumulation_steps,
         max_length=config.max_length, assistant_only_loss=True, packing=False,
-        gradient_checkpointing=config.gradient_checkpointing, bf16=on_gpu and torch.cuda.is_bf16_supported(),
+        activation_checkpointing=config.activation_checkpointing, bf16=on_gpu and torch.cuda.is_bf16_supported(),
         use_cpu=not on_gpu, seed=config.seed, logging_steps=config.logging_steps, save_strategy="no",
         report_to="none", disable_tqdm=True, dataloader_num_workers=0)
     peft_config = None
@@ -101,11 +101,12 @@ def train_sft(model_dir: Path, trajectories: Iterable[Trajectory], output_dir: P
     with tempfile.TemporaryDirectory(prefix="sft-") as work:
         trainer = build_sft_trainer(model_dir, conversations, Path(work), config)
         output = trainer.train()
+        logs = trainer.state.log_history
+        losses = [float(entry["loss"]) for entry in logs if "loss" in entry]
+        if not all(math.isfinite(loss) for loss in losses):
+            raise FloatingPointError(f"SFT diverged (losses {losses}); try a lower learning rate")
         model = trainer.model.merge_and_unload() if config.lora_r is not None else trainer.model
         save_model_dir(model, trainer.processing_class, output_dir)
-    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-    if not all(math.isfinite(loss) for loss in losses):
-        raise FloatingPointError(f"SFT diverged: losses {losses}")
     return SFTResult(output_dir=str(output_dir), base_model=str(model_dir), examples=len(conversations),
                      steps=trainer.state.global_step, losses=losses, train_runtime_s=output.metrics["train_runtime"],
-                     train_tokens=int(trainer.state.num_input_tokens_seen or 0))
+                     train_tokens=int(max((entry.get("num_tokens", 0) for entry in logs), default=0)))

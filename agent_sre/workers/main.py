@@ -14,17 +14,20 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from agent_sre.activities import observer, policy, rewards, routing, simulation, tools, trajectories
+from agent_sre.activities import observer, policy, rewards, rollout, routing, simulation, tools, trajectories
 from agent_sre.config import Settings
 from agent_sre.workflows.incident import IncidentRemediationWorkflow
+from agent_sre.workflows.rollout import ModelRolloutWorkflow
 from agent_sre.workflows.simulated import SimulatedIncidentWorkflow
 
 
 def queue_contents(settings: Settings) -> dict[str, tuple[list[type], list[Callable[..., Any]]]]:
     """Which workflows and activities each task queue serves."""
     return {
-        settings.queue_agent: ([IncidentRemediationWorkflow, SimulatedIncidentWorkflow],
-                               [routing.route_model, rewards.compute_reward, trajectories.store_trajectory]),
+        settings.queue_agent: ([IncidentRemediationWorkflow, SimulatedIncidentWorkflow, ModelRolloutWorkflow],
+                               [routing.route_model, rewards.compute_reward, trajectories.store_trajectory,
+                                rollout.update_stages, rollout.set_routing, rollout.analyze_rollout,
+                                rollout.check_guardrails, rollout.record_rollback, rollout.notify_rollback]),
         settings.queue_tools: ([], [tools.run_tool, observer.snapshot_cluster, observer.observe,
                                     simulation.create_environment, simulation.inject_and_wait_for_alert,
                                     simulation.delete_environment]),

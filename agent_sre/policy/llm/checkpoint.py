@@ -166,7 +166,7 @@ def load_policy_model(path: Path | str, device: str = "auto") -> LoadedModel:
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
-    except (OSError, ValueError, RuntimeError) as exc:
+    except Exception as exc:  # corrupt weights raise safetensors' own error type, among others
         raise ModelDirError(f"cannot load the model in {path}: {exc}") from exc
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:

@@ -1,0 +1,99 @@
+"""SFT warm start on runbook episodes with the tiny model: the expert filter, the assistant-only loss mask, and a
+short real training run from the object store (the session's SeaweedFS) whose checkpoint the LLM policy serves."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from llm_fixtures import runbook_episode, tiny_model_dir  # noqa: F401 (fixture)
+from minio import Minio
+
+from agent_sre.config import Settings
+from agent_sre.models.llm import SamplingConfig
+from agent_sre.models.remediation import PolicyRef
+from agent_sre.models.training import SFTConfig
+from agent_sre.policy.llm import (LLMPolicy, LocalModels, chat_messages, load_policy_model, local_version_dir,
+                                  prompt_token_ids)
+from agent_sre.storage import ensure_bucket, object_store
+from agent_sre.training.sft import build_sft_trainer, expert_conversations, is_expert_episode, train_sft
+from agent_sre.trajectory_store import iter_trajectories, write_trajectory
+
+
+def test_only_resolved_finished_expert_episodes_without_false_positives_are_expert_data() -> None:
+    good = runbook_episode("bad-image")
+    false_alarm_done_right = runbook_episode("none")
+    unresolved = runbook_episode("oom", outcome="unresolved")
+    other_policy = good.model_copy(update={"policy": "llm"})
+    cut_short = good.model_copy(update={"termination": "step_limit"})
+    # acting on a false alarm is a false positive even when nothing broke
+    acted_on_false_alarm = good.model_copy(update={"incident": false_alarm_done_right.incident})
+    assert is_expert_episode(good, ["runbook"]) and is_expert_episode(false_alarm_done_right, ["runbook"])
+    for t in (unresolved, other_policy, cut_short, acted_on_false_alarm):
+        assert not is_expert_episode(t, ["runbook"])
+    duplicate = runbook_episode("bad-image", run_id="run-0002")
+    conversations = expert_conversations([good, unresolved, duplicate, false_alarm_done_right], ["runbook"])
+    assert conversations == [chat_messages(good.conversation), chat_messages(false_alarm_done_right.conversation)]
+
+
+def test_the_loss_covers_exactly_the_assistant_turns(tiny_model_dir: Path, tmp_path: Path) -> None:
+    episodes = [runbook_episode("bad-image"), runbook_episode("oom")]
+    trainer = build_sft_trainer(tiny_model_dir, expert_conversations(episodes, ["runbook"]), tmp_path,
+                                SFTConfig(max_steps=1, max_length=4096))
+    tokenizer = load_policy_model(tiny_model_dir).tokenizer
+    for episode, row in zip(episodes, trainer.train_dataset, strict=True):
+        ids, labels = row["input_ids"], row["labels"]
+        trained = tokenizer.decode([i for i, label in zip(ids, labels, strict=True) if label != -100])
+        answers = [m.content for m in episode.conversation if m.role == "assistant"]
+        assert trained == "".join(a + "<|im_end|>" for a in answers)
+        # each answer is trained right where serving prompts the model for it
+        for k, step in enumerate(episode.steps):
+            upto = [i for i, m in enumerate(episode.conversation) if m.role == "assistant"][k]
+            prompt = prompt_token_ids(tokenizer, episode.conversation[:upto])
+            assert ids[:len(prompt)] == prompt
+            assert labels[len(prompt) - 1] == -100 and labels[len(prompt)] == ids[len(prompt)]
+            assert tokenizer.decode(ids[len(prompt):]).startswith(step.decision.completion + "<|im_end|>")
+
+
+@pytest.fixture
+def bucket(s3_store: Settings) -> Iterator[tuple[Minio, str]]:
+    client = object_store(s3_store)
+    name = f"sft-{uuid.uuid4().hex[:12]}"
+    ensure_bucket(client, name)
+    yield client, name
+    for obj in client.list_objects(name, recursive=True):
+        client.remove_object(name, obj.object_name)
+    client.remove_bucket(name)
+
+
+def test_sft_from_stored_episodes_lowers_the_loss_and_the_checkpoint_serves(
+        tiny_model_dir: Path, tmp_path: Path, bucket: tuple[Minio, str]) -> None:
+    client, name = bucket
+    for i, fault in enumerate(["bad-image", "oom", "none", "oom"]):
+        write_trajectory(client, name, runbook_episode(fault, outcome="unresolved" if i == 3 else "resolved",
+                                                       run_id=f"run-{i}"))
+    out = tmp_path / "sft"
+    result = train_sft(tiny_model_dir, iter_trajectories(client, name), out,
+                       SFTConfig(max_steps=4, learning_rate=2e-3, lr_scheduler="constant", max_length=2048))
+
+    assert result.examples == 3 and result.steps == 4 and len(result.losses) == 4
+    assert all(math.isfinite(loss) for loss in result.losses)
+    assert result.losses[-1] < result.losses[0]
+    assert result.train_tokens > 0
+    with pytest.raises(FileExistsError):
+        train_sft(tiny_model_dir, [runbook_episode()], out, SFTConfig(max_steps=1))
+
+    policy = LLMPolicy(LocalModels(lambda version: local_version_dir(version, tmp_path)),
+                       SamplingConfig(max_new_tokens=4))
+    t = runbook_episode().model_copy(update={"steps": [], "conversation": []})
+    decision = policy.decide(PolicyRef(name="llm", version=str(out)), t)
+    ids, logprobs = decision.completion_token_ids, decision.completion_logprobs
+    assert ids and logprobs is not None and len(ids) == len(logprobs)
+
+
+def test_sft_without_expert_episodes_says_so(tiny_model_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="no expert episodes"):
+        train_sft(tiny_model_dir, [runbook_episode(outcome="unresolved")], tmp_path / "out")
