@@ -55,8 +55,8 @@ class Simulator:
         if isinstance(apps, str):
             raise ValueError("apps must be a list of app names, not a single string")
         effective_speed = self.speed if speed is None else speed
-        if effective_speed <= 0:
-            raise ValueError(f"speed must be positive, got {effective_speed}")
+        if effective_speed < 0:  # 0 is a manual clock: only `advance` moves it (training episodes)
+            raise ValueError(f"speed must be zero or positive, got {effective_speed}")
         with self.lock:
             name = name or self._new_name()
             self._check_new_name(name)

@@ -1,0 +1,140 @@
+"""A simulated incident as an in-process RL environment: training and evaluation need thousands of short
+episodes, so they run the workflow's loop without Temporal, on the same pieces — the shared conversation
+format and strict parser, the tools with their guardrails, the oracle, the reward functions.
+
+    env = IncidentEnvironment(simulator, scenario)
+    messages = env.reset()                        # system + incident: the prompt
+    while not env.done:
+        messages = env.step(model(messages))      # the tool's answer (or why the action was invalid)
+    trajectory = env.close()                      # verdict + reward.v1, environment deleted
+
+Time is simulated: each action costs `step_cost_s` on the environment's clock (an engineer's typing and the
+cluster's reaction), so time-to-mitigate is comparable across machines and models. Give it a `Simulator(speed=0)`
+so that only actions move the clock, not how long a model takes to generate.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from kubernetes.client import ApiClient
+
+from agent_sre import faults
+from agent_sre.faults import oracle
+from agent_sre.models.incident import Incident, RemediationLimits
+from agent_sre.models.policy import ChatMessage, PolicyDecision
+from agent_sre.models.reward import RewardConfig
+from agent_sre.models.scenario import Scenario
+from agent_sre.models.trajectory import Step, Trajectory
+from agent_sre.models.verdict import HealthSnapshot
+from agent_sre.policy.conversation import parse_action, pending_messages
+from agent_sre.rewards import compute_reward
+from agent_sre.simulator.simulator import Simulator
+from agent_sre.simulator.transport import in_process_api_client
+from agent_sre.tools import ToolContext, execute
+
+FAULT_DEVELOP_S = 120.0  # simulated time between injection and the alert
+
+
+class IncidentEnvironment:
+    def __init__(self, simulator: Simulator, scenario: Scenario, *, limits: RemediationLimits | None = None,
+                 reward: RewardConfig | None = None, model_version: str = "candidate", policy: str = "llm",
+                 step_cost_s: float = 3.0, with_user_report: bool = True) -> None:
+        self.simulator, self.scenario = simulator, scenario
+        self.limits = limits or RemediationLimits(max_steps=12, settle_s=60.0)
+        self.reward_config = reward or RewardConfig()
+        self.model_version, self.policy, self.step_cost_s = model_version, policy, step_cost_s
+        self.with_user_report = with_user_report
+        self.trajectory: Trajectory | None = None
+        self._env: str | None = None
+        self._baseline: HealthSnapshot | None = None
+
+    # --- the episode -----------------------------------------------------------------------------------------
+    def reset(self) -> list[ChatMessage]:
+        """A fresh isolated cluster with the fault in place; returns the prompt (system + incident)."""
+        s = self.scenario
+        cluster = self.simulator.create_env(apps=[s.app], seed=s.seed)
+        self._env = cluster.name
+        self._client = api = in_process_api_client(self.simulator, cluster.name)
+        faults.inject(api, s)
+        self.simulator.advance(cluster.name, FAULT_DEVELOP_S)
+        self._baseline = oracle.snapshot(api, s.namespace, s.app)
+        incident = Incident(id=uuid.uuid4().hex[:16], source="simulation", alert=s.alert, namespace=s.namespace,
+                            report=s.symptom if self.with_user_report and s.symptom else None, scenario=s,
+                            limits=self.limits)
+        self.trajectory = Trajectory(incident=incident, workflow_id=f"sim-{incident.id}", run_id=cluster.name,
+                                     policy=self.policy, model_version=self.model_version, started_at=self._now())
+        return self._next_prompt()
+
+    def step(self, completion: str, token_ids: list[int] | None = None,
+             logprobs: list[float] | None = None) -> list[ChatMessage]:
+        """Apply one model answer; returns the messages it gets back (empty once the episode is over)."""
+        t = self._require()
+        if t.termination is not None:
+            raise RuntimeError("the episode is over; call close()")
+        action, invalid = parse_action(completion)
+        decision = PolicyDecision(action=action, invalid_reason=invalid, completion=completion,
+                                  new_messages=self._pending, completion_token_ids=token_ids,
+                                  completion_logprobs=logprobs, model_version=self.model_version)
+        return self.record(decision)
+
+    def record(self, decision: PolicyDecision) -> list[ChatMessage]:
+        """Apply a decision made by any Policy (runbook teacher, scripted, LLM)."""
+        t = self._require()
+        t.conversation += [*decision.new_messages, ChatMessage(role="assistant", content=decision.completion)]
+        step = Step(index=len(t.steps), decision=decision, at=self._now())
+        t.steps.append(step)
+        self.simulator.advance(self._env_name(), self.step_cost_s)
+        action = decision.action
+        if action is not None and action.tool == "finish":
+            t.diagnosis, t.summary = str(action.args.get("diagnosis", "")), str(action.args.get("summary", ""))
+            t.termination = "finished"
+        elif action is not None:
+            step.result = execute(action, ToolContext(api=self._api(), namespace=self.scenario.namespace,
+                                                      idempotency_key=f"{t.workflow_id}/{step.index}"))
+        if t.termination is None and len(t.steps) >= self.limits.max_steps:
+            t.termination = "step_limit"
+        return [] if t.termination is not None else self._next_prompt()
+
+    @property
+    def done(self) -> bool:
+        return self.trajectory is not None and self.trajectory.termination is not None
+
+    def close(self) -> Trajectory:
+        """Let the cluster settle, judge it, score it, and delete the environment."""
+        t = self._require()
+        try:
+            if t.termination is None:
+                t.termination = "cancelled"
+            t.mitigated_at = self._now()
+            self.simulator.advance(self._env_name(), self.limits.settle_s)
+            assert self._baseline is not None
+            t.verdict = oracle.observe_incident(self._api(), t.incident, self._baseline)
+            t.ended_at = self._now()
+            t.reward = compute_reward(t, self.reward_config)
+        finally:
+            self.simulator.delete_env(self._env_name())
+        return t
+
+    # --- helpers -----------------------------------------------------------------------------------------------
+    def _next_prompt(self) -> list[ChatMessage]:
+        self._pending = pending_messages(self._require())
+        return self._pending
+
+    def _api(self) -> ApiClient:
+        self._env_name()
+        return self._client
+
+    def _now(self) -> datetime:
+        return datetime.fromtimestamp(self.simulator.env(self._env_name()).clock.now(), UTC)
+
+    def _env_name(self) -> str:
+        if self._env is None:
+            raise RuntimeError("call reset() first")
+        return self._env
+
+    def _require(self) -> Trajectory:
+        if self.trajectory is None:
+            raise RuntimeError("call reset() first")
+        return self.trajectory

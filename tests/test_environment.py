@@ -1,0 +1,51 @@
+"""The in-process incident environment used by training and evaluation: same parser, tools, oracle, rewards."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_sre.models.incident import RemediationLimits
+from agent_sre.models.remediation import PolicyRef
+from agent_sre.policy.runbook import RunbookPolicy
+from agent_sre.scenarios import load_scenarios
+from agent_sre.simulator.simulator import Simulator
+from agent_sre.training.environment import IncidentEnvironment
+
+
+@pytest.fixture
+def simulator() -> Simulator:
+    return Simulator(speed=0)
+
+
+def _scenario(fault: str):
+    return next(s for s in load_scenarios() if s.fault == fault)
+
+
+def test_runbook_episode_resolves_and_is_scored_in_simulated_time(simulator: Simulator) -> None:
+    env = IncidentEnvironment(simulator, _scenario("bad_image"), policy="runbook", step_cost_s=3.0)
+    prompt = env.reset()
+    assert [m.role for m in prompt] == ["system", "user"] and "KubeDeploymentReplicasMismatch" in prompt[1].content
+    policy, ref = RunbookPolicy(), PolicyRef()
+    while not env.done:
+        env.record(policy.decide(ref, env.trajectory))
+    t = env.close()
+    assert t.verdict is not None and t.verdict.outcome == "resolved"
+    assert t.time_to_mitigate_s == pytest.approx(3.0 * len(t.steps))  # only actions move a speed-0 clock
+    assert t.reward is not None and t.reward.total > 0 and len(t.reward.step_rewards) == len(t.steps)
+    assert simulator.envs == {}  # the environment is gone
+
+
+def test_bad_model_output_is_an_invalid_step_and_the_step_limit_ends_the_episode(simulator: Simulator) -> None:
+    env = IncidentEnvironment(simulator, _scenario("oom_limit"), limits=RemediationLimits(max_steps=3))
+    env.reset()
+    reply = env.step("I think we should restart everything!")
+    assert reply[0].role == "tool" and reply[0].content.startswith("invalid action: not valid JSON")
+    reply = env.step('{"tool": "list_pods", "args": {}}')
+    assert "NAME" in reply[0].content
+    assert env.step('{"tool": "drop_tables", "args": {}}') == [] and env.done
+    t = env.close()
+    assert t.termination == "step_limit" and t.verdict.outcome == "unresolved"
+    assert [s.action is None for s in t.steps] == [True, False, True]
+    assert t.reward.step_rewards[0] < 0 and t.reward.step_rewards[2] < 0
+    with pytest.raises(RuntimeError):
+        env.step("{}")
