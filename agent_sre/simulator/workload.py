@@ -428,143 +428,215 @@ class _Pass:
         return value
 
     def _available(self, rs: Obj) -> int:
+        """Pods ready for at least minReadySeconds; a pass is asked for when the next one becomes available."""
         ns = rs["metadata"]["namespace"]
         min_ready = (rs.get("spec") or {}).get("minReadySeconds", 0)
         count = 0
         for pod in self._pods_of(rs):
             ps = self.st.pods.get((ns, pod["metadata"]["name"]))
-            if ps is not None and ps.ready and ps.ready_since is not None and ps.ready_since + min_ready <= self.now:
+            if ps is None or not ps.ready or ps.ready_since is None:
+                continue
+            if ps.ready_since + min_ready <= self.now + kubelet.TIME_EPSILON_S:
                 count += 1
+            else:
+                self._later(ps.ready_since + min_ready)
         return count
 
     def _pods_of(self, rs: Obj) -> list[Obj]:
         self._index()
         return [p for p in self._by_owner.get(rs["metadata"]["uid"], []) if p.get("kind") == "Pod"]
 
-    def _create_replicaset(self, dep: Obj, pod_hash: str, revision: int) -> Obj:
-        meta = dep["metadata"]
-        template = _clone(dep["spec"]["template"])
+    def _figures(self, rs: Obj) -> deployments.ReplicaSetFigures:
+        meta = rs["metadata"]
+        most = (meta.get("annotations") or {}).get(deployments.MAX_REPLICAS, "")
+        return deployments.ReplicaSetFigures(meta["name"], rs["spec"].get("replicas", 0), self._available(rs),
+                                             (meta.get("creationTimestamp", ""), meta["name"]),
+                                             int(most) if most.isdigit() else None)
+
+    @staticmethod
+    def _replica_annotations(dep: Obj) -> dict[str, str]:
+        spec = dep["spec"]
+        replicas = spec.get("replicas", 1)
+        return {deployments.DESIRED_REPLICAS: str(replicas),
+                deployments.MAX_REPLICAS: str(replicas + deployments.max_surge(spec))}
+
+    @staticmethod
+    def _copied_annotations(dep: Obj) -> dict[str, str]:
+        """The deployment's annotations its new ReplicaSet carries (the change-cause, for rollout history)."""
+        return {k: v for k, v in (dep["metadata"].get("annotations") or {}).items()
+                if k not in deployments.NOT_COPIED}
+
+    def _create_replicaset(self, dep: Obj, pod_hash: str, olds: list[Obj]) -> Obj:
+        meta, spec = dep["metadata"], dep["spec"]
+        template = _clone(spec["template"])
         template.setdefault("metadata", {}).setdefault("labels", {})[HASH_LABEL] = pod_hash
-        selector = _clone(dep["spec"]["selector"])
+        selector = _clone(spec["selector"])
         selector.setdefault("matchLabels", {})[HASH_LABEL] = pod_hash
         name = f"{meta['name']}-{pod_hash}"
-        replicas = str(dep["spec"].get("replicas", 1))
-        annotations = {REVISION: str(revision), "deployment.kubernetes.io/desired-replicas": replicas,
-                       "deployment.kubernetes.io/max-replicas": replicas}
-        cause = (meta.get("annotations") or {}).get(CHANGE_CAUSE)
-        if cause:
-            annotations[CHANGE_CAUSE] = cause
+        empty = deployments.ReplicaSetFigures(name, 0, 0, ("", name))
+        replicas = deployments.new_replicas(spec, [self._figures(r) for r in olds], empty)
+        annotations = {**self._copied_annotations(dep), REVISION: str(_max_revision(olds) + 1),
+                       **self._replica_annotations(dep)}
         rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
               "metadata": {"name": name, "namespace": meta["namespace"],
                            "uid": stable_uid(meta["namespace"], "rs", name),
                            "labels": dict(template["metadata"]["labels"]), "annotations": annotations,
                            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": meta["name"],
                                                 "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}]},
-              "spec": {"replicas": 0, "minReadySeconds": dep["spec"].get("minReadySeconds", 0),
+              "spec": {"replicas": replicas, "minReadySeconds": spec.get("minReadySeconds", 0),
                        "selector": selector, "template": template},
               "status": {"replicas": 0, "observedGeneration": 1}}
-        return self._store("replicasets.apps", rs)
+        rs = self._store("replicasets.apps", rs)
+        self.created[meta["uid"]] = name
+        if replicas:
+            self._event(dep, "ScalingReplicaSet", f"Scaled up replica set {name} from 0 to {replicas}",
+                        component="deployment-controller")
+        return rs
 
-    def _scale(self, dep: Obj, rs: Obj, replicas: int) -> None:
+    def _sync_new_replicaset(self, dep: Obj, rs: Obj, olds: list[Obj]) -> Obj:
+        """An existing new ReplicaSet takes the deployment's annotations and minReadySeconds, and becomes the newest
+        revision again after a rollback, remembering the revisions it had (revision-history)."""
+        meta = rs["metadata"]
+        annotations = dict(meta.get("annotations") or {})
+        annotations.update(self._copied_annotations(dep))
+        revision, newest = annotations.get(REVISION, ""), _max_revision(olds) + 1
+        if int(revision or 0) < newest:
+            annotations[REVISION] = str(newest)
+            if revision:
+                history = annotations.get(deployments.REVISION_HISTORY)
+                annotations[deployments.REVISION_HISTORY] = f"{history},{revision}" if history else revision
+        min_ready = dep["spec"].get("minReadySeconds", 0)
+        if annotations == meta.get("annotations") and rs["spec"].get("minReadySeconds", 0) == min_ready:
+            return rs
+        return self._write("replicasets.apps", {**rs, "metadata": {**meta, "annotations": annotations},
+                                                "spec": {**rs["spec"], "minReadySeconds": min_ready}})
+
+    def _scale(self, dep: Obj, rs: Obj, replicas: int) -> Obj:
+        """Resize a ReplicaSet, stamping the deployment's size on it (what tells a later scaling event apart)."""
         old = rs["spec"].get("replicas", 0)
-        if old == replicas:
-            return
-        annotations = dict(rs["metadata"].get("annotations") or {})
-        annotations["deployment.kubernetes.io/desired-replicas"] = str(dep["spec"].get("replicas", 1))
-        new = {**rs, "metadata": {**rs["metadata"], "annotations": annotations},
-               "spec": {**rs["spec"], "replicas": replicas}}
-        self._write("replicasets.apps", new)
-        name = rs["metadata"]["name"]
-        message = (f"Scaled up replica set {name} to {replicas}" if replicas > old
-                   else f"Scaled down replica set {name} to {replicas} from {old}")
-        self._event(dep, "ScalingReplicaSet", message, component="deployment-controller")
+        annotations = {**(rs["metadata"].get("annotations") or {}), **self._replica_annotations(dep)}
+        if old == replicas and annotations == rs["metadata"].get("annotations"):
+            return rs
+        rs = self._write("replicasets.apps", {**rs, "metadata": {**rs["metadata"], "annotations": annotations},
+                                              "spec": {**rs["spec"], "replicas": replicas}})
+        if old != replicas:
+            self._event(dep, "ScalingReplicaSet", f"Scaled {'up' if replicas > old else 'down'} replica set "
+                        f"{rs['metadata']['name']} from {old} to {replicas}", component="deployment-controller")
+        return rs
 
     def _sync_deployment(self, dep: Obj) -> bool:
-        """One step of the deployment controller; True when it changed a ReplicaSet."""
-        spec = dep["spec"]
-        if spec.get("paused"):
-            return False
-        meta = dep["metadata"]
-        ns = meta["namespace"]
-        owned = sorted(self._owned_replicasets(meta["uid"]),
-                       key=lambda r: int((r["metadata"].get("annotations") or {}).get(REVISION, "0")))
+        """One sync of the deployment controller (syncDeployment); True when it changed a ReplicaSet."""
+        before = self.c.revision
+        meta, spec = dep["metadata"], dep["spec"]
+        owned = self._owned_replicasets(meta["uid"])
         pod_hash = self._template_hash(dep)
         new = next((r for r in owned if (r["metadata"].get("labels") or {}).get(HASH_LABEL) == pod_hash), None)
-        revisions = [int((r["metadata"].get("annotations") or {}).get(REVISION, "0")) for r in owned]
-        top = max(revisions, default=0)
-        changed = False
-        if new is None:
-            new = self._create_replicaset(dep, pod_hash, top + 1)
-            changed = True
-        elif int((new["metadata"].get("annotations") or {}).get(REVISION, "0")) < top:
-            # a rollback to an older template: that ReplicaSet becomes the newest revision again
-            annotations = {**(new["metadata"].get("annotations") or {}), REVISION: str(top + 1)}
-            new = self._write("replicasets.apps", {**new, "metadata": {**new["metadata"], "annotations": annotations}})
-            changed = True
-        if (meta.get("annotations") or {}).get(REVISION) != (new["metadata"].get("annotations") or {}).get(REVISION):
-            annotations = {**(meta.get("annotations") or {}), REVISION: new["metadata"]["annotations"][REVISION]}
-            dep = self._write("deployments.apps", {**dep, "metadata": {**meta, "annotations": annotations}})
-        olds = [r for r in owned if r["metadata"]["uid"] != new["metadata"]["uid"]]
-        replicas = spec.get("replicas", 1)
-        strategy = spec.get("strategy") or {}
-        before = self.c.revision
-        if strategy.get("type") == "Recreate":
-            for old in olds:
-                self._scale(dep, old, 0)
-            if not any(self._pods_of(r) for r in olds):  # the new pods start once the old ones are gone
-                self._scale(dep, new, replicas)
+        olds = [r for r in owned if r is not new]
+        if new is not None:
+            new = self._sync_new_replicaset(dep, new, olds)
+        recreate = (spec.get("strategy") or {}).get("type") == "Recreate"
+        if spec.get("paused") or self._scaling_event(dep, [new, *olds]):
+            self._scale_to_size(dep, new, olds)
+        elif recreate:
+            self._recreate(dep, new, olds, pod_hash)
         else:
-            rolling = strategy.get("rollingUpdate") or {}
-            surge = _int_or_percent(rolling.get("maxSurge", "25%"), replicas, True)
-            unavailable = _int_or_percent(rolling.get("maxUnavailable", "25%"), replicas, False)
-            if surge == 0 and unavailable == 0:
-                unavailable = 1
-            new_replicas = new["spec"].get("replicas", 0)
-            if new_replicas > replicas or not olds:
-                self._scale(dep, new, replicas)
-            elif new_replicas < replicas:
-                current = new_replicas + sum(r["spec"].get("replicas", 0) for r in olds)
-                room = replicas + surge - current
-                if room > 0:
-                    self._scale(dep, new, min(replicas, new_replicas + room))
-            new = self.c.get("replicasets.apps", ns, new["metadata"]["name"]) or new
-            self._scale_down_olds(dep, new, olds, replicas, unavailable)
-        self._prune_history(olds, spec.get("revisionHistoryLimit", 10))
-        return changed or self.c.revision != before
+            self._roll(dep, new, olds, pod_hash)
+        self._sync_revision(dep, pod_hash)
+        return self.c.revision != before
+
+    def _sync_revision(self, dep: Obj, pod_hash: str) -> None:
+        """The deployment's revision annotation follows its new ReplicaSet's."""
+        rs = self.c.get("replicasets.apps", dep["metadata"]["namespace"], f"{dep['metadata']['name']}-{pod_hash}")
+        revision = ((rs or {}).get("metadata", {}).get("annotations") or {}).get(REVISION)
+        annotations = dep["metadata"].get("annotations") or {}
+        if revision is not None and annotations.get(REVISION) != revision:
+            self._write("deployments.apps", {**dep, "metadata": {**dep["metadata"],
+                                                                 "annotations": {**annotations, REVISION: revision}}})
+
+    @staticmethod
+    def _scaling_event(dep: Obj, sets: list[Obj | None]) -> bool:
+        """The deployment was resized since its active ReplicaSets were last stamped (isScalingEvent)."""
+        size = str(dep["spec"].get("replicas", 1))
+        for rs in sets:
+            if rs is not None and rs["spec"].get("replicas", 0) > 0:
+                desired = (rs["metadata"].get("annotations") or {}).get(deployments.DESIRED_REPLICAS)
+                if desired is not None and desired != size:
+                    return True
+        return False
+
+    def _scale_to_size(self, dep: Obj, new: Obj | None, olds: list[Obj]) -> None:
+        """A scaling event (or a paused deployment): the one active set takes the new size; mid-rollout, every
+        active set grows or shrinks in proportion (`scale` upstream)."""
+        spec = dep["spec"]
+        replicas = spec.get("replicas", 1)
+        newest_first = sorted(olds, key=lambda r: (r["metadata"].get("creationTimestamp", ""), r["metadata"]["name"]),
+                              reverse=True)
+        active = [r for r in [*newest_first, new] if r is not None and r["spec"].get("replicas", 0) > 0]
+        if len(active) <= 1:
+            target = active[0] if active else new if new is not None else (newest_first or [None])[0]
+            if target is not None:
+                self._scale(dep, target, replicas)
+            return
+        if new is not None and new["spec"].get("replicas", 0) == replicas and self._available(new) == replicas:
+            for old in active:
+                if old is not new:
+                    self._scale(dep, old, 0)
+            return
+        if (spec.get("strategy") or {}).get("type") == "Recreate":
+            return
+        sizes = deployments.proportional(spec, [self._figures(r) for r in active],
+                                         (dep.get("status") or {}).get("replicas", 0))
+        for rs in active:
+            self._scale(dep, rs, sizes.get(rs["metadata"]["name"], rs["spec"].get("replicas", 0)))
+
+    def _roll(self, dep: Obj, new: Obj | None, olds: list[Obj], pod_hash: str) -> None:
+        """RollingUpdate (rolloutRolling): grow the new set within maxSurge, then shrink old sets within
+        maxUnavailable; one step per sync, as the controller returns after each change."""
+        spec = dep["spec"]
+        replicas = spec.get("replicas", 1)
+        if new is None:
+            new = self._create_replicaset(dep, pod_hash, olds)
+        size = new["spec"].get("replicas", 0)
+        if size > replicas:
+            self._scale(dep, new, replicas)
+            return
+        if size < replicas:
+            grown = deployments.new_replicas(spec, [self._figures(r) for r in [new, *olds]], self._figures(new))
+            if grown != size:
+                self._scale(dep, new, grown)
+                return
+        sizes = deployments.scale_down_olds(spec, self._figures(new), [self._figures(r) for r in olds])
+        for old in olds:
+            if old["metadata"]["name"] in sizes:
+                self._scale(dep, old, sizes[old["metadata"]["name"]])
+        if not sizes and deployments.complete(spec, dep.get("status") or {}, dep["metadata"].get("generation", 1)):
+            self._prune_history(olds, spec.get("revisionHistoryLimit", 10))
+
+    def _recreate(self, dep: Obj, new: Obj | None, olds: list[Obj], pod_hash: str) -> None:
+        """Recreate (rolloutRecreate): every old pod goes before the new ReplicaSet gets any."""
+        spec = dep["spec"]
+        active = [r for r in olds if r["spec"].get("replicas", 0) > 0]
+        if active:
+            for old in active:
+                self._scale(dep, old, 0)
+            return
+        if any(self._pods_of(r) for r in olds):
+            return
+        if new is None:
+            new = self._create_replicaset(dep, pod_hash, olds)
+        self._scale(dep, new, spec.get("replicas", 1))
+        if deployments.complete(spec, dep.get("status") or {}, dep["metadata"].get("generation", 1)):
+            self._prune_history(olds, spec.get("revisionHistoryLimit", 10))
 
     def _prune_history(self, olds: list[Obj], limit: int) -> None:
-        """Old ReplicaSets scaled to zero beyond `revisionHistoryLimit` are deleted, oldest first."""
-        idle = [r for r in olds if not r["spec"].get("replicas") and not self._pods_of(r)]
-        for rs in idle[:max(0, len(idle) - limit)]:
+        """Old ReplicaSets beyond `revisionHistoryLimit` are deleted, lowest revision first, if scaled to zero and
+        without pods (cleanupDeployment)."""
+        by_revision = sorted(olds, key=lambda r: int((r["metadata"].get("annotations") or {}).get(REVISION, "0")))
+        for rs in by_revision[:max(0, len(olds) - limit)]:
+            if rs["spec"].get("replicas") or self._pods_of(rs):
+                continue
             self.c.delete("replicasets.apps", rs["metadata"]["namespace"], rs["metadata"]["name"])
             self._writes += 1
-
-    def _scale_down_olds(self, dep: Obj, new: Obj, olds: list[Obj], replicas: int, unavailable: int) -> None:
-        """The rolling update's scale-down half: never below `replicas - maxUnavailable` available pods."""
-        olds = [self.c.get("replicasets.apps", r["metadata"]["namespace"], r["metadata"]["name"]) or r for r in olds]
-        everything = [new, *olds]
-        all_pods = sum(r["spec"].get("replicas", 0) for r in everything)
-        min_available = replicas - unavailable
-        new_unavailable = new["spec"].get("replicas", 0) - self._available(new)
-        budget = all_pods - min_available - new_unavailable
-        if budget <= 0:
-            return
-        for old in olds:  # unhealthy replicas of old sets go first: removing them costs no availability
-            unhealthy = old["spec"].get("replicas", 0) - self._available(old)
-            if unhealthy > 0 and budget > 0:
-                cut = min(unhealthy, budget)
-                self._scale(dep, old, old["spec"]["replicas"] - cut)
-                budget -= cut
-        olds = [self.c.get("replicasets.apps", r["metadata"]["namespace"], r["metadata"]["name"]) or r for r in olds]
-        available = sum(self._available(r) for r in [new, *olds])
-        allowed = min(budget, available - min_available)
-        for old in olds:
-            if allowed <= 0:
-                break
-            cut = min(old["spec"].get("replicas", 0), allowed)
-            if cut:
-                self._scale(dep, old, old["spec"]["replicas"] - cut)
-                allowed -= cut
 
     # --- replicasets -------------------------------------------------------------------------------------------
     def _sync_replicaset(self, rs: Obj) -> bool:

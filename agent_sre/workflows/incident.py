@@ -31,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_sre.models.reward import HumanFeedback
     from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolInvocation, ToolResult
     from agent_sre.models.trajectory import Step, Trajectory
-    from agent_sre.rewards.base import EpisodeFacts
+    from agent_sre.outcome import incident_outcome
 
 FAULT_CLASS = SearchAttributeKey.for_keyword("FaultClass")
 SERVICE = SearchAttributeKey.for_keyword("Service")
@@ -111,7 +111,7 @@ class IncidentRemediationWorkflow:
                 trajectories.store_trajectory, trajectory, start_to_close_timeout=QUICK, retry_policy=STORE_RETRY)
             key = stored.key
         self._set_phase("done")
-        return _outcome(trajectory, key)
+        return incident_outcome(trajectory, key)
 
     async def _investigate(self, policy_ref: PolicyRef, trajectory: Trajectory) -> str:
         """The agent loop. Every exit is a termination reason; nothing here raises on bad model output."""
@@ -221,14 +221,3 @@ class IncidentRemediationWorkflow:
     @workflow.query
     def trajectory(self) -> Trajectory | None:
         return self._trajectory
-
-
-def _outcome(t: Trajectory, key: str | None) -> IncidentOutcome:
-    assert t.verdict is not None and t.reward is not None and t.termination is not None
-    results = [s.result for s in t.steps if s.result is not None]
-    return IncidentOutcome(
-        incident_id=t.incident.id, workflow_id=t.workflow_id, outcome=t.verdict.outcome, termination=t.termination,
-        model_version=t.model_version, steps=len(t.steps), writes=len(t.writes),
-        refused=sum(r.refused for r in results), invalid=sum(s.action is None for s in t.steps),
-        false_positive=EpisodeFacts.of(t).false_positive,
-        diagnosis=t.diagnosis, reward=t.reward, time_to_mitigate_s=t.time_to_mitigate_s, trajectory_key=key)
