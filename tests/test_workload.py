@@ -9,7 +9,7 @@ from kubernetes.client import AppsV1Api, CoreV1Api
 from agent_sre.faults import get_fault, inject
 from agent_sre.faults.k8s import K8s
 from agent_sre.models.tools import ToolCall
-from agent_sre.simulator import apps, workload
+from agent_sre.simulator import apps, deployments, workload
 from agent_sre.simulator.cluster import SIM_EPOCH, Cluster, SimClock
 from agent_sre.simulator.kubelet import crash_timeline
 from agent_sre.simulator.signals import golden_signals, render_prometheus
@@ -110,10 +110,13 @@ def test_a_template_change_is_a_new_revision_and_undo_goes_back(sim: Simulator) 
     env.advance(120)
     dep = env.get("deployments.apps", "cart")
     assert dep["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "3"
-    assert dep["status"]["updatedReplicas"] == dep["status"]["availableReplicas"] == 1
+    assert dep["status"]["updatedReplicas"] == dep["status"]["availableReplicas"] == dep["status"]["replicas"] == 1
     assert {c["type"]: c["reason"] for c in dep["status"]["conditions"]}["Progressing"] == "NewReplicaSetAvailable"
     assert _container(env.pods("cart")[0])["image"].endswith(":2.3.0")
-    assert any(e["message"].startswith("Scaled down replica set cart-") for e in env.events("ScalingReplicaSet"))
+    scaling = [e["message"] for e in env.events("ScalingReplicaSet", "cart")]
+    new, old = (f"cart-{h}" for h in _hashes(env, "cart", "3", "2"))
+    assert f"Scaled up replica set {new} from 0 to 1" in scaling
+    assert f"Scaled down replica set {old} from 1 to 0" in scaling
     env.tools([ToolCall(tool="rollout_undo", args={"deployment": "cart"})])
     env.advance(120)
     dep = env.get("deployments.apps", "cart")
@@ -121,6 +124,16 @@ def test_a_template_change_is_a_new_revision_and_undo_goes_back(sim: Simulator) 
     assert _container(env.pods("cart")[0])["image"].endswith(":2.4.1")
     sets = [r for r in env.cluster.list("replicasets.apps", env.ns) if r["metadata"]["name"].startswith("cart-")]
     assert len(sets) == 3, "undo reuses the old ReplicaSet instead of creating a new one"
+    reused = env.get("replicasets.apps", old)
+    assert reused["metadata"]["annotations"]["deployment.kubernetes.io/revision-history"] == "2"
+
+
+def _hashes(env: Env, deployment: str, *revisions: str) -> list[str]:
+    """The pod-template-hash of each given revision of a deployment."""
+    sets = {r["metadata"]["annotations"]["deployment.kubernetes.io/revision"]: r["metadata"]["labels"]
+            ["pod-template-hash"] for r in env.cluster.list("replicasets.apps", env.ns)
+            if r["metadata"]["name"].startswith(deployment + "-")}
+    return [sets[r] for r in revisions]
 
 
 def test_rollout_restart_replaces_the_pods(sim: Simulator) -> None:
@@ -133,15 +146,118 @@ def test_rollout_restart_replaces_the_pods(sim: Simulator) -> None:
     assert env.get("deployments.apps", "catalog")["status"]["availableReplicas"] == 2
 
 
-def test_a_broken_rollout_keeps_one_old_pod_of_two(sim: Simulator) -> None:
-    """maxSurge 1 / maxUnavailable 1: a two-replica service is degraded, not down, by a bad rollout."""
+def test_a_broken_rollout_surges_and_keeps_the_old_pods_serving(sim: Simulator) -> None:
+    """The default 25%/25% of two replicas is a surge of one and no unavailability: the new pod comes first, and
+    while it cannot start the old ones stay; after progressDeadlineSeconds the rollout is reported stuck."""
     env = new_env(sim)
     _inject(env, "bad_image", "frontend")
     env.advance(300)
-    dep = env.get("deployments.apps", "frontend")
-    assert dep["status"]["availableReplicas"] == 1
-    assert dep["status"]["updatedReplicas"] == 2
-    assert env.get("endpoints", "frontend")["subsets"][0]["addresses"]
+    status = env.get("deployments.apps", "frontend")["status"]
+    assert (status["replicas"], status["updatedReplicas"], status["availableReplicas"]) == (3, 1, 2)
+    assert status["unavailableReplicas"] == 1
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    assert conditions == {"Available": ("True", "MinimumReplicasAvailable"),
+                          "Progressing": ("True", "ReplicaSetUpdated")}
+    assert len(env.get("endpoints", "frontend")["subsets"][0]["addresses"]) == 2
+    new, old = _hashes(env, "frontend", "3", "2")
+    assert [e["message"] for e in env.events("ScalingReplicaSet", "frontend")
+            if e["lastTimestamp"] >= "2026"] == [f"Scaled up replica set frontend-{new} from 0 to 1"]
+    assert not env.events("SuccessfulDelete", f"frontend-{old}")
+    env.advance(400)
+    progressing = next(c for c in env.get("deployments.apps", "frontend")["status"]["conditions"]
+                       if c["type"] == "Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("False", "ProgressDeadlineExceeded")
+    assert progressing["message"] == f'ReplicaSet "frontend-{new}" has timed out progressing.'
+    assert progressing["lastTransitionTime"] == "2026-01-01T00:10:00Z"  # 600 s after the last progress
+    env.tools([ToolCall(tool="rollout_undo", args={"deployment": "frontend"})])
+    env.advance(60)
+    status = env.get("deployments.apps", "frontend")["status"]
+    assert (status["replicas"], status["updatedReplicas"], status["availableReplicas"]) == (2, 2, 2)
+    assert {c["type"]: c["reason"] for c in status["conditions"]}["Progressing"] == "NewReplicaSetAvailable"
+    assert f"Scaled down replica set frontend-{new} from 1 to 0" in [
+        e["message"] for e in env.events("ScalingReplicaSet", "frontend")]
+
+
+@pytest.mark.parametrize(("service", "serving", "available"), [
+    ("catalog", 1, "True"),  # maxSurge 0, maxUnavailable 1: one old pod makes room, one keeps serving
+    ("payment", 0, "False"),  # Recreate: the old pod goes first, and nothing replaces it
+])
+def test_the_strategy_decides_what_a_broken_rollout_costs(sim: Simulator, service: str, serving: int,
+                                                         available: str) -> None:
+    env = new_env(sim)
+    _inject(env, "bad_image", service)
+    env.advance(120)
+    status = env.get("deployments.apps", service)["status"]
+    assert status.get("availableReplicas", 0) == serving
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Available"] == available
+    subsets = env.get("endpoints", service).get("subsets") or []
+    assert sum(len(s.get("addresses") or []) for s in subsets) == serving
+
+
+def test_recreate_scales_the_old_set_down_before_the_new_one_up(sim: Simulator) -> None:
+    env = new_env(sim)
+    _inject(env, "bad_image", "payment")
+    env.advance(30)
+    new, old = _hashes(env, "payment", "3", "2")
+    scaling = [e["message"] for e in sorted(env.events("ScalingReplicaSet", "payment"),
+                                            key=lambda e: e["metadata"]["resourceVersion"].zfill(12))
+               if e["lastTimestamp"] >= "2026"]
+    assert scaling == [f"Scaled down replica set payment-{old} from 1 to 0",
+                       f"Scaled up replica set payment-{new} from 0 to 1"]
+
+
+def test_a_scaled_deployment_mid_rollout_scales_its_sets_in_proportion(sim: Simulator) -> None:
+    env = new_env(sim)
+    _inject(env, "bad_image", "frontend")
+    env.advance(60)
+    env.tools([ToolCall(tool="scale", args={"deployment": "frontend", "replicas": 6})])
+    env.advance(60)
+    new, old = _hashes(env, "frontend", "3", "2")
+    sizes = {r["metadata"]["name"]: r["spec"]["replicas"] for r in env.cluster.list("replicasets.apps", env.ns)}
+    # 6 replicas + a surge of 2 (25% rounded up): the 8 pods are shared 2:1 as the sets were (old 2, new 1 of 3)
+    assert (sizes[f"frontend-{old}"], sizes[f"frontend-{new}"]) == (5, 3)
+    assert env.get("replicasets.apps", f"frontend-{old}")["metadata"]["annotations"][
+        "deployment.kubernetes.io/desired-replicas"] == "6"
+
+
+def test_min_ready_seconds_delays_availability(sim: Simulator) -> None:
+    env = new_env(sim)
+    AppsV1Api(env.api).patch_namespaced_deployment("cart", env.ns, {"spec": {"minReadySeconds": 60, "template": {
+        "spec": {"containers": [{"name": "cart", "image": "registry.acme.internal/shop/cart:2.3.0"}]}}}})
+    env.advance(30)
+    status = env.get("deployments.apps", "cart")["status"]
+    assert (status["replicas"], status["readyReplicas"], status["availableReplicas"]) == (2, 2, 1)
+    env.advance(60)
+    status = env.get("deployments.apps", "cart")["status"]
+    assert (status["replicas"], status["availableReplicas"]) == (1, 1)
+
+
+def test_the_rollout_arithmetic_follows_the_deployment_controller() -> None:
+    def spec(replicas: int, surge: object = "25%", unavailable: object = "25%") -> dict:
+        return {"replicas": replicas, "strategy": {"type": "RollingUpdate", "rollingUpdate": {
+            "maxSurge": surge, "maxUnavailable": unavailable}}}
+
+    assert deployments.fenceposts(spec(1)) == (1, 0)  # 25% of 1: surge rounds up, unavailability down
+    assert deployments.fenceposts(spec(10)) == (3, 2)
+    assert deployments.fenceposts(spec(3, "10%", "10%")) == (1, 0)
+    assert deployments.fenceposts(spec(3, 0, "10%")) == (0, 1)  # both zero after rounding: one may go
+    assert deployments.max_unavailable(spec(2, 0, 5)) == 2
+    assert deployments.max_unavailable({"replicas": 3, "strategy": {"type": "Recreate"}}) == 0
+    assert [deployments.rollout_impact(s) for s in (spec(2), spec(2, 0, 1), spec(1, 0, 1),
+                                                    {"replicas": 1, "strategy": {"type": "Recreate"}})] == \
+        ["none", "partial", "outage", "outage"]
+    figures = deployments.ReplicaSetFigures
+    old, new = figures("old", 4, 4, ("1", "old")), figures("new", 0, 0, ("2", "new"))
+    assert deployments.new_replicas(spec(4), [old, new], new) == 1  # a surge of 1 (25% of 4)
+    new = figures("new", 1, 0, ("2", "new"))
+    # 5 pods, 3 must stay available, the new one is not: one old pod may go, and then another once it is
+    assert deployments.scale_down_olds(spec(4), new, [old]) == {"old": 3}
+    assert deployments.scale_down_olds(spec(4), figures("new", 1, 1, ("2", "new")), [old]) == {"old": 2}
+    broken = figures("broken", 2, 0, ("1", "broken"))  # unhealthy replicas of an older set go first
+    assert deployments.scale_down_olds(spec(4), new, [broken, old]) == {"broken": 0, "old": 3}
+    # 2 -> 6 replicas mid-rollout (old 2, new 1, of a maximum of 3): 8 pods allowed now, shared 2:1 as before
+    sets = [figures("old", 2, 2, ("1", "old"), 3), figures("new", 1, 0, ("2", "new"), 3)]
+    assert deployments.proportional(spec(6), sets, 3) == {"old": 5, "new": 3}
 
 
 # --- the kubelet --------------------------------------------------------------------------------------------------
@@ -305,9 +421,10 @@ def test_the_quota_refuses_new_pods(sim: Simulator) -> None:
     env = new_env(sim)
     _inject(env, "quota_exceeded", "cart")
     env.advance(60)
-    assert not [p for p in env.pods("cart") if p["status"]["phase"] == "Running"]
+    running = [p for p in env.pods("cart") if p["status"]["phase"] == "Running"]
+    assert len(running) == 1 and running[0]["metadata"]["name"].startswith(f"cart-{_hashes(env, 'cart', '2')[0]}-")
     event = env.events("FailedCreate")[0]
-    assert "is forbidden: exceeded quota: compute-resources, requested: pods=1, used: pods=9, limited: pods=9" \
+    assert "is forbidden: exceeded quota: compute-resources, requested: pods=1, used: pods=10, limited: pods=9" \
         in event["message"]
     assert event["message"].startswith('Error creating: pods "cart-')
     conditions = env.get("deployments.apps", "cart")["status"]["conditions"]
@@ -400,7 +517,7 @@ def test_stress_shows_in_kubectl_top_and_in_latency(sim: Simulator) -> None:
     cpu, _ = env.cluster.model["usage"][(env.ns, pod)]["checkout"]
     assert cpu > 2000
     assert golden_signals(env.cluster)[("shop", "checkout")].latency_p99_seconds > healthy + 0.05
-    node_cpu, node_memory = env.cluster.model["node_usage"]["worker-2"]
+    node_cpu, node_memory = env.cluster.model["node_usage"][env.pods("checkout")[0]["spec"]["nodeName"]]
     assert node_cpu > 2000 and node_memory > 1e9
 
 

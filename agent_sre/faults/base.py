@@ -21,7 +21,8 @@ from agent_sre.models.alert import Alert
 from agent_sre.models.scenario import GroundTruth, Scenario
 from agent_sre.models.tools import ToolCall
 from agent_sre.models.verdict import HealthSnapshot
-from agent_sre.simulator.apps import AppSpec, ServiceSpec, get_app
+from agent_sre.simulator.apps import AppSpec, ServiceSpec, deployment, get_app
+from agent_sre.simulator.deployments import rollout_impact
 
 
 class FaultError(ValueError):
@@ -64,6 +65,10 @@ SYMPTOMS = {
     "partial": ("{Feature} fails for some customers and works for others.",
                 "Some requests for {feature} fail, maybe one in two."),
     "slow": ("{Feature} has become really slow.", "Customers complain that {feature} takes forever to load."),
+    # a rollout that cannot finish while the old pods keep serving: the developers notice, not the customers
+    "deploy": ("The deploy pipeline for {service} failed: the rollout did not finish within 10 minutes.",
+               "Our release of {service} never went live - `kubectl rollout status` keeps waiting.",
+               "{Service} is stuck mid-rollout; the CI job timed out waiting for it."),
 }
 
 ALERTS = {
@@ -76,7 +81,10 @@ ALERTS = {
                       "More than 5% of requests to {svc} in {ns} fail (5m window)."),
     "HighLatency": ("Service p99 latency above SLO.", "p99 latency of {svc} in {ns} is above 1s for 10 minutes."),
     "TargetDown": ("One or more targets are unreachable.", "100% of the {svc} targets in {ns} namespace are down."),
+    "KubeDeploymentRolloutStuck": ("Deployment rollout is not progressing.",
+                                   "Rollout of deployment {ns}/{svc} is not progressing for longer than 15 minutes."),
 }
+DEPLOYMENT_ALERTS = ("KubePodCrashLooping", "KubeDeploymentReplicasMismatch", "KubeDeploymentRolloutStuck")
 
 
 class FaultType(ABC):
@@ -151,21 +159,27 @@ class FaultType(ABC):
         name = self.alert_name_for(ctx)
         summary, description = ALERTS[name]
         labels = {"alertname": name, "severity": self.severity, "namespace": ctx.namespace, "service": service}
-        if name in ("KubePodCrashLooping", "KubeDeploymentReplicasMismatch"):
+        if name in DEPLOYMENT_ALERTS:
             labels["deployment"] = service
         return Alert(labels=labels, annotations={
             "summary": summary, "description": description.format(ns=ctx.namespace, svc=service),
             "runbook_url": f"https://runbooks.prometheus-operator.dev/runbooks/kubernetes/{name.lower()}"})
 
+    def symptom_kind_for(self, ctx: FaultContext) -> str:
+        return self.symptom_kind
+
     def symptom(self, ctx: FaultContext) -> str:
         service = ctx.app.service(self.alerted_service(ctx))
-        kind = self.symptom_kind
+        kind = self.symptom_kind_for(ctx)
         if kind == "errors" and service.replicas > 1 and service.name == ctx.target and \
                 self.alert_name_for(ctx) == "KubeDeploymentReplicasMismatch":
             kind = "partial"
         feature = service.feature or f"the {service.name} service"
         sentence = ctx.pick(SYMPTOMS[kind])
-        return sentence.replace("{Feature}", feature[:1].upper() + feature[1:]).replace("{feature}", feature)
+        for word, value in (("feature", feature), ("service", service.name)):
+            sentence = sentence.replace("{" + word.title() + "}", value[:1].upper() + value[1:])
+            sentence = sentence.replace("{" + word + "}", value)
+        return sentence
 
     def root_cause(self, ctx: FaultContext) -> str:
         return f"deployment/{ctx.target}"
@@ -201,6 +215,27 @@ class FaultType(ABC):
                         params=ctx.params.model_dump(mode="json", exclude_none=True), seed=seed,
                         alert=alert or self.alert(ctx), symptom=symptom if symptom is not None else self.symptom(ctx),
                         ground_truth=ground_truth or self.ground_truth(ctx), tags=list(tags or []))
+
+
+class RolloutFault(FaultType):
+    """A fault shipped by a rollout whose new pods never become available. What it does to the service is the
+    target's deployment strategy's doing, as on a real cluster: with room to surge and no unavailability allowed
+    (the default for one or two replicas) the old pods keep serving and the rollout is stuck - an incident the
+    developers notice, not the customers; a Recreate, or a budget of unavailability covering every replica, takes
+    the service down; a smaller budget costs that many pods."""
+
+    crashes: ClassVar[bool] = False  # the new pods crash-loop: KubePodCrashLooping fires, whatever the strategy
+
+    def impact(self, ctx: FaultContext) -> str:
+        return rollout_impact(deployment(ctx.app, ctx.svc, ctx.namespace)["spec"])
+
+    def alert_name_for(self, ctx: FaultContext) -> str:
+        if self.crashes:
+            return "KubePodCrashLooping"
+        return "KubeDeploymentRolloutStuck" if self.impact(ctx) == "none" else "KubeDeploymentReplicasMismatch"
+
+    def symptom_kind_for(self, ctx: FaultContext) -> str:
+        return "errors" if self.impact(ctx) == "outage" else "deploy"
 
 
 def first_caller(ctx: FaultContext) -> str:

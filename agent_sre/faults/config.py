@@ -1,7 +1,9 @@
 """Faults in configuration the pods read at start-up: a rotated secret, a corrupted config map key.
 
 Both are time bombs, as on a real cluster: running pods keep the values they started with, so the injection
-also restarts the target (a deploy, an eviction); other consumers of the same key break only when they restart.
+also restarts the target, as a reloader does after a config change; other consumers of the same key break only
+when they restart. The restart is a rollout: where the strategy keeps old pods, they serve on with the values they
+read at start-up and the rollout is stuck on crash-looping new pods (see `RolloutFault`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any
 
 from pydantic import Field
 
-from agent_sre.faults.base import FaultContext, FaultError, FaultParams, FaultType
+from agent_sre.faults.base import FaultContext, FaultError, FaultParams, RolloutFault
 from agent_sre.faults.k8s import K8s
 from agent_sre.models.tools import ToolCall
 from agent_sre.simulator.apps import AppSpec, Ref, ServiceSpec, run_context
@@ -36,12 +38,13 @@ def _password_ref(svc: ServiceSpec) -> Ref | None:
     return ref if ref is not None and ref.kind == "secret" else None
 
 
-class SecretPassword(FaultType):
+class SecretPassword(RolloutFault):
     name = "secret_password"
     summary = "rotate the app's database password secret without the database (password authentication failed)"
     fault_class = "config/secret"
     modelled_on = "AIOpsLab revoke_auth / auth_miss_mongodb, ITBench corrupted secret"
     Params = SecretParams
+    crashes = True
 
     def targets(self, app: AppSpec) -> list[str]:
         return [s.name for s in app.services if _password_ref(s) is not None]
@@ -111,12 +114,13 @@ def _config_refs(app: AppSpec, svc: ServiceSpec) -> dict[str, tuple[str, Ref]]:
     return out
 
 
-class BadConfig(FaultType):
+class BadConfig(RolloutFault):
     name = "bad_config"
     summary = "write an invalid value into a config map key the target reads (CrashLoopBackOff after restart)"
     fault_class = "config/configmap"
     modelled_on = "ITBench misconfigured ConfigMap, AIOpsLab misconfig_app"
     Params = ConfigParams
+    crashes = True
 
     def targets(self, app: AppSpec) -> list[str]:
         return [s.name for s in app.services if _config_refs(app, s)]

@@ -1,5 +1,8 @@
 """Faults shipped as a bad rollout: a deployment's pod template changes (a new revision), so the previous
-revision is intact and `rollout_undo` is a real fix where a real SRE would use it."""
+revision is intact and `rollout_undo` is a real fix where a real SRE would use it. Whether the bad rollout takes
+the service down or only gets stuck is the target's deployment strategy's doing (see `RolloutFault`); a memory
+limit below the working set is the exception: the new pods pass their readiness probe before the first OOM kill,
+so the rollout completes and then every pod crash-loops."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from agent_sre.faults.base import FaultContext, FaultError, FaultParams, FaultType, restart_cause
+from agent_sre.faults.base import FaultContext, FaultError, FaultParams, RolloutFault, restart_cause
 from agent_sre.faults.k8s import K8s
 from agent_sre.models.tools import ToolCall
 from agent_sre.simulator.apps import NODE_ALLOCATABLE_CPU, NODES, AppSpec, ServiceSpec, run_context
@@ -23,7 +26,7 @@ def _undo(ctx: FaultContext) -> list[ToolCall]:
     return [ToolCall(tool="rollout_undo", args={"deployment": ctx.target})]
 
 
-class _TemplateFault(FaultType):
+class _TemplateFault(RolloutFault):
     """A fault that patches fields of the target's container; clearing patches the app's own values back."""
 
     group = "containers"
@@ -70,7 +73,6 @@ class BadImage(_TemplateFault):
     fault_class = "deploy/image"
     modelled_on = "AIOpsLab misconfig_app (wrong image), ITBench invalid image tag"
     Params = ImageParams
-    alert_name = "KubeDeploymentReplicasMismatch"
 
     def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
         return {"tag": _missing_tag(app.service(target))}
@@ -137,6 +139,7 @@ class BadEnv(_TemplateFault):
     fault_class = "config/env"
     modelled_on = "ITBench misconfigured environment variable, AIOpsLab misconfig_app"
     Params = EnvParams
+    crashes = True
 
     def targets(self, app: AppSpec) -> list[str]:
         return [s.name for s in app.services if _env_candidates(s)]
@@ -194,6 +197,7 @@ class BadCommand(_TemplateFault):
     fault_class = "deploy/command"
     modelled_on = "AIOpsLab wrong_bin_usage, ITBench bad container command"
     Params = CommandParams
+    crashes = True
 
     def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
         svc = app.service(target)
@@ -238,6 +242,10 @@ class OomLimit(_TemplateFault):
     fault_class = "resources/memory"
     modelled_on = "ITBench resource limit too low, AIOpsLab memory stress"
     Params = MemoryParams
+    crashes = True
+
+    def symptom_kind_for(self, ctx: FaultContext) -> str:
+        return "errors"  # the rollout completes before the first OOM kill: every pod is the new one
 
     def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
         return {"memory_limit": f"{max(8, app.service(target).software.memory_mib // 2)}Mi"}
@@ -275,7 +283,6 @@ class CpuUnschedulable(_TemplateFault):
     fault_class = "scheduling/resources"
     modelled_on = "ITBench CPU starvation / unschedulable requests"
     Params = CpuParams
-    alert_name = "KubeDeploymentReplicasMismatch"
 
     def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
         return {"cpu_request": "4"}
@@ -304,13 +311,12 @@ class PlacementParams(FaultParams):
     value: str = Field(default="nvme", pattern=r"^[A-Za-z0-9._-]*$")
 
 
-class NodeSelectorMissing(FaultType):
+class NodeSelectorMissing(RolloutFault):
     name = "node_selector_missing"
     summary = "pin the pods to a node label no node has (Pending: didn't match Pod's node affinity/selector)"
     fault_class = "scheduling/placement"
     modelled_on = "AIOpsLab assign_non_existent_node, ITBench node selector to a missing node"
     Params = PlacementParams
-    alert_name = "KubeDeploymentReplicasMismatch"
 
     def validate(self, ctx: FaultContext) -> None:
         p = ctx.params
@@ -352,7 +358,6 @@ class ReadinessProbe(_TemplateFault):
     fault_class = "deploy/probe"
     modelled_on = "ITBench broken readiness probe"
     Params = ProbeParams
-    alert_name = "KubeDeploymentReplicasMismatch"
 
     def targets(self, app: AppSpec) -> list[str]:
         return [s.name for s in app.services if s.probe == "http"]
@@ -389,9 +394,11 @@ class InitFailParams(FaultParams):
     found: str = Field(default="v41", pattern=r"^[A-Za-z0-9._-]+$")
 
 
-class _InitFault(FaultType):
+class _InitFault(RolloutFault):
+    """An init container added by a rollout. Init containers' crash loops do not count for KubePodCrashLooping
+    (kube-state-metrics reports them apart), so the rollout's alerts fire."""
+
     fault_class = "deploy/init-container"
-    alert_name = "KubeDeploymentReplicasMismatch"
 
     def init_container(self, ctx: FaultContext) -> dict[str, Any]:
         raise NotImplementedError
@@ -435,7 +442,6 @@ class InitContainerFail(_InitFault):
     summary = "add an init container whose check fails on every attempt (Init:CrashLoopBackOff)"
     modelled_on = "ITBench failing init container"
     Params = InitFailParams
-    alert_name = "KubePodCrashLooping"
 
     def init_container(self, ctx: FaultContext) -> dict[str, Any]:
         p = ctx.params

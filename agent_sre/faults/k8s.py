@@ -138,11 +138,15 @@ class K8s:
     # --- writes --------------------------------------------------------------------------------------------------
     def patch_deployment(self, ns: str, name: str, body: Any, patch_type: str = "strategic",
                          cause: str | None = None) -> Obj:
-        """Patch a deployment; a template change is a normal rollout (a new revision), annotated with its cause."""
+        """Patch a deployment; a template change is a normal rollout (a new revision), annotated with its cause in
+        the same request, as `kubectl set image --record` does (annotating first would stamp the cause on the
+        current revision too: the controller copies a deployment's annotations to its newest ReplicaSet)."""
         if cause is not None:
-            self._raw(self.apps.patch_namespaced_deployment, name, ns,
-                      {"metadata": {"annotations": {CHANGE_CAUSE: cause}}},
-                      _content_type=CONTENT_TYPES["merge"])
+            if patch_type == "json":
+                raise ValueError("a change-cause goes with an object patch, not a JSON patch")
+            metadata = dict(body.get("metadata") or {})
+            metadata["annotations"] = {**(metadata.get("annotations") or {}), CHANGE_CAUSE: cause}
+            body = {**body, "metadata": metadata}
         return self._raw(self.apps.patch_namespaced_deployment, name, ns, body,
                          _content_type=CONTENT_TYPES[patch_type])
 

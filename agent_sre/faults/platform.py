@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
-from agent_sre.faults.base import FaultContext, FaultError, FaultParams, FaultType, first_caller
+from agent_sre.faults.base import FaultContext, FaultError, FaultParams, FaultType, RolloutFault, first_caller
 from agent_sre.faults.k8s import K8s
 from agent_sre.models.tools import ToolCall
 from agent_sre.simulator.apps import PART_OF, AppSpec, labels, nodes_for
@@ -56,13 +56,12 @@ class QuotaParams(FaultParams):
     pods: int = Field(ge=0)
 
 
-class QuotaExceeded(FaultType):
+class QuotaExceeded(RolloutFault):
     name = "quota_exceeded"
     summary = "shrink the namespace's pod quota, then roll the target: its new pods are forbidden (FailedCreate)"
     fault_class = "capacity/quota"
     modelled_on = "ITBench ResourceQuota too small"
     Params = QuotaParams
-    alert_name = "KubeDeploymentReplicasMismatch"
 
     def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
         return {"pods": sum(s.replicas for s in app.services) - 1}

@@ -38,3 +38,43 @@ class SFTResult(BaseModel):
     losses: list[float] = Field(description="training loss at each logged step")
     train_runtime_s: float
     train_tokens: int = Field(description="tokens the model read (padding excluded)")
+
+
+class GRPOTrainingConfig(BaseModel):
+    """Stage-1 RL on simulated incidents. Defaults fit a CPU run of minutes for the 135M model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_steps: int = Field(default=4, ge=1)
+    group_size: int = Field(default=4, ge=2, description="rollouts of the same scenario and seed per group")
+    groups_per_step: int = Field(default=1, ge=1)
+    learning_rate: float = Field(default=1e-6, gt=0)
+    beta: float = Field(default=0.04, ge=0, description="KL penalty to the reference (initial) model")
+    epsilon: float = Field(default=0.2, gt=0, description="clip range of the importance ratio")
+    temperature: float = Field(default=1.0, gt=0)
+    max_new_tokens: int = Field(default=96, ge=8, description="per turn: a tool call is short")
+    max_turns: int = Field(default=8, ge=1, description="actions per episode")
+    step_cost_s: float = Field(default=3.0, ge=0, description="simulated seconds each action takes")
+    reward_function: Literal["sre", "outcome", "weighted"] = "sre"
+    curriculum: bool = Field(default=True, description="sample fault families neither solved nor hopeless")
+    curriculum_floor: float = Field(default=0.1, gt=0, le=1, description="least sampling weight of a family")
+    device: str = "auto"
+    seed: int = 0
+
+
+class GRPOStepStats(BaseModel):
+    step: int
+    mean_group_reward: float
+    success_rate: float
+    invalid_rate: float
+    generated_tokens: int
+    rollout_s: float
+
+
+class GRPOResult(BaseModel):
+    output_dir: str
+    base_model: str
+    steps: list[GRPOStepStats] = Field(description="the learning curve: one row per rollout batch")
+    train_runtime_s: float
+    generated_tokens: int
+    losses: list[float] = Field(default_factory=list)

@@ -71,7 +71,9 @@ class ServiceSpec:
     deps: tuple[Edge, ...] = ()
     entry_rps: float = 0.0
     node_selector: tuple[tuple[str, str], ...] = ()
-    stateful: bool = False
+    # How a rollout replaces the pods: Recreate, or RollingUpdate's (maxSurge, maxUnavailable) - the apiserver's
+    # default 25%/25% unless the service has a reason to differ (a data store recreates: one pod owns its volume).
+    rollout: Literal["Recreate"] | tuple[int | str, int | str] = ("25%", "25%")
     tier: str = "backend"
     feature: str = ""  # how a user names what this service does, for symptom sentences
 
@@ -86,6 +88,12 @@ class ServiceSpec:
     @property
     def container(self) -> str:
         return self.name
+
+    def strategy(self) -> Obj:
+        if self.rollout == "Recreate":
+            return {"type": "Recreate"}
+        surge, unavailable = self.rollout
+        return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": surge, "maxUnavailable": unavailable}}
 
     def literal_env(self) -> dict[str, str]:
         return {k: v for k, v in self.env if isinstance(v, str)}
@@ -206,27 +214,31 @@ SHOP = AppSpec(
         _svc("payment", f"{ACME}/shop/payment", ("5.0.3", "5.1.0"), 1, port=8080,
              command=("java", "-jar", "/app/payment.jar"), cpu="250m", memory="512Mi", memory_limit="768Mi",
              env=(("PORT", "8080"), ("PSP_API_KEY", Ref("secret", "payment-psp", "api-key")), ("PSP_MODE", "live")),
-             node_selector=(("workload-class", "pci"),), feature="paying for an order"),
+             node_selector=(("workload-class", "pci"),), feature="paying for an order",
+             rollout="Recreate"),  # one PSP session per merchant key: two payment pods must never overlap
         _svc("catalog", f"{ACME}/shop/catalog", ("1.12.1", "1.13.0"), 2, port=8080,
              command=("/app/catalog",), args=("serve",), cpu="100m", memory="192Mi", memory_limit="256Mi",
              env=(("PORT", "8080"), *_db_env("shop-db-credentials", "shop", "catalog"),
                   ("CACHE_TTL_SECONDS", Ref("configmap", "shop-config", "CACHE_TTL_SECONDS")),
                   ("LOG_LEVEL", Ref("configmap", "shop-config", "LOG_LEVEL"))),
-             deps=(Edge("postgres", 0.3),), feature="product pages"),
+             deps=(Edge("postgres", 0.3),), feature="product pages",
+             rollout=(0, 1)),  # its two pods use the catalog database's whole connection budget: no surge pod
         _svc("recommendation", f"{ACME}/shop/recommendation", ("0.10.0", "0.10.1"), 1, port=8080,
              command=("python", "-m", "recommendation"), cpu="200m", memory="512Mi", memory_limit="640Mi",
              env=(("PORT", "8080"), ("CATALOG_URL", "http://catalog:8080"),
                   ("WORKERS", Ref("configmap", "shop-config", "RECS_WORKERS"))),
              deps=(Edge("catalog", 0.2, critical=False),),
-             feature="the 'you may also like' suggestions"),
+             feature="the 'you may also like' suggestions",
+             rollout=(0, 1)),  # the model fills the pod's memory request: no room reserved for a surge pod
         _svc("redis", "docker.io/library/redis", ("7.2.4", "7.2.5"), 1, port=6379, probe="tcp", tier="data",
              args=("--appendonly", "no"), cpu="50m", memory="128Mi", memory_limit="256Mi", env=(),
-             stateful=True, feature="the shopping cart"),
+             rollout="Recreate", feature="the shopping cart"),
         _svc("postgres", "docker.io/library/postgres", ("16.2", "16.3"), 1, port=5432, probe="exec", tier="data",
              cpu="250m", memory="512Mi", memory_limit="1Gi",
              env=(("POSTGRES_USER", "shop"), ("POSTGRES_PASSWORD", Ref("secret", "postgres-credentials", "password")),
                   ("PGDATA", "/var/lib/postgresql/data/pgdata")),
-             node_selector=(("storage-tier", "ssd"),), stateful=True, feature="orders and product pages"),
+             node_selector=(("storage-tier", "ssd"),), rollout="Recreate",
+             feature="orders and product pages"),
     ),
     configmaps={"shop-config": {"LOG_LEVEL": "info", "CART_TTL_HOURS": "72", "CACHE_TTL_SECONDS": "300",
                                 "RECS_WORKERS": "2"}},
@@ -260,7 +272,8 @@ BANK = AppSpec(
              env=(("PORT", "8080"), *_db_env("bank-db-credentials", "bank", "auth", host="db"),
                   ("JWT_SIGNING_KEY", Ref("secret", "auth-jwt", "signing-key")),
                   ("TOKEN_TTL_MINUTES", Ref("configmap", "bank-config", "TOKEN_TTL_MINUTES"))),
-             deps=(Edge("db", 0.3),), feature="logging in"),
+             deps=(Edge("db", 0.3),), feature="logging in",
+             rollout=("25%", "50%")),  # stateless and quick to start: rolls half the pods at a time
         _svc("accounts", f"{ACME}/bank/accounts", ("1.8.0", "1.8.2"), 1, port=8080,
              command=("/app/accounts",), args=("serve",), cpu="100m", memory="128Mi", memory_limit="256Mi",
              env=(("PORT", "8080"), ("LEDGER_URL", "http://ledger:8080"), ("AUTH_URL", "http://auth:8080"),
@@ -274,16 +287,19 @@ BANK = AppSpec(
                   ("LEDGER_BATCH_SIZE", Ref("configmap", "bank-config", "LEDGER_BATCH_SIZE"))),
              deps=(Edge("db", 2.0),
                    Edge("notifications", 0.5, critical=False)),
-             node_selector=(("workload-class", "pci"),), feature="money transfers"),
+             node_selector=(("workload-class", "pci"),), feature="money transfers",
+             rollout="Recreate"),  # the ledger has a single writer: old and new pods must never overlap
         _svc("notifications", f"{ACME}/bank/notifications", ("1.1.0", "1.2.0"), 1, port=8080,
              command=("python", "-m", "notifications"), cpu="50m", memory="128Mi", memory_limit="192Mi",
              env=(("PORT", "8080"), ("NOTIFY_CHANNEL", Ref("configmap", "bank-config", "NOTIFY_CHANNEL")),
-                  ("WORKERS", "2")), feature="transfer confirmation e-mails"),
+                  ("WORKERS", "2")), feature="transfer confirmation e-mails",
+             rollout=(0, 1)),  # a queue consumer that must not send an e-mail twice: one instance at a time
         _svc("db", "docker.io/library/postgres", ("16.2", "16.3"), 1, port=5432, probe="exec", tier="data",
              cpu="250m", memory="512Mi", memory_limit="1Gi",
              env=(("POSTGRES_USER", "bank"), ("POSTGRES_PASSWORD", Ref("secret", "db-credentials", "password")),
                   ("PGDATA", "/var/lib/postgresql/data/pgdata")),
-             node_selector=(("storage-tier", "ssd"),), stateful=True, feature="everything that touches account data"),
+             node_selector=(("storage-tier", "ssd"),), rollout="Recreate",
+             feature="everything that touches account data"),
     ),
     configmaps={"bank-config": {"LOG_LEVEL": "info", "TOKEN_TTL_MINUTES": "30", "LEDGER_BATCH_SIZE": "100",
                                 "NOTIFY_CHANNEL": "email"}},
@@ -386,15 +402,13 @@ def container_spec(svc: ServiceSpec, tag: str | None = None) -> Obj:
 
 
 def deployment(app: AppSpec, svc: ServiceSpec, namespace: str, tag: str | None = None) -> Obj:
-    strategy: Obj = ({"type": "Recreate"} if svc.stateful else
-                     {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 1}})
     pod_spec: Obj = {"containers": [container_spec(svc, tag)], "terminationGracePeriodSeconds": 30}
     if svc.node_selector:
         pod_spec["nodeSelector"] = dict(svc.node_selector)
     return {"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": svc.name, "namespace": namespace, "labels": labels(app, svc)},
             "spec": {"replicas": svc.replicas, "selector": {"matchLabels": {"app": svc.name}},
-                     "strategy": strategy, "revisionHistoryLimit": 10, "progressDeadlineSeconds": 600,
+                     "strategy": svc.strategy(), "revisionHistoryLimit": 10, "progressDeadlineSeconds": 600,
                      "template": {"metadata": {"labels": labels(app, svc)}, "spec": pod_spec}}}
 
 

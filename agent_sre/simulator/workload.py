@@ -16,24 +16,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_sre.simulator import chaos, kubelet, logs, scheduling, signals
+from agent_sre.simulator import chaos, deployments, kubelet, logs, scheduling, signals
 from agent_sre.simulator.cluster import Cluster, Obj
 from agent_sre.simulator.kubelet import INF, NamespaceView, PodState
 
-REVISION = "deployment.kubernetes.io/revision"
+REVISION = deployments.REVISION
 HASH_LABEL = "pod-template-hash"
-CHANGE_CAUSE = "kubernetes.io/change-cause"
 SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 SYSTEM_CPU_M, SYSTEM_MEMORY = 180.0, 1.1 * 1024 ** 3  # kubelet, containerd and daemonsets on every node
 RESYNC_S = 300.0  # at the latest, a pass runs every 5 simulated minutes (logs and usage stay fresh)
 MAX_CATCH_UP_PASSES = 500  # a longer jump of the clock is finished in one step
 CREATE_RETRY_S = 30.0  # the ReplicaSet controller retries a pod the quota refused
 SCHEDULE_RETRY_S = 60.0  # the scheduler retries an unschedulable pod
+CONTROLLER_ROUNDS = 16  # deployment and ReplicaSet controllers take turns until neither changes anything
 
 
 @dataclass
@@ -48,8 +47,7 @@ class WorkloadState:
     pods: dict[tuple[str, str], PodState] = field(default_factory=dict)
     hashes: dict[tuple[str, int], str] = field(default_factory=dict)  # (deployment uid, generation) -> hash
     pod_counter: dict[str, int] = field(default_factory=dict)  # replicaset uid -> pods created
-    progress: dict[str, tuple[float, tuple[Any, ...]]] = field(default_factory=dict)  # deployment uid -> (t, sig)
-    conditions: dict[tuple[str, str], tuple[str, str, float, float]] = field(default_factory=dict)
+    progress: dict[str, float] = field(default_factory=dict)  # deployment uid -> when its rollout last progressed
     first_failure: dict[tuple[str, str], float] = field(default_factory=dict)  # (kind/uid, reason) -> since
     chaos_ticks: dict[str, int] = field(default_factory=dict)  # pod-kill experiment uid -> last tick done
     created: dict[str, float] = field(default_factory=dict)  # uid -> creation time (chaos timing)
@@ -57,7 +55,7 @@ class WorkloadState:
     failing_since: dict[tuple[str, ...], float] = field(default_factory=dict)  # a failure logs lines from then on
 
     def merge(self, other: WorkloadState) -> None:
-        for name in ("pods", "hashes", "pod_counter", "progress", "conditions", "first_failure", "chaos_ticks",
+        for name in ("pods", "hashes", "pod_counter", "progress", "first_failure", "chaos_ticks",
                      "created", "ip_counter", "failing_since"):
             getattr(self, name).update(getattr(other, name))
 
@@ -159,11 +157,41 @@ def _short(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=4).hexdigest()
 
 
-def _int_or_percent(value: Any, total: int, round_up: bool) -> int:
-    if isinstance(value, str) and value.endswith("%"):
-        scaled = total * float(value[:-1]) / 100.0
-        return math.ceil(scaled) if round_up else math.floor(scaled)
-    return int(value)
+def _max_revision(sets: list[Obj]) -> int:
+    return max((int((r["metadata"].get("annotations") or {}).get(REVISION, "0")) for r in sets), default=0)
+
+
+class _Conditions:
+    """A status's conditions, changed as SetDeploymentCondition does: the same status and reason leave a condition
+    alone; a new reason keeps its lastTransitionTime; a changed condition moves to the end of the list."""
+
+    def __init__(self, items: list[Obj], now: float) -> None:
+        self.items, self.stamp = [dict(c) for c in items], kubelet.stamp(now)
+
+    def get(self, kind: str) -> Obj | None:
+        return next((c for c in self.items if c.get("type") == kind), None)
+
+    def remove(self, kind: str) -> None:
+        self.items = [c for c in self.items if c.get("type") != kind]
+
+    def put(self, condition: Obj) -> None:
+        self.remove(condition["type"])
+        self.items.append(condition)
+
+    def set(self, kind: str, status: str, reason: str, message: str, at: float | None = None) -> None:
+        current = self.get(kind)
+        if current is not None and current.get("status") == status and current.get("reason") == reason:
+            return
+        self.renew(kind, status, reason, message, at)
+
+    def renew(self, kind: str, status: str, reason: str, message: str, at: float | None = None) -> None:
+        """Record the condition as of now (or `at`), even with an unchanged reason (Progressing renews on each
+        progress)."""
+        current = self.get(kind)
+        stamp = self.stamp if at is None else kubelet.stamp(at)
+        since = current["lastTransitionTime"] if current is not None and current.get("status") == status else stamp
+        self.put({"type": kind, "status": status, "lastUpdateTime": stamp, "lastTransitionTime": since,
+                  "reason": reason, "message": message})
 
 
 def _owner_uid(obj: Obj) -> str | None:
@@ -187,6 +215,7 @@ class _Pass:
         self.effects: dict[tuple[str, str], chaos.PodEffects] = {}
         self.synced: set[tuple[str, str]] = set()
         self.endpoints_changed = False
+        self.created: dict[str, str] = {}  # deployment uid -> the ReplicaSet this pass created for it
         self._writes = 0  # bumped by every write of this pass, so the indexes below know when to rebuild
         self._indexed = -1
         self._by_ns: dict[str | None, list[Obj]] = {}
@@ -283,7 +312,7 @@ class _Pass:
         self._nodes()
         self._schedule()
         self._kubelet()
-        for _ in range(4):
+        for _ in range(CONTROLLER_ROUNDS):
             changed = False
             for dep in self.c.list("deployments.apps"):
                 changed |= self._sync_deployment(dep)
@@ -820,67 +849,81 @@ class _Pass:
                   and e.get("involvedObject", {}).get("name") == name]
         return max(events, key=lambda e: e.get("lastTimestamp", ""))["message"] if events else ""
 
-    def _condition(self, uid: str, kind: str, status: str, reason: str, message: str) -> Obj:
-        key = (uid, kind)
-        previous = self.st.conditions.get(key)
-        if previous is None or previous[0] != status:
-            previous = (status, reason, self.now, self.now)
-        elif previous[1] != reason:
-            previous = (status, reason, previous[2], self.now)
-        self.st.conditions[key] = previous
-        return {"type": kind, "status": status, "lastUpdateTime": kubelet.stamp(previous[3]),
-                "lastTransitionTime": kubelet.stamp(previous[2]), "reason": reason, "message": message}
-
     def _deployment_status(self) -> None:
+        """Each deployment's status as syncRolloutStatus computes it: counts summed over its ReplicaSets, Available
+        against `replicas - maxUnavailable`, Progressing renewed on progress and timed out after
+        progressDeadlineSeconds without any, and the ReplicaSets' ReplicaFailure."""
         for dep in self.c.list("deployments.apps"):
             meta, spec = dep["metadata"], dep["spec"]
-            ns, uid = meta["namespace"], meta["uid"]
+            uid, generation = meta["uid"], meta.get("generation", 1)
             owned = self._owned_replicasets(uid)
-            pod_hash = self._template_hash(dep)
-            new = next((r for r in owned if (r["metadata"].get("labels") or {}).get(HASH_LABEL) == pod_hash), None)
+            name = f"{meta['name']}-{self._template_hash(dep)}"
+            new = next((r for r in owned if r["metadata"]["name"] == name), None)
             replicas = spec.get("replicas", 1)
-            total = sum((r.get("status") or {}).get("replicas", 0) for r in owned)
-            ready = sum((r.get("status") or {}).get("readyReplicas", 0) for r in owned)
-            available = sum((r.get("status") or {}).get("availableReplicas", 0) for r in owned)
-            updated = (new.get("status") or {}).get("replicas", 0) if new else 0
-            new_available = (new.get("status") or {}).get("availableReplicas", 0) if new else 0
-            strategy = spec.get("strategy") or {}
-            unavailable_budget = 0 if strategy.get("type") == "Recreate" else _int_or_percent(
-                (strategy.get("rollingUpdate") or {}).get("maxUnavailable", "25%"), replicas, False)
-            signature = (new["metadata"]["name"] if new else "", updated, new_available, total)
-            since, previous_sig = self.st.progress.get(uid, (self.now, signature))
-            if previous_sig != signature:
-                since = self.now
-            self.st.progress[uid] = (since, signature)
-            complete = updated == replicas and new_available == replicas and total == replicas
-            deadline = spec.get("progressDeadlineSeconds", 600)
-            rs_name = new["metadata"]["name"] if new else meta["name"]
-            conditions = [self._condition(
-                uid, "Available", *(("True", "MinimumReplicasAvailable", "Deployment has minimum availability.")
-                                    if available >= replicas - unavailable_budget else
-                                    ("False", "MinimumReplicasUnavailable",
-                                     "Deployment does not have minimum availability.")))]
-            if complete:
-                progressing = ("True", "NewReplicaSetAvailable", f'ReplicaSet "{rs_name}" has successfully progressed.')
-            elif self.now - since + kubelet.TIME_EPSILON_S >= deadline:
-                progressing = ("False", "ProgressDeadlineExceeded",
-                               f'ReplicaSet "{rs_name}" has timed out progressing.')
+
+            def total(key: str, sets: list[Obj]) -> int:
+                return sum((r.get("status") or {}).get(key, 0) for r in sets)
+
+            available = total("availableReplicas", owned)
+            status: Obj = {"observedGeneration": generation, "replicas": total("replicas", owned),
+                           "updatedReplicas": total("replicas", [new] if new else []),
+                           "readyReplicas": total("readyReplicas", owned), "availableReplicas": available,
+                           "unavailableReplicas": max(0, sum(r["spec"].get("replicas", 0) for r in owned) - available)}
+            old = dep.get("status") or {}
+            conditions = _Conditions(old.get("conditions") or [], self.now)
+            if available >= replicas - deployments.max_unavailable(spec):
+                conditions.set("Available", "True", "MinimumReplicasAvailable", "Deployment has minimum availability.")
             else:
-                progressing = ("True", "ReplicaSetUpdated", f'ReplicaSet "{rs_name}" is progressing.')
-                self._later(since + deadline, display=True)
-            conditions.append(self._condition(uid, "Progressing", *progressing))
-            failed = [r for r in owned if (r.get("status") or {}).get("conditions")]
-            if failed:
-                cond = failed[0]["status"]["conditions"][0]
-                conditions.append(self._condition(uid, "ReplicaFailure", "True", "FailedCreate", cond["message"]))
-            status: Obj = {"observedGeneration": meta.get("generation", 1), "replicas": total,
-                           "updatedReplicas": updated, "readyReplicas": ready, "availableReplicas": available,
-                           "unavailableReplicas": max(0, replicas - available), "conditions": conditions}
+                conditions.set("Available", "False", "MinimumReplicasUnavailable",
+                               "Deployment does not have minimum availability.")
+            if spec.get("progressDeadlineSeconds") is not None:
+                self._progressing(dep, conditions, old, status, new)
+            else:
+                conditions.remove("Progressing")
+            failures = [c for r in ([new] if new else []) or owned for c in (r.get("status") or {}).get("conditions")
+                        or [] if c.get("type") == "ReplicaFailure"]
+            failures = failures or [c for r in owned for c in (r.get("status") or {}).get("conditions") or []
+                                    if c.get("type") == "ReplicaFailure"]
+            if failures:
+                conditions.put({**failures[0], "lastUpdateTime": failures[0].get("lastTransitionTime")})
+            else:
+                conditions.remove("ReplicaFailure")
+            status["conditions"] = conditions.items
             for key in ("replicas", "updatedReplicas", "readyReplicas", "availableReplicas", "unavailableReplicas"):
                 if not status[key]:
                     del status[key]
-            if dep.get("status") != status:
+            if old != status:
                 self._write("deployments.apps", {**dep, "status": status})
+
+    def _progressing(self, dep: Obj, conditions: _Conditions, old: Obj, status: Obj, new: Obj | None) -> None:
+        meta, spec = dep["metadata"], dep["spec"]
+        uid = meta["uid"]
+        current = conditions.get("Progressing")
+        if spec.get("paused"):
+            if (current or {}).get("reason") != "DeploymentPaused":
+                conditions.set("Progressing", "Unknown", "DeploymentPaused", "Deployment is paused")
+            return
+        if (current or {}).get("reason") == "DeploymentPaused":
+            conditions.set("Progressing", "Unknown", "DeploymentResumed", "Deployment is resumed")
+        subject = f'ReplicaSet "{new["metadata"]["name"]}"' if new else f'Deployment "{meta["name"]}"'
+        if uid in self.created:
+            conditions.set("Progressing", "True", "NewReplicaSetCreated", f'Created new replica set "{self.created[uid]}"')
+            self.st.progress[uid] = self.now
+        current = conditions.get("Progressing")
+        if status["replicas"] == status["updatedReplicas"] and (current or {}).get("reason") == "NewReplicaSetAvailable":
+            return
+        if deployments.complete(spec, status, meta.get("generation", 1)):
+            conditions.set("Progressing", "True", "NewReplicaSetAvailable", f"{subject} has successfully progressed.")
+        elif deployments.progressed({**old, "updatedReplicas": 0} if uid in self.created else old, status):
+            conditions.renew("Progressing", "True", "ReplicaSetUpdated", f"{subject} is progressing.")
+            self.st.progress[uid] = self.now
+        elif (current or {}).get("reason") != "ProgressDeadlineExceeded":
+            deadline = self.st.progress.setdefault(uid, self.now) + spec["progressDeadlineSeconds"]
+            if self.now + kubelet.TIME_EPSILON_S >= deadline:  # stamped when it timed out, however late we look
+                conditions.set("Progressing", "False", "ProgressDeadlineExceeded", f"{subject} has timed out progressing.",
+                               at=deadline)
+            else:
+                self._later(deadline, display=True)
 
     def _by_label(self, ns: str, key: str) -> dict[str, list[Obj]]:
         out: dict[str, list[Obj]] = defaultdict(list)

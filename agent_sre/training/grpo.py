@@ -1,0 +1,231 @@
+"""Stage-1 RL: GRPO on faults injected into simulated clusters, with TRL's `GRPOTrainer`.
+
+TRL owns the algorithm — group-normalised advantages, the clipped importance ratio, the KL penalty to the
+reference model, the optimiser. We own the environment, through TRL's `rollout_func`: each group is G rollouts of
+the same scenario and seed; a rollout is a whole multi-turn incident in our conversation format (the one the
+policy is served with), so its "completion" interleaves the model's tool calls (trained: `env_mask` 1) with the
+tools' answers (context only: `env_mask` 0). TRL's own tool loop (`environment_factory`) is not used because it
+needs the model's native tool-call template; ours is the strict JSON format shared with serving.
+
+Credit assignment: an episode's return is its outcome reward plus the sum of its per-step shaping rewards
+(invalid action, refused action, tool error, repeated useless call; `rewards.steps`). So within a group, the
+rollout that fixed the fault without wasted or unsafe steps gets the larger advantage, rather than every step of
+every successful rollout being credited alike. (TRL's advantages are per sequence; finer per-turn credit would
+need a custom loss.)
+
+Curriculum: TRL's sampler hands out dataset rows; each row is a slot that the curriculum fills with a scenario,
+weighted toward fault families whose recent success rate is neither ~0 nor ~1 (weight ∝ p(1−p), floored).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agent_sre.models.incident import RemediationLimits
+from agent_sre.models.llm import SamplingConfig
+from agent_sre.models.policy import ChatMessage
+from agent_sre.models.reward import RewardConfig
+from agent_sre.models.scenario import Scenario
+from agent_sre.models.training import GRPOResult, GRPOStepStats, GRPOTrainingConfig
+from agent_sre.models.trajectory import Trajectory
+from agent_sre.policy.llm.backends import TransformersBackend
+from agent_sre.policy.llm.chat import chat_messages, prompt_token_ids
+from agent_sre.policy.llm.checkpoint import LoadedModel
+from agent_sre.simulator.simulator import Simulator
+from agent_sre.training.environment import IncidentEnvironment
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+SENTINEL = "\u2063"  # invisible separator: finds where an assistant turn's content ends in the rendered template
+
+
+def episode_return(t: Trajectory) -> float:
+    """Outcome reward plus the per-step shaping rewards: the number GRPO normalises within a group."""
+    assert t.reward is not None
+    return t.reward.total + sum(t.reward.step_rewards)
+
+
+@dataclass
+class Rollout:
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    env_mask: list[int] = field(default_factory=list)
+    trajectory: Trajectory | None = None
+
+    def add(self, ids: list[int], logprobs: list[float] | None, from_model: bool) -> None:
+        self.completion_ids += ids
+        self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+        self.env_mask += [int(from_model)] * len(ids)
+
+
+def environment_tokens(tokenizer: PreTrainedTokenizerBase, before: list[ChatMessage], reply: list[ChatMessage],
+                       model_ended_turn: bool, end_token_text: str) -> list[int]:
+    """The tokens between the model's last answer and its next one (end of turn, the tool's answer, the next
+    assistant header), exactly as the chat template renders them."""
+    *history, answer = before
+    marked = tokenizer.apply_chat_template(
+        chat_messages([*history, ChatMessage(role="assistant", content=answer.content + SENTINEL)]), tokenize=False)
+    tail = marked[marked.rindex(SENTINEL) + len(SENTINEL):]  # e.g. "<|im_end|>\n"
+    if model_ended_turn and tail.startswith(end_token_text):
+        tail = tail[len(end_token_text):]  # the model sampled the end-of-turn token itself
+    rendered = tokenizer.apply_chat_template(chat_messages(before), tokenize=False)
+    full = tokenizer.apply_chat_template(chat_messages([*before, *reply]), tokenize=False, add_generation_prompt=True)
+    if not full.startswith(rendered):
+        raise ValueError("the chat template does not render conversations prefix-stably; multi-turn RL needs it")
+    return tokenizer(tail + full[len(rendered):], add_special_tokens=False)["input_ids"]
+
+
+def run_rollouts(loaded: LoadedModel, scenarios: Sequence[Scenario], config: GRPOTrainingConfig,
+                 simulator: Simulator) -> list[Rollout]:
+    """One rollout per scenario (repeat a scenario G times for a group), generated in batches turn by turn."""
+    tokenizer = loaded.tokenizer
+    backend = TransformersBackend(loaded)
+    sampling = SamplingConfig(temperature=config.temperature, top_p=1.0, max_new_tokens=config.max_new_tokens)
+    envs = [IncidentEnvironment(simulator, s, limits=RemediationLimits(max_steps=config.max_turns, settle_s=60.0),
+                                reward=RewardConfig(function=config.reward_function), step_cost_s=config.step_cost_s)
+            for s in scenarios]
+    prompts = [env.reset() for env in envs]
+    rollouts = [Rollout(prompt_ids=prompt_token_ids(tokenizer, p)) for p in prompts]
+    conversations = [list(p) for p in prompts]
+    active = list(range(len(envs)))
+    while active:
+        generations = backend.generate([conversations[i] for i in active], sampling)
+        still_active = []
+        for i, g in zip(active, generations, strict=True):
+            if g.problem is not None:  # the conversation outgrew the context: the episode ends here
+                continue
+            reply = envs[i].step(g.text, g.token_ids, g.logprobs)
+            rollouts[i].add(g.token_ids or [], g.logprobs, from_model=True)
+            conversations[i].append(ChatMessage(role="assistant", content=g.text))
+            if reply:
+                end_text = tokenizer.decode(g.token_ids[-1:]) if g.token_ids else ""
+                rollouts[i].add(environment_tokens(tokenizer, conversations[i], reply, g.finish_reason == "stop",
+                                                   end_text), None, from_model=False)
+                conversations[i].extend(reply)
+                still_active.append(i)
+        active = still_active
+    for rollout, env in zip(rollouts, envs, strict=True):
+        rollout.trajectory = env.close()
+    return rollouts
+
+
+class Curriculum:
+    """Per fault family, an exponential moving average of success; families are drawn ∝ max(floor, 4p(1−p))."""
+
+    def __init__(self, scenarios: Sequence[Scenario], floor: float, enabled: bool = True, seed: int = 0,
+                 decay: float = 0.7) -> None:
+        self.families: dict[str, list[Scenario]] = defaultdict(list)
+        for s in scenarios:
+            self.families[s.fault].append(s)
+        self.success = {f: 0.5 for f in self.families}
+        self.floor, self.enabled, self.decay = floor, enabled, decay
+        self.rng = random.Random(seed)
+
+    def weights(self) -> dict[str, float]:
+        if not self.enabled:
+            return {f: 1.0 for f in self.families}
+        return {f: max(self.floor, 4 * p * (1 - p)) for f, p in self.success.items()}
+
+    def draw(self) -> Scenario:
+        weights = self.weights()
+        family = self.rng.choices(list(weights), weights=list(weights.values()))[0]
+        return self.rng.choice(self.families[family])
+
+    def update(self, trajectories: Sequence[Trajectory]) -> None:
+        for t in trajectories:
+            assert t.incident.scenario is not None and t.verdict is not None
+            fault = t.incident.scenario.fault
+            self.success[fault] = self.decay * self.success[fault] + (1 - self.decay) * (t.verdict.outcome == "resolved")
+
+
+def step_stats(step: int, rollouts: Sequence[Rollout], seconds: float) -> GRPOStepStats:
+    trajectories = [r.trajectory for r in rollouts if r.trajectory is not None]
+    steps = sum(len(t.steps) for t in trajectories)
+    return GRPOStepStats(
+        step=step, mean_group_reward=sum(episode_return(t) for t in trajectories) / len(trajectories),
+        success_rate=sum(t.verdict.outcome == "resolved" for t in trajectories) / len(trajectories),
+        invalid_rate=sum(s.action is None for t in trajectories for s in t.steps) / max(steps, 1),
+        generated_tokens=sum(sum(r.env_mask) for r in rollouts), rollout_s=seconds)
+
+
+class SimulatorRollouts:
+    """TRL's `rollout_func`: fills each group's slot with a curriculum scenario and plays the rollouts."""
+
+    def __init__(self, scenarios: Sequence[Scenario], config: GRPOTrainingConfig) -> None:
+        self.config = config
+        self.curriculum = Curriculum(scenarios, config.curriculum_floor, config.curriculum, config.seed)
+        self.simulator = Simulator(speed=0)
+        self.stats: list[GRPOStepStats] = []
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        # TRL's sampler repeats each slot G times in a row: each run of G becomes one group of one scenario.
+        size = self.config.group_size
+        if len(prompts) % size:
+            raise ValueError(f"{len(prompts)} rollouts requested, not a multiple of the group size {size}")
+        scenarios = [s for _ in range(len(prompts) // size) for s in [self.curriculum.draw()] * size]
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        was_training = model.training
+        model.eval()
+        began = time.perf_counter()
+        try:
+            rollouts = run_rollouts(LoadedModel(path=Path(trainer.args.output_dir), model=model,
+                                                tokenizer=trainer.processing_class, device=model.device),
+                                    scenarios, self.config, self.simulator)
+        finally:
+            model.train(was_training)
+        trajectories = [r.trajectory for r in rollouts if r.trajectory is not None]
+        self.curriculum.update(trajectories)
+        self.stats.append(step_stats(len(self.stats), rollouts, time.perf_counter() - began))
+        return {"prompt_ids": [r.prompt_ids for r in rollouts], "completion_ids": [r.completion_ids for r in rollouts],
+                "logprobs": [r.logprobs for r in rollouts], "env_mask": [r.env_mask for r in rollouts],
+                "episode_return": [episode_return(t) for t in trajectories]}
+
+
+def returned_reward(prompts: list[Any], completions: list[Any], episode_return: list[float], **_: Any) -> list[float]:
+    """The reward TRL normalises per group: the environment already scored each episode."""
+    return list(episode_return)
+
+
+def train_grpo(model_dir: Path, scenarios: Sequence[Scenario], output_dir: Path, config: GRPOTrainingConfig,
+               work_dir: Path | None = None) -> GRPOResult:
+    """GRPO from `model_dir` (e.g. the SFT checkpoint) on `scenarios`; saves the policy to `output_dir`.
+    `work_dir` holds the trainer's own files (default: beside `output_dir`)."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from agent_sre.policy.llm.checkpoint import check_model_dir, pick_device, save_model_dir
+
+    check_model_dir(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    rollouts = SimulatorRollouts(scenarios, config)
+    batch = config.group_size * config.groups_per_step
+    args = GRPOConfig(
+        output_dir=str(work_dir or output_dir.with_name(output_dir.name + ".work")), max_steps=config.max_steps, learning_rate=config.learning_rate,
+        per_device_train_batch_size=batch, gradient_accumulation_steps=1, num_generations=config.group_size,
+        beta=config.beta, epsilon=config.epsilon, temperature=config.temperature,
+        max_completion_length=config.max_turns * (config.max_new_tokens + 1024), logging_steps=1,
+        save_strategy="no", report_to=[], seed=config.seed, use_cpu=pick_device(config.device).type == "cpu",
+        bf16=False, disable_tqdm=True)
+    slots = Dataset.from_dict({"prompt": [f"slot-{i}" for i in range(config.max_steps * config.groups_per_step)]})
+    trainer = GRPOTrainer(model=str(model_dir), reward_funcs=[returned_reward], args=args, train_dataset=slots,
+                          processing_class=tokenizer, rollout_func=rollouts)
+    began = time.perf_counter()
+    trainer.train()
+    runtime = time.perf_counter() - began
+    save_model_dir(trainer.accelerator.unwrap_model(trainer.model), tokenizer, output_dir)
+    losses = [row["loss"] for row in trainer.state.log_history if "loss" in row]
+    return GRPOResult(output_dir=str(output_dir), base_model=str(model_dir), steps=rollouts.stats,
+                      train_runtime_s=runtime, generated_tokens=sum(s.generated_tokens for s in rollouts.stats),
+                      losses=losses)

@@ -1,0 +1,80 @@
+"""GRPO plumbing with a tiny random model: multi-turn rollouts in the simulator, token alignment, curriculum,
+and one real optimisation step through TRL's GRPOTrainer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent_sre.models.training import GRPOTrainingConfig
+from agent_sre.policy.llm.chat import chat_messages
+from agent_sre.policy.llm.checkpoint import load_policy_model, tiny_model
+from agent_sre.scenarios import load_scenarios
+from agent_sre.simulator.simulator import Simulator
+from agent_sre.training.grpo import Curriculum, episode_return, run_rollouts, train_grpo
+from agent_sre.models.reward import RewardConfig
+from agent_sre.rewards import compute_reward
+from tests.trajectory_factory import finish, make_trajectory, read, step, write
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def _scenarios(*faults: str):
+    return [next(s for s in load_scenarios() if s.fault == f) for f in faults]
+
+
+def test_rollout_tokens_are_the_rendered_conversation_and_only_answers_are_trained(tiny: Path) -> None:
+    loaded = load_policy_model(tiny, device="cpu")
+    config = GRPOTrainingConfig(max_turns=3, max_new_tokens=12, group_size=2)
+    rollouts = run_rollouts(loaded, _scenarios("bad_image", "bad_image"), config, Simulator(speed=0))
+    tok = loaded.tokenizer
+    for r in rollouts:
+        t = r.trajectory
+        assert t is not None and t.verdict is not None and len(t.steps) == 3
+        assert len(r.completion_ids) == len(r.logprobs) == len(r.env_mask)
+        # What the trainer scores is exactly what the model was shown and said, turn after turn.
+        # (Compared without special tokens: a random model may sample e.g. <|im_start|> inside an answer, which
+        # the conversation's text drops but the trained token sequence keeps.)
+        rendered = tok.apply_chat_template(chat_messages(t.conversation), tokenize=True, return_dict=True)["input_ids"]
+        expected = tok.decode(list(rendered), skip_special_tokens=True)
+        actual = tok.decode(r.prompt_ids + r.completion_ids, skip_special_tokens=True)
+        assert expected.startswith(actual) and len(actual) > len(expected) * 0.9
+        # The model's tokens are trained; the tools' answers are context (mask 0, logprob 0).
+        model_tokens = [i for i, m in zip(r.completion_ids, r.env_mask, strict=True) if m]
+        assert model_tokens == [i for s in t.steps for i in (s.decision.completion_token_ids or [])]
+        assert all(lp == 0.0 for lp, m in zip(r.logprobs, r.env_mask, strict=True) if not m)
+        assert "Tool result:" in tok.decode([i for i, m in zip(r.completion_ids, r.env_mask, strict=True) if not m])
+
+
+def test_episode_return_adds_step_shaping_to_the_outcome() -> None:
+    def scored(steps):
+        t = make_trajectory(steps)
+        t.reward = compute_reward(t, RewardConfig())
+        return t
+
+    clean = scored([read(), write(), finish()])
+    sloppy = scored([step(None, None, invalid_reason="not valid JSON"), read(), write(), finish()])
+    assert clean.reward.total == sloppy.reward.total  # the same outcome...
+    assert episode_return(sloppy) < episode_return(clean)  # ...but the wasted step costs in the group comparison
+
+
+def test_curriculum_prefers_families_neither_solved_nor_hopeless() -> None:
+    scenarios = _scenarios("bad_image", "oom_limit", "network_policy_deny")
+    curriculum = Curriculum(scenarios, floor=0.05)
+    curriculum.success.update({"bad_image": 0.99, "oom_limit": 0.5, "network_policy_deny": 0.0})
+    weights = curriculum.weights()
+    assert weights["oom_limit"] == 1.0 and weights["network_policy_deny"] == 0.05
+    drawn = [curriculum.draw().fault for _ in range(400)]
+    assert drawn.count("oom_limit") > 5 * max(drawn.count("bad_image"), drawn.count("network_policy_deny"))
+    assert Curriculum(scenarios, floor=0.05, enabled=False).weights() == {f: 1.0 for f in weights}
+
+
+def test_one_grpo_step_through_trl_saves_a_servable_policy(tiny: Path, tmp_path: Path) -> None:
+    config = GRPOTrainingConfig(max_steps=1, group_size=2, max_turns=2, max_new_tokens=8, device="cpu")
+    result = train_grpo(tiny, _scenarios("bad_image", "none"), tmp_path / "policy", config)
+    assert len(result.steps) == 1 and result.steps[0].generated_tokens > 0
+    assert load_policy_model(tmp_path / "policy", device="cpu").model is not None
