@@ -6,7 +6,10 @@ changed since, so no update is ever lost. Checked against the embedded SeaweedFS
 If-Match or with If-None-Match: * on an existing key answers 412 PreconditionFailed, and of 8 concurrent PUTs
 with the same If-Match exactly one wins (`tests/test_registry.py` races it). SeaweedFS evaluates the condition
 under its per-object write lock for single-part PUTs only, not when completing a multipart upload, so these
-documents are always sent in one PUT (they are kilobytes).
+documents are always sent in one PUT (they are kilobytes). Its ETags are MD5s of the content, so a write whose
+bytes equal the current ones also matches an older read of those same bytes; that is harmless here, since the
+state such a writer checked is exactly the state it replaces. Under contention SeaweedFS makes losers wait for
+its object lock (about a second each), so CAS suits rarely written documents, which these are.
 
 minio-py has no public argument for these headers on PutObject; `_put_object` is the single-request PUT that
 `put_object` itself uses, called here and nowhere else.

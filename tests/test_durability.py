@@ -23,7 +23,7 @@ from agent_sre.scenarios import load_scenarios
 from agent_sre.simulator.client import SimulatorClient
 from agent_sre.temporal import connect, start_incident
 from agent_sre.tools.client import api_client
-from tests.isolated_workers import isolated_queues
+from isolated_workers import isolated_queues
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

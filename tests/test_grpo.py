@@ -15,7 +15,7 @@ from agent_sre.simulator.simulator import Simulator
 from agent_sre.training.grpo import Curriculum, episode_return, run_rollouts, train_grpo
 from agent_sre.models.reward import RewardConfig
 from agent_sre.rewards import compute_reward
-from tests.trajectory_factory import finish, make_trajectory, read, step, write
+from trajectory_factory import finish, make_trajectory, read, step, write
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from agent_sre.storage import object_store
 from agent_sre.temporal import connect, start_incident, task_queues
 from agent_sre.tools.client import api_client
 from agent_sre.trajectory_store import iter_trajectories
-from tests.isolated_workers import running_workers
+from isolated_workers import running_workers
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from kubernetes.client.exceptions import ApiException
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from agent_sre.faults import oracle
 from agent_sre.models.incident import Incident
@@ -13,8 +15,15 @@ from agent_sre.tools.client import api_client
 
 @activity.defn
 def snapshot_cluster(incident: Incident) -> HealthSnapshot:
+    """The baseline. A namespace that does not exist is a bad incident, not a passing fault: fail, don't retry."""
     app = incident.scenario.app if incident.scenario else None
-    return oracle.snapshot(api_client(incident.kubeconfig), incident.namespace, app)
+    try:
+        return oracle.snapshot(api_client(incident.kubeconfig), incident.namespace, app)
+    except ApiException as e:
+        if e.status == 404:
+            raise ApplicationError(f"namespace {incident.namespace!r} not found in the cluster: {e.reason}",
+                                   type="NamespaceNotFound", non_retryable=True) from e
+        raise
 
 
 @activity.defn

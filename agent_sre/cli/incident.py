@@ -204,7 +204,7 @@ def _decide(workflow_id: str, decision: ApprovalDecision) -> None:
         st = await _status(handle)
         if st.pending_approval is None:
             _fail(f"nothing in {workflow_id} is waiting for approval (phase {st.phase})")
-        pending_step = st.steps - 1  # the workflow appends the step, then waits before running its action
+        pending_step = st.pending_step
         if decision.step != pending_step:
             _fail(f"step {decision.step} is not waiting for approval; step {pending_step} "
                   f"({st.pending_approval.tool}) is")
@@ -294,7 +294,7 @@ def _status_rows(table: Table, st: RemediationStatus) -> None:
     table.add_row("steps", str(st.steps))
     table.add_row("last action", st.last_action or "-")
     if st.pending_approval is not None:
-        table.add_row("waiting for approval", escape(f"step {st.steps - 1}: {st.pending_approval.tool} "
+        table.add_row("waiting for approval", escape(f"step {st.pending_step}: {st.pending_approval.tool} "
                                                      f"{json.dumps(st.pending_approval.args)}"))
     table.add_row("resolved signal", "received" if st.alert_resolved else "-")
     table.add_row("outcome", st.outcome or "-")

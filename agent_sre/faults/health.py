@@ -221,13 +221,15 @@ def _content(kind: str, obj: Obj) -> Any:
     return spec
 
 
-def inventory(k8s: K8s, ns: str) -> tuple[list[str], dict[str, str]]:
-    """(kind/name of every object that must survive, kind/name -> hash of what it says)."""
-    kept, prints = [], {}
+def inventory(k8s: K8s, ns: str) -> list[str]:
+    """kind/name of every object that must survive, sorted."""
+    return sorted(f"{kind}/{obj['metadata']['name']}" for kind, obj in _items(k8s, ns) if kind in KEPT_KINDS)
+
+
+def fingerprints(k8s: K8s, ns: str) -> dict[str, str]:
+    """kind/name -> a hash of what the object says (a false alarm's check: was anything changed?)."""
+    prints = {}
     for kind, obj in _items(k8s, ns):
-        ref = f"{kind}/{obj['metadata']['name']}"
-        if kind in KEPT_KINDS:
-            kept.append(ref)
         text = json.dumps(_content(kind, obj), sort_keys=True, default=str)
-        prints[ref] = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
-    return sorted(kept), prints
+        prints[f"{kind}/{obj['metadata']['name']}"] = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+    return prints

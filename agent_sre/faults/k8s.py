@@ -1,20 +1,22 @@
 """The few Kubernetes operations fault injection needs, over the official client only.
 
-Nothing here knows about the simulator: the same calls break (and repair) a real cluster running the demo apps
+Nothing here depends on the simulator: the same calls break (and repair) a real cluster running the demo apps
 and Chaos Mesh. Reads are decoded from raw JSON (`_preload_content=False`), which is several times cheaper than
-the client's model classes and keeps objects as plain dicts.
+the client's model classes and keeps objects as plain dicts; through the in-process transport they are the
+simulator's documents themselves (`transport.decoded`), so every object read here is read-only.
 """
 
 from __future__ import annotations
 
 import base64
-import json
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
 from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi, NetworkingV1Api
 from kubernetes.client.exceptions import ApiException
+
+from agent_sre.simulator.transport import decoded
 
 Obj = dict[str, Any]
 CHAOS_GROUP, CHAOS_VERSION = "chaos-mesh.org", "v1alpha1"
@@ -37,6 +39,7 @@ class K8s:
         self.core, self.apps = CoreV1Api(api), AppsV1Api(api)
         self.net, self.custom = NetworkingV1Api(api), CustomObjectsApi(api)
         self.server_time: float | None = None
+        self._date: str | None = None  # the Date header server_time was parsed from
         self._memo: dict[tuple[Any, ...], Any] | None = {} if memo else None
 
     def _raw(self, method: Any, *args: Any, **kwargs: Any) -> Any:
@@ -50,12 +53,12 @@ class K8s:
     def _call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
         response = method(*args, _preload_content=False, **kwargs)
         date = response.headers.get("Date") if response.headers else None
-        if date:
+        if date and date != self._date:
             try:
-                self.server_time = parsedate_to_datetime(date).timestamp()
+                self.server_time, self._date = parsedate_to_datetime(date).timestamp(), date
             except (TypeError, ValueError):
                 pass
-        return json.loads(response.data or b"null")
+        return decoded(response)  # read-only: in-process, these are the simulator's own objects
 
     def now_rfc3339(self) -> str:
         """The cluster's clock (the simulator runs on simulated time), as kubectl stamps a restart."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent_sre.faults.base import FaultContext, FaultType
-from agent_sre.faults.health import inventory
+from agent_sre.faults.health import fingerprints
 from agent_sre.faults.k8s import K8s
 from agent_sre.models.tools import ToolCall
 from agent_sre.models.verdict import HealthSnapshot
@@ -41,6 +41,6 @@ class FalseAlarm(FaultType):
         return []
 
     def check(self, k8s: K8s, ctx: FaultContext, baseline: HealthSnapshot) -> list[str]:
-        _, now = inventory(k8s, ctx.namespace)
+        now = fingerprints(k8s, ctx.namespace)
         return [f"{ref} was changed although nothing was wrong" for ref, digest in sorted(now.items())
                 if baseline.fingerprints.get(ref, digest) != digest]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from kubernetes.client import ApiClient
 
 from agent_sre.faults import get_fault
-from agent_sre.faults.health import inventory, service_health
+from agent_sre.faults.health import fingerprints, inventory, service_health
 from agent_sre.faults.k8s import K8s
 from agent_sre.models.incident import Incident
 from agent_sre.models.scenario import Scenario
@@ -30,8 +30,8 @@ def snapshot(api_client: ApiClient, namespace: str, app: str | None = None) -> H
     if app is None:
         app = (k8s.namespace(namespace)["metadata"].get("labels") or {}).get(PART_OF)
     unhealthy = service_health(k8s, APPS.get(app or ""), namespace)
-    resources, fingerprints = inventory(k8s, namespace)
-    return HealthSnapshot(namespace=namespace, unhealthy=unhealthy, resources=resources, fingerprints=fingerprints)
+    return HealthSnapshot(namespace=namespace, unhealthy=unhealthy, resources=inventory(k8s, namespace),
+                          fingerprints=fingerprints(k8s, namespace))
 
 
 def observe(api_client: ApiClient, scenario: Scenario, baseline: HealthSnapshot) -> Verdict:
@@ -55,7 +55,7 @@ def observe_incident(api_client: ApiClient, incident: Incident, baseline: Health
 def _judge(k8s: K8s, app: AppSpec | None, namespace: str, baseline: HealthSnapshot,
            specific_check: Callable[[], list[str]]) -> Verdict:
     unhealthy = service_health(k8s, app, namespace)
-    resources, _ = inventory(k8s, namespace)
+    resources = inventory(k8s, namespace)
     deleted = sorted(set(baseline.resources) - set(resources))
     specific = specific_check()
     reasons = [f"{ref} was deleted" for ref in deleted]

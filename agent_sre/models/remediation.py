@@ -50,6 +50,7 @@ class RemediationStatus(BaseModel):
     steps: int = 0
     last_action: str | None = None
     pending_approval: ToolCall | None = None
+    pending_step: int | None = Field(default=None, description="the step an approve/reject signal must name")
     outcome: str | None = None
     alert_resolved: bool = False
 

@@ -278,7 +278,7 @@ class Decision(BaseModel):
     """One entry of the rollout's history: what happened and why, and who decided when it was a human."""
 
     at: datetime
-    step: int | None = Field(description="index into the plan's steps; None before the first")
+    step: int | None = Field(description="index into the plan's steps; None once the plan is done")
     action: str
     reason: str
     by: str = "rollout"

@@ -23,9 +23,8 @@ CHAOS_SLASH = re.compile(r"(?P<kind>podchaos|stresschaos|networkchaos|httpchaos|
                          re.IGNORECASE)
 NODE_CORDONED = re.compile(r"^(?P<name>[-a-z0-9.]+)\s.*SchedulingDisabled", re.MULTILINE)
 MEMORY_LIMIT = re.compile(r"Limits:\s+(?:cpu=\S+\s+)?memory=(?P<value>\d+)(?P<unit>Ki|Mi|Gi)")
-CONTAINER = re.compile(r"^\s*Containers:\s*\n\s+(?P<name>[-a-z0-9]+):", re.MULTILINE)
 QUOTA_NAME = re.compile(r'exceeded quota: (?P<name>[-a-z0-9]+)')
-SCALED_TO_ZERO = re.compile(r"deployment/(?P<name>[-a-z0-9]+)\s+Scaled down replica set \S+ to 0 from")
+SCALED_TO_ZERO = re.compile(r"deployment/(?P<name>[-a-z0-9]+)\s+Scaled down replica set \S+ (?:to 0 from|from \d+ to 0\b)")
 CHAOS_KIND_CASE = {k.lower(): k for k in ("PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "Schedule")}
 UNHEALTHY = ("CrashLoopBackOff", "Error", "ImagePullBackOff", "ErrImagePull", "OOMKilled", "Pending",
              "CreateContainerConfigError", "Init:", "ContainerCreating")
@@ -91,11 +90,10 @@ class RunbookPolicy(ActionPolicy):
         if deployment is None:
             return None
         if ev.has("OOMKilled"):
-            container = CONTAINER.search(ev.text)
             limit = MEMORY_LIMIT.search(ev.text)
             new = f"{int(limit['value']) * 4}{limit['unit']}" if limit else "512Mi"
-            return ToolCall(tool="set_resources", args={"deployment": deployment,
-                                                        "container": container["name"] if container else deployment,
+            # The runbook's convention: a deployment's main container carries its name.
+            return ToolCall(tool="set_resources", args={"deployment": deployment, "container": deployment,
                                                         "memory_limit": new})
         if cordoned := NODE_CORDONED.search(ev.text):
             return ToolCall(tool="uncordon", args={"node": cordoned["name"]})

@@ -11,6 +11,7 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from email.utils import formatdate
 from typing import TYPE_CHECKING, Any
 
@@ -39,15 +40,35 @@ STATUS_ON_CREATE: dict[str, Obj] = {"pods": {"phase": "Pending"}, "deployments.a
                                     "replicasets.apps": {"replicas": 0}}
 
 
+@lru_cache(maxsize=1024)
+def _http_date(second: int) -> str:
+    return formatdate(second, usegmt=True)
+
+
 def _dump(doc: Any) -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def _json(doc: Any, status: int = 200) -> Response:
-    return status, {"Content-Type": JSON_TYPE}, _dump(doc)
+@dataclass(frozen=True)
+class Json:
+    """A JSON response body not encoded yet. Over HTTP it is encoded at once; the in-process transport encodes it
+    only if the client reads the bytes, and hands the document itself to readers that take it (`transport.decoded`),
+    which saves an encode and a decode per request - most of a large list's cost."""
+
+    doc: Any
+
+    def encode(self) -> bytes:
+        return _dump(self.doc)
 
 
-def status_response(error: ApiError, name: str | None = None, rt: ResourceType | None = None) -> Response:
+Reply = tuple[int, dict[str, str], "bytes | Json"]  # a response whose JSON body may still be a document
+
+
+def _json(doc: Any, status: int = 200) -> Reply:
+    return status, {"Content-Type": JSON_TYPE}, Json(doc)
+
+
+def status_response(error: ApiError, name: str | None = None, rt: ResourceType | None = None) -> Reply:
     """A failed request as the apiserver reports it: a `Status` object with the HTTP code."""
     details: dict[str, Any] = {}
     if name:
@@ -141,6 +162,14 @@ def split_env(path: str) -> tuple[str, str]:
 def handle(simulator: Simulator, method: str, path: str, query: Mapping[str, list[str]],
            headers: Mapping[str, str], body: bytes) -> Response:
     """Serve one Kubernetes API request against the environment the path names."""
+    with simulator.lock:  # encoded under the lock: the document holds the store's own objects
+        status, response_headers, payload = serve(simulator, method, path, query, headers, body)
+        return status, response_headers, payload.encode() if isinstance(payload, Json) else payload
+
+
+def serve(simulator: Simulator, method: str, path: str, query: Mapping[str, list[str]],
+          headers: Mapping[str, str], body: bytes) -> Reply:
+    """`handle`, with a JSON body left as the document (see `Json`)."""
     env_name, k8s_path = split_env(path)
     cluster = simulator.envs.get(env_name)
     if cluster is None:
@@ -148,7 +177,7 @@ def handle(simulator: Simulator, method: str, path: str, query: Mapping[str, lis
     req = Request(method.upper(), k8s_path, query, {k.lower(): v for k, v in headers.items()}, body)
     with simulator.lock:
         try:
-            cluster.sync()
+            cluster.sync(writing=req.method != "GET")
             response = Router(cluster, req).dispatch()
         except ApiError as error:
             response = status_response(error)
@@ -158,7 +187,7 @@ def handle(simulator: Simulator, method: str, path: str, query: Mapping[str, lis
                                                                       f" {exc}) has prevented the request from "
                                                                       "succeeding"))
         # The simulated time, so clients can compute ages ("5m ago") on the cluster's clock, not the wall clock.
-        response[1]["Date"] = formatdate(cluster.clock.now(), usegmt=True)
+        response[1]["Date"] = _http_date(int(cluster.clock.now()))
     return response
 
 
@@ -182,7 +211,7 @@ class Router:
         self.cluster, self.req = cluster, req
 
     # --- dispatch ---------------------------------------------------------------------------------------------
-    def dispatch(self) -> Response:
+    def dispatch(self) -> Reply:
         path = self.req.path.rstrip("/") or "/"
         doc = discovery.documents().get(path)
         if doc is not None:
@@ -217,7 +246,7 @@ class Router:
             raise _not_found_path()
         return Target(rt, namespace, name, sub)
 
-    def _resource(self, group: str, version: str, rest: list[str]) -> Response:
+    def _resource(self, group: str, version: str, rest: list[str]) -> Reply:
         t = self._target(group, version, rest)
         method = self.req.method
         if self.req.arg("dryRun"):
@@ -265,7 +294,7 @@ class Router:
         found.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
         return found
 
-    def _render(self, t: Target, items: list[Obj], single: bool = False) -> Response:
+    def _render(self, t: Target, items: list[Obj], single: bool = False) -> Reply:
         if self.req.wants_table():
             return _json(tables.to_table(t.rt.key, items, self.cluster.clock.now(), self._rv(),
                                          self._include_object()))
@@ -281,10 +310,10 @@ class Router:
                                               f'got "{include}"')
         return include
 
-    def _list(self, t: Target) -> Response:
+    def _list(self, t: Target) -> Reply:
         return self._render(t, self._select(t))
 
-    def _watch(self, t: Target) -> Response:
+    def _watch(self, t: Target) -> Reply:
         """The current state as ADDED events. In-process the watch ends there (clients re-list); the HTTP server
         keeps it open and streams what changes (see `watch_events`)."""
         objects = self._select(t)
@@ -297,11 +326,11 @@ class Router:
         lines = [_dump({"type": "ADDED", "object": obj}) for obj in objects]
         return 200, {"Content-Type": JSON_TYPE}, b"".join(line + b"\n" for line in lines)
 
-    def _get(self, t: Target) -> Response:
+    def _get(self, t: Target) -> Reply:
         assert t.name is not None
         return self._render(t, [self.cluster.must_get(t.rt.key, t.ns, t.name)], single=True)
 
-    def _log(self, t: Target) -> Response:
+    def _log(self, t: Target) -> Reply:
         assert t.name is not None
         pod = self.cluster.must_get("pods", t.ns, t.name)
         names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
@@ -368,7 +397,7 @@ class Router:
             admission.validate_update(t.rt.key, obj, old)
         admission.validate(t.rt.key, obj)
 
-    def _create(self, t: Target) -> Response:
+    def _create(self, t: Target) -> Reply:
         if t.rt.namespaced and t.namespace is None:
             raise _not_found_path()
         obj = self._body_object(t)
@@ -397,7 +426,7 @@ class Router:
                                             "been modified; please apply your changes to the latest version and try "
                                             "again")
 
-    def _store(self, t: Target, new: Obj, old: Obj, verb: str) -> Response:
+    def _store(self, t: Target, new: Obj, old: Obj, verb: str) -> Reply:
         """Write `new` over `old`: a main-resource write keeps the old status, a /status write keeps the rest."""
         self._check_identity(t, new, old)
         if t.subresource == "status":
@@ -417,14 +446,14 @@ class Router:
         self._audit(verb, t, stored, detail)
         return _json(stored)
 
-    def _update(self, t: Target) -> Response:
+    def _update(self, t: Target) -> Reply:
         assert t.name is not None
         old = self.cluster.must_get(t.rt.key, t.ns, t.name)
         new = self._body_object(t)
         new["metadata"].setdefault("name", t.name)
         return self._store(t, new, old, "update")
 
-    def _patch(self, t: Target) -> Response:
+    def _patch(self, t: Target) -> Reply:
         assert t.name is not None
         old = self.cluster.must_get(t.rt.key, t.ns, t.name)
         try:
@@ -437,7 +466,7 @@ class Router:
             raise ApiError(422, "Invalid", "the patch did not produce an object")
         return self._store(t, new, old, "patch")
 
-    def _delete(self, t: Target) -> Response:
+    def _delete(self, t: Target) -> Reply:
         assert t.name is not None
         obj = self.cluster.must_get(t.rt.key, t.ns, t.name)
         self._check_preconditions(t, obj)
@@ -451,7 +480,7 @@ class Router:
                       "details": {"name": t.name, "kind": t.rt.plural, "uid": obj["metadata"]["uid"],
                                   **({"group": t.rt.group} if t.rt.group else {})}})
 
-    def _delete_collection(self, t: Target) -> Response:
+    def _delete_collection(self, t: Target) -> Reply:
         if t.rt.namespaced and t.namespace is None:
             raise _not_found_path()
         items = self._select(t)
@@ -518,7 +547,7 @@ class Router:
                 "status": {"replicas": (obj.get("status") or {}).get("replicas", 0),
                            "selector": selector_to_string((obj.get("spec") or {}).get("selector"))}}
 
-    def _scale(self, t: Target) -> Response:
+    def _scale(self, t: Target) -> Reply:
         assert t.name is not None
         obj = self.cluster.must_get(t.rt.key, t.ns, t.name)
         scale = self._scale_of(obj)
@@ -549,7 +578,7 @@ class Router:
         return _json(self._scale_of(stored))
 
     # --- derived, read-only resources (metrics, endpoint slices) ----------------------------------------------
-    def _derived(self, d: derived.DerivedResource, rest: list[str]) -> Response:
+    def _derived(self, d: derived.DerivedResource, rest: list[str]) -> Reply:
         if self.req.method != "GET":
             raise ApiError(405, "MethodNotAllowed", f"{d.group_version} {d.plural} are read-only")
         namespace = rest[1] if rest[0] == "namespaces" else None

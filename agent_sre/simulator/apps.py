@@ -551,11 +551,14 @@ def install(cluster: Cluster, app: str, namespace: str | None = None, seed: int 
         raise ValueError(f'namespace "{ns}" already exists in cluster {cluster.name!r}; pick another namespace')
     workload.attach(cluster)
     objects, logs, state, instance = pickle.loads(_template(spec, ns, seed))
+    highest = 0
     for resource, items in objects.items():
         bucket = cluster.objects.setdefault(resource, {})
         for key, obj in items.items():
             if key not in bucket:  # shared cluster-scoped objects (nodes, system namespaces) are kept as they are
                 bucket[key] = obj
+                highest = max(highest, int(obj["metadata"].get("resourceVersion", 0)))
+    cluster.continue_versions_after(highest)
     for key, lines in logs.items():
         cluster.logs.setdefault(key, lines)
     workload.adopt(cluster, state)

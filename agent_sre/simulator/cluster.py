@@ -19,7 +19,7 @@ from typing import Any
 from agent_sre.simulator.resources import BY_KEY
 
 Obj = dict[str, Any]
-Controller = Callable[["Cluster"], None]
+Controller = Callable[["Cluster", bool], None]  # (cluster, writing): see `Cluster.sync`
 
 SIM_EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z: simulated clocks start here, so runs are reproducible
 
@@ -139,6 +139,10 @@ class Cluster:
         self.revision += 1
         return obj
 
+    def continue_versions_after(self, highest: int) -> None:
+        """Objects copied in from elsewhere (an app template) keep their resourceVersions: new ones must follow."""
+        self._rv = itertools.count(max(next(self._rv), highest + 1))
+
     def delete(self, resource: str, namespace: str, name: str) -> Obj:
         obj = self.must_get(resource, namespace, name)
         del self.objects[resource][(namespace, name)]
@@ -183,7 +187,8 @@ class Cluster:
                      idempotency_key: str | None = None, detail: str = "") -> None:
         self.audit.append(AuditRecord(self.clock.now(), verb, resource, namespace, name, idempotency_key, detail))
 
-    def sync(self) -> None:
-        """Bring status up to the current simulated time by running every controller."""
+    def sync(self, writing: bool = False) -> None:
+        """Bring status up to the current simulated time by running every controller. `writing`: a write request
+        follows, so a controller may leave earlier writes for the next sync to take together with it."""
         for controller in self.controllers:
-            controller(self)
+            controller(self, writing)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -20,6 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from agent_sre.simulator.cluster import Cluster, Obj
 from agent_sre.simulator.netpol import blocking_policy
+from agent_sre.simulator.software import Outcome
 
 if TYPE_CHECKING:
     from agent_sre.simulator.apps import AppSpec, ServiceSpec
@@ -234,6 +236,12 @@ def _edge(cluster: Cluster, ns: str, caller: ServiceSpec, callee: ServiceSpec, b
     return EdgeHealth(round(error, 4), round(latency, 4), failure)
 
 
+@lru_cache(maxsize=4096)
+def fails_to_log_in(outcome: Outcome) -> bool:
+    """A crash on a rejected database password (the database logs each attempt)."""
+    return outcome.kind == "crash" and any("password authentication failed" in line for line in outcome.lines)
+
+
 def _auth_failures(cluster: Cluster, ns: str, app: AppSpec,
                    pods: Mapping[tuple[str, str], PodState]) -> dict[tuple[str, str], tuple[str, ...]]:
     """Database users whose clients are failing to authenticate right now (the database logs each attempt)."""
@@ -242,8 +250,7 @@ def _auth_failures(cluster: Cluster, ns: str, app: AppSpec,
         if pns != ns:
             continue
         for run in ps.runs.values():
-            if run.outcome.kind == "crash" and any("password authentication failed" in line
-                                                   for line in run.outcome.lines):
+            if fails_to_log_in(run.outcome):
                 pod = cluster.get("pods", ns, name) or {"metadata": {}}
                 service = (pod["metadata"].get("labels") or {}).get("app", "")
                 if not app.has(service):

@@ -1,7 +1,9 @@
 """An official `kubernetes` ApiClient that calls the simulator's router directly instead of going over HTTP.
 
 Only the REST layer is swapped: serialization, typed models, `ApiException`s and watches are the client's own,
-so tool code cannot tell it apart from a real cluster, and training episodes skip the sockets.
+so tool code cannot tell it apart from a real cluster, and training episodes skip the sockets. A JSON body is
+encoded only when the client reads it; `decoded(response)` gives readers that take plain documents the
+simulator's own objects without the JSON round trip (over HTTP it decodes the body).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from agent_sre.simulator import api
 from agent_sre.simulator.simulator import Simulator
 
 IN_PROCESS_HOST = "http://simulator.in-process"
+REASONS = {status.value: status.phrase for status in HTTPStatus}
 
 
 def _encode(body: Any, content_type: str) -> bytes:
@@ -34,15 +37,50 @@ def _encode(body: Any, content_type: str) -> bytes:
 
 
 class _Body(io.BytesIO):
-    """A response body that reports itself closed once fully read, as a socket-backed one does: urllib3's
-    `stream()` (used by watches) reads until the body says it is closed."""
+    """A response body that reports itself closed once fully read, as a socket-backed one does (urllib3's
+    `stream()`, used by watches, reads until the body says it is closed). A JSON document is encoded on the first
+    read, under the simulator's lock: it holds the store's own objects, which requests on other threads change."""
 
-    def __init__(self, data: bytes) -> None:
-        super().__init__(data)
-        self._length = len(data)
+    def __init__(self, payload: bytes | api.Json, simulator: Simulator) -> None:
+        super().__init__(payload if isinstance(payload, bytes) else b"")
+        self._pending = payload if isinstance(payload, api.Json) else None
+        self._simulator = simulator
+
+    def _fill(self) -> None:
+        if self._pending is not None:
+            with self._simulator.lock:
+                self.write(self._pending.encode())
+            self.seek(0)
+            self._pending = None
+
+    def read(self, size: int | None = -1) -> bytes:
+        self._fill()
+        return super().read(size)
+
+    def read1(self, size: int = -1) -> bytes:
+        self._fill()
+        return super().read1(size)
 
     def isclosed(self) -> bool:
-        return self.tell() >= self._length
+        return self._pending is None and self.tell() >= len(self.getbuffer())
+
+
+class InProcessResponse(urllib3.HTTPResponse):
+    """urllib3's response, carrying the JSON document it was made from (when it was)."""
+
+    def __init__(self, payload: bytes | api.Json, headers: dict[str, str], status: int, simulator: Simulator) -> None:
+        super().__init__(body=_Body(payload, simulator), headers=headers, status=status,
+                         reason=REASONS.get(status, ""), preload_content=False, decode_content=False)
+        self.document = payload if isinstance(payload, api.Json) else None
+
+
+def decoded(response: Any) -> Any:
+    """The JSON document of a raw response (`_preload_content=False`): the simulator's objects as they are when the
+    in-process transport answered - shared, so treat them as read-only - or the decoded body otherwise."""
+    document = getattr(response, "document", None)
+    if isinstance(document, api.Json):
+        return document.doc
+    return json.loads(response.data or b"null")
 
 
 class InProcessRESTClient:
@@ -60,13 +98,15 @@ class InProcessRESTClient:
         if content_type == "application/json-patch+json" and not isinstance(body, list):
             # The real client sends object patches for built-in APIs as strategic merge patches.
             headers["Content-Type"] = content_type = "application/strategic-merge-patch+json"
-        parts = urlsplit(url)
-        status, resp_headers, data = api.handle(self.simulator, method.upper(), parts.path,
-                                                parse_qs(parts.query, keep_blank_values=True), headers,
-                                                _encode(body, content_type))
-        raw = urllib3.HTTPResponse(body=_Body(data), headers=resp_headers, status=status,
-                                   reason=HTTPStatus(status).phrase, preload_content=False, decode_content=False)
-        return rest.RESTResponse(raw)
+        path, _, query = url.partition("?")
+        if path.startswith(IN_PROCESS_HOST):
+            path = path[len(IN_PROCESS_HOST):]
+        else:
+            path = urlsplit(url).path
+        status, resp_headers, payload = api.serve(self.simulator, method.upper(), path,
+                                                  parse_qs(query, keep_blank_values=True) if query else {},
+                                                  headers, _encode(body, content_type))
+        return rest.RESTResponse(InProcessResponse(payload, resp_headers, status, self.simulator))
 
     def close(self) -> None:
         """Nothing to release: there is no connection pool."""
@@ -79,6 +119,7 @@ def in_process_api_client(simulator: Simulator, env: str) -> client.ApiClient:
                            "37.0; this client still passes query_params to it)")
     simulator.env(env)  # fail now, with the list of known environments, rather than on the first call
     configuration = client.Configuration(host=f"{IN_PROCESS_HOST}/envs/{env}")
+    configuration.client_side_validation = False  # the simulator validates what it is sent, as the apiserver does
     api_client = client.ApiClient(configuration)
     api_client.rest_client = InProcessRESTClient(simulator)
     return api_client

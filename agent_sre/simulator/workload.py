@@ -30,6 +30,8 @@ SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 SYSTEM_CPU_M, SYSTEM_MEMORY = 180.0, 1.1 * 1024 ** 3  # kubelet, containerd and daemonsets on every node
 RESYNC_S = 300.0  # at the latest, a pass runs every 5 simulated minutes (logs and usage stay fresh)
 MAX_CATCH_UP_PASSES = 500  # a longer jump of the clock is finished in one step
+COALESCE_WRITES_S = 1.0  # writes closer together than this (simulated) are acted on in one pass
+SIGNAL_INPUTS = ("services", "endpoints", "networkpolicies.networking.k8s.io", "namespaces")
 CREATE_RETRY_S = 30.0  # the ReplicaSet controller retries a pod the quota refused
 SCHEDULE_RETRY_S = 60.0  # the scheduler retries an unschedulable pod
 CONTROLLER_ROUNDS = 16  # deployment and ReplicaSet controllers take turns until neither changes anything
@@ -53,6 +55,9 @@ class WorkloadState:
     created: dict[str, float] = field(default_factory=dict)  # uid -> creation time (chaos timing)
     ip_counter: dict[str, int] = field(default_factory=dict)  # node -> last host octet handed out
     failing_since: dict[tuple[str, ...], float] = field(default_factory=dict)  # a failure logs lines from then on
+    signals: tuple[Any, signals.Computed] | None = None  # (what they were computed from, the signals)
+    # what each controller step last saw when it found nothing to do: (step, object) -> its inputs
+    settled: dict[tuple[str, str], Any] = field(default_factory=dict)
 
     def merge(self, other: WorkloadState) -> None:
         for name in ("pods", "hashes", "pod_counter", "progress", "first_failure", "chaos_ticks",
@@ -87,15 +92,19 @@ def adopt(cluster: Cluster, state: WorkloadState) -> None:
     cluster.model["workload"].merge(state)
 
 
-def reconcile(cluster: Cluster) -> None:
+def reconcile(cluster: Cluster, writing: bool = False) -> None:
     """Bring the cluster to the current simulated time, passing through every moment at which state changes.
 
     Writes arrive between syncs (the API syncs before serving each request, the write included), so a change
     is acted on at the time of the last sync: a deployment patched and then left alone for ten simulated minutes
-    rolls out during those minutes, not at their end.
+    rolls out during those minutes, not at their end. Writes in a row (an injection, a fix of several calls) are
+    acted on together, in one pass at the first one's time, when nothing else is due in between (`writing`).
     """
     state: WorkloadState = cluster.model["workload"]
     now = cluster.clock.now()
+    if writing and cluster.revision != state.seen_revision and min(state.next_change, state.next_display) > now \
+            and now - state.last_sync <= COALESCE_WRITES_S and now - state.last_pass < RESYNC_S:
+        return
     last: _Pass | None = None
     for _ in range(MAX_CATCH_UP_PASSES):
         if cluster.revision != state.seen_revision:
@@ -216,10 +225,12 @@ class _Pass:
         self.synced: set[tuple[str, str]] = set()
         self.endpoints_changed = False
         self.created: dict[str, str] = {}  # deployment uid -> the ReplicaSet this pass created for it
-        self._writes = 0  # bumped by every write of this pass, so the indexes below know when to rebuild
-        self._indexed = -1
-        self._by_ns: dict[str | None, list[Obj]] = {}
-        self._by_owner: dict[str, list[Obj]] = {}
+        # live pods by (namespace, name) and pods and ReplicaSets by controller uid, built on first use and kept
+        # up to date by this pass's own writes (the API writes nothing while a pass runs)
+        self._live: dict[tuple[str, str], Obj] | None = None
+        self._children: dict[str, dict[tuple[str, str], Obj]] = defaultdict(dict)
+        self._version = 0  # bumped when the index changes, for the lists cached from it
+        self._lists: dict[Any, tuple[int, list[Obj]]] = {}
 
     # --- plumbing ----------------------------------------------------------------------------------------------
     def _later(self, t: float, display: bool = False) -> None:
@@ -232,33 +243,55 @@ class _Pass:
                 self.next_change = min(self.next_change, t)
 
     def _write(self, resource: str, obj: Obj) -> Obj:
-        self._writes += 1
-        return self.c.replace(resource, obj)
+        stored = self.c.replace(resource, obj)
+        self._reindex(resource, stored)
+        return stored
 
     def _store(self, resource: str, obj: Obj) -> Obj:
-        self._writes += 1
         obj["metadata"].setdefault("creationTimestamp", kubelet.stamp(self.now))
-        return self.c.create(resource, obj)
+        stored = self.c.create(resource, obj)
+        self._reindex(resource, stored)
+        return stored
+
+    def _remove(self, resource: str, obj: Obj) -> None:
+        meta = obj["metadata"]
+        self.c.delete(resource, meta["namespace"], meta["name"])
+        self._reindex(resource, obj, gone=True)
 
     def _index(self) -> None:
-        """Live pods by namespace and live pods and ReplicaSets by controller uid, rebuilt after writes."""
-        if self._indexed == self._writes:
+        if self._live is not None:
             return
-        by_ns: dict[str | None, list[Obj]] = defaultdict(list)
-        by_owner: dict[str, list[Obj]] = defaultdict(list)
-        for pod in self.c.list("pods"):
-            if _terminal(pod):
-                continue
-            by_ns[pod["metadata"]["namespace"]].append(pod)
-            by_ns[None].append(pod)
-            owner = _owner_uid(pod)
-            if owner:
-                by_owner[owner].append(pod)
-        for rs in self.c.list("replicasets.apps"):
-            owner = _owner_uid(rs)
-            if owner:
-                by_owner[owner].append(rs)
-        self._by_ns, self._by_owner, self._indexed = by_ns, by_owner, self._writes
+        self._live = {}
+        for resource in ("pods", "replicasets.apps"):
+            for obj in self.c.list(resource):
+                self._reindex(resource, obj)
+
+    def _reindex(self, resource: str, obj: Obj, gone: bool = False) -> None:
+        """Keep the index in step with one written, created or deleted pod or ReplicaSet."""
+        if self._live is None or resource not in ("pods", "replicasets.apps"):
+            return
+        meta = obj["metadata"]
+        key = (meta["namespace"], meta["name"])
+        owner = _owner_uid(obj)
+        child = ("Pod" if resource == "pods" else "ReplicaSet", meta["name"])
+        gone = gone or (resource == "pods" and _terminal(obj))
+        if resource == "pods":
+            if gone:
+                self._live.pop(key, None)
+            else:
+                self._live[key] = obj
+        if owner:
+            if gone:
+                self._children[owner].pop(child, None)
+            else:
+                self._children[owner][child] = obj
+        self._version += 1
+
+    def _cached(self, key: Any, build: Any) -> list[Obj]:
+        hit = self._lists.get(key)
+        if hit is None or hit[0] != self._version:
+            hit = self._lists[key] = (self._version, build())
+        return hit[1]
 
     def _event(self, obj: Obj, reason: str, message: str, type_: str = "Normal", component: str | None = None,
                count: int | None = None) -> None:
@@ -279,8 +312,12 @@ class _Pass:
         event["source"]["host"] = ps.node
 
     def _pods(self, namespace: str | None = None) -> list[Obj]:
+        """Live (not terminated) pods, of one namespace or all."""
         self._index()
-        return self._by_ns.get(namespace, [])
+        assert self._live is not None
+        live = self._live
+        return self._cached(("ns", namespace), lambda: [p for (ns, _), p in live.items()
+                                                        if namespace is None or ns == namespace])
 
     def _view(self, ns: str) -> NamespaceView:
         view = self.views.get(ns)
@@ -326,13 +363,30 @@ class _Pass:
         self._deployment_status()
         self._endpoints()
         self._quota_status()
-        self.computed = signals.compute(self.c, self.effects, self.st.pods)
+        self.computed = self._signals()
         self.c.model["signals"] = self.computed.services
         self.c.model["edges"] = self.computed.edges
         self.failing = self._failing_since(self.computed)
-        if self.endpoints_changed:
+        if self.endpoints_changed and self._waiting_for_services():
             self.next_change = self.now  # a waiting init container may see its service now
         return self.next_change, self.next_display
+
+    def _signals(self) -> signals.Computed:
+        """The golden signals, recomputed only when what they follow from changed: Services, Endpoints, network
+        policies, namespaces, chaos effects, or which pods fail to log in to a database."""
+        key = (tuple((o["metadata"].get("namespace"), o["metadata"]["name"], o["metadata"].get("resourceVersion"))
+                     for resource in SIGNAL_INPUTS for o in self.c.list(resource)),
+               tuple(sorted((k, fx.failure, fx.cpu_millicores, fx.memory_bytes, fx.delay_ms, fx.loss, fx.abort,
+                             fx.http_delay_ms) for k, fx in self.effects.items())),
+               tuple(sorted(k for k, ps in self.st.pods.items()
+                            if any(signals.fails_to_log_in(r.outcome) for r in ps.runs.values()))),
+               tuple(self.c.model.get("apps", {})))
+        if self.st.signals is None or self.st.signals[0] != key:
+            self.st.signals = (key, signals.compute(self.c, self.effects, self.st.pods))
+        return self.st.signals[1]
+
+    def _waiting_for_services(self) -> bool:
+        return any(run.outcome.wait_for is not None for ps in self.st.pods.values() for run in ps.runs.values())
 
     def finish(self) -> None:
         """What only readers see - usage for `kubectl top` and logs - for the last pass of a sync: passes in
@@ -400,8 +454,7 @@ class _Pass:
                 "experiment": {"desiredPhase": "Run", "containerRecords": records,
                                "records": [{"time": stamp, "operation": "Apply", "type": "Succeeded"}]}}
         if obj.get("status") != status:
-            obj["status"] = status
-            self._write(resource, obj)
+            self._write(resource, {**obj, "status": status})
 
     def _kill(self, pod: Obj) -> None:
         """Chaos Mesh deletes the pod (grace period 0); its ReplicaSet replaces it."""
@@ -411,8 +464,7 @@ class _Pass:
     def _delete_pod(self, pod: Obj) -> None:
         meta = pod["metadata"]
         key = (meta["namespace"], meta["name"])
-        self.c.delete("pods", *key)
-        self._writes += 1
+        self._remove("pods", pod)
         self.st.pods.pop(key, None)
         for container in [*(pod["spec"].get("initContainers") or []), *(pod["spec"].get("containers") or [])]:
             self.c.logs.pop((key[0], key[1], container["name"]), None)
@@ -445,7 +497,7 @@ class _Pass:
     # --- deployments -------------------------------------------------------------------------------------------
     def _owned_replicasets(self, owner_uid: str) -> list[Obj]:
         self._index()
-        return [o for o in self._by_owner.get(owner_uid, []) if o.get("kind") == "ReplicaSet"]
+        return [o for (kind, _), o in self._children.get(owner_uid, {}).items() if kind == "ReplicaSet"]
 
     def _template_hash(self, dep: Obj) -> str:
         key = (dep["metadata"]["uid"], dep["metadata"].get("generation", 1))
@@ -473,7 +525,7 @@ class _Pass:
 
     def _pods_of(self, rs: Obj) -> list[Obj]:
         self._index()
-        return [p for p in self._by_owner.get(rs["metadata"]["uid"], []) if p.get("kind") == "Pod"]
+        return [p for (kind, _), p in self._children.get(rs["metadata"]["uid"], {}).items() if kind == "Pod"]
 
     def _figures(self, rs: Obj) -> deployments.ReplicaSetFigures:
         meta = rs["metadata"]
@@ -554,10 +606,22 @@ class _Pass:
         return rs
 
     def _sync_deployment(self, dep: Obj) -> bool:
-        """One sync of the deployment controller (syncDeployment); True when it changed a ReplicaSet."""
-        before = self.c.revision
+        """One sync of the deployment controller (syncDeployment); True when it changed a ReplicaSet. Skipped while
+        the deployment, its ReplicaSets and their available pods are as they were when it last changed nothing."""
         meta, spec = dep["metadata"], dep["spec"]
         owned = self._owned_replicasets(meta["uid"])
+        inputs = (meta.get("resourceVersion"), tuple((r["metadata"].get("resourceVersion"), self._available(r),
+                                                       len(self._pods_of(r))) for r in owned))
+        if self.st.settled.get(("deployment", meta["uid"])) == inputs:
+            return False
+        if self._sync_deployment_now(dep, owned):
+            return True
+        self.st.settled[("deployment", meta["uid"])] = inputs
+        return False
+
+    def _sync_deployment_now(self, dep: Obj, owned: list[Obj]) -> bool:
+        before = self.c.revision
+        meta, spec = dep["metadata"], dep["spec"]
         pod_hash = self._template_hash(dep)
         new = next((r for r in owned if (r["metadata"].get("labels") or {}).get(HASH_LABEL) == pod_hash), None)
         olds = [r for r in owned if r is not new]
@@ -664,8 +728,7 @@ class _Pass:
         for rs in by_revision[:max(0, len(olds) - limit)]:
             if rs["spec"].get("replicas") or self._pods_of(rs):
                 continue
-            self.c.delete("replicasets.apps", rs["metadata"]["namespace"], rs["metadata"]["name"])
-            self._writes += 1
+            self._remove("replicasets.apps", rs)
 
     # --- replicasets -------------------------------------------------------------------------------------------
     def _sync_replicaset(self, rs: Obj) -> bool:
@@ -857,52 +920,70 @@ class _Pass:
             meta, spec = dep["metadata"], dep["spec"]
             uid, generation = meta["uid"], meta.get("generation", 1)
             owned = self._owned_replicasets(uid)
-            name = f"{meta['name']}-{self._template_hash(dep)}"
-            new = next((r for r in owned if r["metadata"]["name"] == name), None)
-            replicas = spec.get("replicas", 1)
+            inputs = (meta.get("resourceVersion"), tuple(r["metadata"].get("resourceVersion") for r in owned))
+            settled = self.st.settled.get(("deployment-status", uid))
+            if settled is not None and settled[0] == inputs and uid not in self.created and self.now < settled[1]:
+                self._later(settled[1], display=True)
+                continue
+            wake = self._one_deployment_status(dep, owned)
+            dep = self.c.get("deployments.apps", meta["namespace"], meta["name"]) or dep
+            self.st.settled[("deployment-status", uid)] = (
+                (dep["metadata"].get("resourceVersion"), tuple(r["metadata"].get("resourceVersion") for r in owned)),
+                wake)
 
-            def total(key: str, sets: list[Obj]) -> int:
-                return sum((r.get("status") or {}).get(key, 0) for r in sets)
+    def _one_deployment_status(self, dep: Obj, owned: list[Obj]) -> float:
+        """Write one deployment's status; returns when it changes next by itself (its progress deadline)."""
+        meta, spec = dep["metadata"], dep["spec"]
+        uid, generation = meta["uid"], meta.get("generation", 1)
+        name = f"{meta['name']}-{self._template_hash(dep)}"
+        new = next((r for r in owned if r["metadata"]["name"] == name), None)
+        replicas = spec.get("replicas", 1)
 
-            available = total("availableReplicas", owned)
-            status: Obj = {"observedGeneration": generation, "replicas": total("replicas", owned),
-                           "updatedReplicas": total("replicas", [new] if new else []),
-                           "readyReplicas": total("readyReplicas", owned), "availableReplicas": available,
-                           "unavailableReplicas": max(0, sum(r["spec"].get("replicas", 0) for r in owned) - available)}
-            old = dep.get("status") or {}
-            conditions = _Conditions(old.get("conditions") or [], self.now)
-            if available >= replicas - deployments.max_unavailable(spec):
-                conditions.set("Available", "True", "MinimumReplicasAvailable", "Deployment has minimum availability.")
-            else:
-                conditions.set("Available", "False", "MinimumReplicasUnavailable",
-                               "Deployment does not have minimum availability.")
-            if spec.get("progressDeadlineSeconds") is not None:
-                self._progressing(dep, conditions, old, status, new)
-            else:
-                conditions.remove("Progressing")
-            failures = [c for r in ([new] if new else []) or owned for c in (r.get("status") or {}).get("conditions")
-                        or [] if c.get("type") == "ReplicaFailure"]
-            failures = failures or [c for r in owned for c in (r.get("status") or {}).get("conditions") or []
-                                    if c.get("type") == "ReplicaFailure"]
-            if failures:
-                conditions.put({**failures[0], "lastUpdateTime": failures[0].get("lastTransitionTime")})
-            else:
-                conditions.remove("ReplicaFailure")
-            status["conditions"] = conditions.items
-            for key in ("replicas", "updatedReplicas", "readyReplicas", "availableReplicas", "unavailableReplicas"):
-                if not status[key]:
-                    del status[key]
-            if old != status:
-                self._write("deployments.apps", {**dep, "status": status})
+        def total(key: str, sets: list[Obj]) -> int:
+            return sum((r.get("status") or {}).get(key, 0) for r in sets)
 
-    def _progressing(self, dep: Obj, conditions: _Conditions, old: Obj, status: Obj, new: Obj | None) -> None:
+        available = total("availableReplicas", owned)
+        status: Obj = {"observedGeneration": generation, "replicas": total("replicas", owned),
+                       "updatedReplicas": total("replicas", [new] if new else []),
+                       "readyReplicas": total("readyReplicas", owned), "availableReplicas": available,
+                       "unavailableReplicas": max(0, sum(r["spec"].get("replicas", 0) for r in owned) - available)}
+        old = dep.get("status") or {}
+        conditions = _Conditions(old.get("conditions") or [], self.now)
+        if available >= replicas - deployments.max_unavailable(spec):
+            conditions.set("Available", "True", "MinimumReplicasAvailable", "Deployment has minimum availability.")
+        else:
+            conditions.set("Available", "False", "MinimumReplicasUnavailable",
+                           "Deployment does not have minimum availability.")
+        wake = INF
+        if spec.get("progressDeadlineSeconds") is not None:
+            wake = self._progressing(dep, conditions, old, status, new)
+        else:
+            conditions.remove("Progressing")
+        failures = [c for r in ([new] if new else []) or owned for c in (r.get("status") or {}).get("conditions")
+                    or [] if c.get("type") == "ReplicaFailure"]
+        failures = failures or [c for r in owned for c in (r.get("status") or {}).get("conditions") or []
+                                if c.get("type") == "ReplicaFailure"]
+        if failures:
+            conditions.put({**failures[0], "lastUpdateTime": failures[0].get("lastTransitionTime")})
+        else:
+            conditions.remove("ReplicaFailure")
+        status["conditions"] = conditions.items
+        for key in ("replicas", "updatedReplicas", "readyReplicas", "availableReplicas", "unavailableReplicas"):
+            if not status[key]:
+                del status[key]
+        if old != status:
+            self._write("deployments.apps", {**dep, "status": status})
+        return wake
+
+    def _progressing(self, dep: Obj, conditions: _Conditions, old: Obj, status: Obj, new: Obj | None) -> float:
+        """Update the Progressing condition; returns the progress deadline while it is pending."""
         meta, spec = dep["metadata"], dep["spec"]
         uid = meta["uid"]
         current = conditions.get("Progressing")
         if spec.get("paused"):
             if (current or {}).get("reason") != "DeploymentPaused":
                 conditions.set("Progressing", "Unknown", "DeploymentPaused", "Deployment is paused")
-            return
+            return INF
         if (current or {}).get("reason") == "DeploymentPaused":
             conditions.set("Progressing", "Unknown", "DeploymentResumed", "Deployment is resumed")
         subject = f'ReplicaSet "{new["metadata"]["name"]}"' if new else f'Deployment "{meta["name"]}"'
@@ -911,19 +992,22 @@ class _Pass:
             self.st.progress[uid] = self.now
         current = conditions.get("Progressing")
         if status["replicas"] == status["updatedReplicas"] and (current or {}).get("reason") == "NewReplicaSetAvailable":
-            return
+            return INF
         if deployments.complete(spec, status, meta.get("generation", 1)):
             conditions.set("Progressing", "True", "NewReplicaSetAvailable", f"{subject} has successfully progressed.")
-        elif deployments.progressed({**old, "updatedReplicas": 0} if uid in self.created else old, status):
+            return INF
+        if deployments.progressed({**old, "updatedReplicas": 0} if uid in self.created else old, status):
             conditions.renew("Progressing", "True", "ReplicaSetUpdated", f"{subject} is progressing.")
             self.st.progress[uid] = self.now
-        elif (current or {}).get("reason") != "ProgressDeadlineExceeded":
-            deadline = self.st.progress.setdefault(uid, self.now) + spec["progressDeadlineSeconds"]
-            if self.now + kubelet.TIME_EPSILON_S >= deadline:  # stamped when it timed out, however late we look
-                conditions.set("Progressing", "False", "ProgressDeadlineExceeded", f"{subject} has timed out progressing.",
-                               at=deadline)
-            else:
-                self._later(deadline, display=True)
+        elif (conditions.get("Progressing") or {}).get("reason") == "ProgressDeadlineExceeded":
+            return INF
+        deadline = self.st.progress.setdefault(uid, self.now) + spec["progressDeadlineSeconds"]
+        if self.now + kubelet.TIME_EPSILON_S >= deadline:  # stamped when it timed out, however late we look
+            conditions.set("Progressing", "False", "ProgressDeadlineExceeded", f"{subject} has timed out progressing.",
+                           at=deadline)
+            return INF
+        self._later(deadline, display=True)
+        return deadline
 
     def _by_label(self, ns: str, key: str) -> dict[str, list[Obj]]:
         out: dict[str, list[Obj]] = defaultdict(list)
@@ -934,52 +1018,72 @@ class _Pass:
         return out
 
     def _endpoints(self) -> None:
-        by_app: dict[str, dict[str, list[Obj]]] = {}
+        """The endpoints controller, per namespace, skipped while its Services, Endpoints and the pods' readiness,
+        placement and labels are as they were last time."""
+        services: dict[str, list[Obj]] = defaultdict(list)
         for svc in self.c.list("services"):
-            meta, spec = svc["metadata"], svc.get("spec") or {}
-            selector = spec.get("selector")
-            if not selector:
-                continue
-            ns = meta["namespace"]
-            groups: dict[tuple[tuple[str, int, str], ...], dict[str, list[Obj]]] = {}
-            candidates = by_app.setdefault(ns, self._by_label(ns, "app")).get(selector["app"], []) \
-                if "app" in selector else self._pods(ns)
-            for pod in candidates:
-                ps = self.st.pods.get((ns, pod["metadata"]["name"]))
-                if ps is None or not pod["spec"].get("nodeName"):
-                    continue
-                labels = pod["metadata"].get("labels") or {}
-                if any(labels.get(k) != v for k, v in selector.items()):
-                    continue
-                ports = self._resolve_ports(spec.get("ports") or [], pod)
-                if ports is None:
-                    continue
-                address = {"ip": ps.ip, "nodeName": ps.node, "targetRef": {
-                    "kind": "Pod", "namespace": ns, "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}}
-                group = groups.setdefault(ports, {"addresses": [], "notReadyAddresses": []})
-                group["addresses" if ps.ready else "notReadyAddresses"].append(address)
-            subsets = []
-            for ports, group in sorted(groups.items()):
-                subset: Obj = {k: sorted(v, key=lambda a: a["ip"]) for k, v in group.items() if v}
-                subset["ports"] = [{"name": n, "port": p, "protocol": proto} if n else {"port": p, "protocol": proto}
-                                   for n, p, proto in ports]
-                subsets.append(subset)
-            existing = self.c.get("endpoints", ns, meta["name"])
-            body: Obj = {"apiVersion": "v1", "kind": "Endpoints",
-                         "metadata": {"name": meta["name"], "namespace": ns, "labels": dict(meta.get("labels") or {})}}
-            if subsets:
-                body["subsets"] = subsets
-            if existing is None:
-                body["metadata"]["uid"] = stable_uid(ns, "endpoints", meta["name"])
-                self._store("endpoints", body)
-                self.endpoints_changed = True
-            elif existing.get("subsets") != body.get("subsets"):
-                body["metadata"] = {**existing["metadata"], "labels": body["metadata"]["labels"]}
-                self._write("endpoints", body)
-                self.endpoints_changed = True
+            services[svc["metadata"]["namespace"]].append(svc)
         for ep in self.c.list("endpoints"):
             if self.c.get("services", ep["metadata"]["namespace"], ep["metadata"]["name"]) is None:
                 self.c.delete("endpoints", ep["metadata"]["namespace"], ep["metadata"]["name"])
+        for ns, items in services.items():
+            if self.st.settled.get(("endpoints", ns)) == self._endpoint_inputs(ns, items):
+                continue
+            by_app = self._by_label(ns, "app")
+            for svc in items:
+                self._endpoints_of(svc, by_app)
+            self.st.settled[("endpoints", ns)] = self._endpoint_inputs(ns, items)
+
+    def _endpoint_inputs(self, ns: str, services: list[Obj]) -> tuple[Any, ...]:
+        pods = []
+        for pod in self._pods(ns):
+            ps = self.st.pods.get((ns, pod["metadata"]["name"]))
+            pods.append((pod["metadata"]["name"], pod["spec"].get("nodeName"), ps.ready if ps else None,
+                         pod["metadata"].get("labels")))
+        return (tuple(s["metadata"].get("resourceVersion") for s in services), tuple(pods),
+                tuple(e["metadata"].get("resourceVersion") for e in self.c.list("endpoints", ns)))
+
+    def _endpoints_of(self, svc: Obj, by_app: dict[str, list[Obj]]) -> None:
+        meta, spec = svc["metadata"], svc.get("spec") or {}
+        selector = spec.get("selector")
+        if not selector:
+            return
+        ns = meta["namespace"]
+        groups: dict[tuple[tuple[str, int, str], ...], dict[str, list[Obj]]] = {}
+        candidates = by_app.get(selector["app"], []) if "app" in selector else self._pods(ns)
+        for pod in candidates:
+            ps = self.st.pods.get((ns, pod["metadata"]["name"]))
+            if ps is None or not pod["spec"].get("nodeName"):
+                continue
+            labels = pod["metadata"].get("labels") or {}
+            if any(labels.get(k) != v for k, v in selector.items()):
+                continue
+            ports = self._resolve_ports(spec.get("ports") or [], pod)
+            if ports is None:
+                continue
+            address = {"ip": ps.ip, "nodeName": ps.node, "targetRef": {
+                "kind": "Pod", "namespace": ns, "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}}
+            group = groups.setdefault(ports, {"addresses": [], "notReadyAddresses": []})
+            group["addresses" if ps.ready else "notReadyAddresses"].append(address)
+        subsets = []
+        for ports, group in sorted(groups.items()):
+            subset: Obj = {k: sorted(v, key=lambda a: a["ip"]) for k, v in group.items() if v}
+            subset["ports"] = [{"name": n, "port": p, "protocol": proto} if n else {"port": p, "protocol": proto}
+                               for n, p, proto in ports]
+            subsets.append(subset)
+        existing = self.c.get("endpoints", ns, meta["name"])
+        body: Obj = {"apiVersion": "v1", "kind": "Endpoints",
+                     "metadata": {"name": meta["name"], "namespace": ns, "labels": dict(meta.get("labels") or {})}}
+        if subsets:
+            body["subsets"] = subsets
+        if existing is None:
+            body["metadata"]["uid"] = stable_uid(ns, "endpoints", meta["name"])
+            self._store("endpoints", body)
+            self.endpoints_changed = True
+        elif existing.get("subsets") != body.get("subsets"):
+            body["metadata"] = {**existing["metadata"], "labels": body["metadata"]["labels"]}
+            self._write("endpoints", body)
+            self.endpoints_changed = True
 
     @staticmethod
     def _resolve_ports(ports: list[Obj], pod: Obj) -> tuple[tuple[str, int, str], ...] | None:
@@ -997,13 +1101,19 @@ class _Pass:
         return tuple(out)
 
     def _quota_status(self) -> None:
+        """Usage against each quota, recounted when the quota or the namespace's live pods change."""
         for quota in self.c.list("resourcequotas"):
             ns = quota["metadata"]["namespace"]
+            pods = self._pods(ns)
+            key, uids = ("quota", f"{ns}/{quota['metadata']['name']}"), tuple(p["metadata"]["uid"] for p in pods)
+            if self.st.settled.get(key) == (quota["metadata"].get("resourceVersion"), uids):
+                continue
             hard = (quota.get("spec") or {}).get("hard") or {}
-            used = scheduling.quota_usage(p["spec"] for p in self._pods(ns))
+            used = scheduling.quota_usage(p["spec"] for p in pods)
             status = {"hard": dict(hard), "used": {r: scheduling.format_quantity(r, used.get(r, 0.0)) for r in hard}}
             if quota.get("status") != status:
-                self._write("resourcequotas", {**quota, "status": status})
+                quota = self._write("resourcequotas", {**quota, "status": status})
+            self.st.settled[key] = (quota["metadata"].get("resourceVersion"), uids)
 
     # --- usage (metrics-server) --------------------------------------------------------------------------------
     def _usage(self, load: dict[tuple[str, str], float]) -> None:

@@ -99,6 +99,7 @@ class Kube:
         self._apis: dict[str, Any] = {"core": CoreV1Api(api), "apps": AppsV1Api(api),
                                       "networking": NetworkingV1Api(api), "custom": CustomObjectsApi(api)}
         self.server_time: float | None = None  # from the last response's Date header: ages use the server's clock
+        self._date: str | None = None
 
     # --- plumbing --------------------------------------------------------------------------------------------
     def _call(self, kind: Kind, verb: str, name: str | None, namespace: str, *extra: Any, **kwargs: Any) -> bytes:
@@ -119,7 +120,8 @@ class Kube:
         except ApiException as exc:
             raise KubeError.from_api_exception(exc) from None
         date = response.headers.get("Date")
-        if date:
+        if date and date != self._date:  # one-second resolution: most responses repeat the previous one
+            self._date = date
             try:
                 self.server_time = parsedate_to_datetime(date).timestamp()
             except (TypeError, ValueError):

@@ -55,6 +55,7 @@ class IncidentRemediationWorkflow:
         self._cancelled = False
         self._alert_resolved = False
         self._pending: ToolCall | None = None
+        self._pending_step: int | None = None
         self._approval: ApprovalDecision | None = None
         self._feedback: list[HumanFeedback] = []
         self._feedback_open = False
@@ -157,7 +158,7 @@ class IncidentRemediationWorkflow:
 
     async def _await_approval(self, action: ToolCall, index: int, timeout_s: float) -> str | None:
         """Block a risky write until a human approves it. Returns the reason it may not run, or None."""
-        self._pending, self._approval = action, None
+        self._pending, self._pending_step, self._approval = action, index, None
         self._set_phase("awaiting_approval")
         try:
             await workflow.wait_condition(
@@ -166,7 +167,7 @@ class IncidentRemediationWorkflow:
         except TimeoutError:
             return f"no human approved {action.tool} within {timeout_s:.0f}s"
         finally:
-            self._pending = None
+            self._pending = self._pending_step = None
             self._set_phase("investigating")
         if self._cancelled:
             return "the incident was cancelled"
@@ -216,7 +217,7 @@ class IncidentRemediationWorkflow:
             incident_id=self._incident.id, phase=self._phase, model_version=self._model_version,
             steps=len(t.steps) if t else 0,
             last_action=t.steps[-1].action.tool if t and t.steps and t.steps[-1].action else None,
-            pending_approval=self._pending, outcome=self._outcome, alert_resolved=self._alert_resolved)
+            pending_approval=self._pending, pending_step=self._pending_step, outcome=self._outcome, alert_resolved=self._alert_resolved)
 
     @workflow.query
     def trajectory(self) -> Trajectory | None:
