@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import re
-import shlex
 import socket
 import statistics
 import subprocess
@@ -30,7 +27,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -38,20 +34,21 @@ from kubernetes.client import ApiClient
 from rich.console import Console
 from rich.table import Table
 
-from agent_sre.faults import FAULTS, inject
-from agent_sre.faults.oracle import observe, snapshot
-from agent_sre.models.scenario import Scenario
-from agent_sre.models.tools import ToolCall
-from agent_sre.scenarios import load_scenarios
-from agent_sre.simulator.client import SimulatorClient
-from agent_sre.simulator.server import write_kubeconfig
-from agent_sre.simulator.simulator import Simulator
-from agent_sre.simulator.transport import in_process_api_client
-from agent_sre.tools import ToolContext, execute
-from agent_sre.tools.client import api_client
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchdocs import DOCS, provenance, write_section  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-DOCS = ROOT / "docs" / "benchmarks.md"
+from agent_sre.faults import FAULTS, inject  # noqa: E402
+from agent_sre.faults.oracle import observe, snapshot  # noqa: E402
+from agent_sre.models.scenario import Scenario  # noqa: E402
+from agent_sre.models.tools import ToolCall  # noqa: E402
+from agent_sre.scenarios import load_scenarios  # noqa: E402
+from agent_sre.simulator.client import SimulatorClient  # noqa: E402
+from agent_sre.simulator.server import write_kubeconfig  # noqa: E402
+from agent_sre.simulator.simulator import Simulator  # noqa: E402
+from agent_sre.simulator.transport import in_process_api_client  # noqa: E402
+from agent_sre.tools import ToolContext, execute  # noqa: E402
+from agent_sre.tools.client import api_client  # noqa: E402
+
 SECTION = "## Simulator (bench/simulator.py)"
 INJECT_SETTLE_S = 300.0  # simulated seconds for the fault to show (crash loops, back-offs, alerts)
 FIX_SETTLE_S = 1800.0  # simulated seconds after the fix (rollouts, image pulls, probes, back-offs expire)
@@ -232,15 +229,14 @@ def table(runs: list[Run], catalog: list[Scenario]) -> Table:
     return t
 
 
-def markdown(runs: list[Run], catalog: list[Scenario], command: str, load_before: float) -> str:
+def markdown(runs: list[Run], catalog: list[Scenario], load_before: float) -> str:
+    """The section's body: provenance, what an episode is, the figures and the verdict on each target."""
     inproc = next((r for r in runs if r.mode == "in-process"), None)
     http = next((r for r in runs if r.mode == "http"), None)
     lines = [
-        SECTION, "",
-        f"Command: `{command}`  ",
-        f"Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {os.cpu_count()} CPUs (nproc), "
-        f"{platform.processor() or platform.machine()}, Python {platform.python_version()}; 1-minute load average "
-        f"{load_before:.2f} before and {os.getloadavg()[0]:.2f} after the run (other work on the machine slows it).",
+        provenance().rstrip("\n"),
+        f"1-minute load average {load_before:.2f} before and {os.getloadavg()[0]:.2f} after the run (other work on "
+        "the machine slows it).",
         "",
         f"Episode: create env -> inject fault -> settle {INJECT_SETTLE_S:.0f} s simulated -> oracle baseline -> "
         f"{INVESTIGATION_CALLS} investigation tool calls -> ground-truth fix (tool calls) -> settle "
@@ -275,15 +271,6 @@ def markdown(runs: list[Run], catalog: list[Scenario], command: str, load_before
     return "\n".join(lines) + "\n"
 
 
-def write_docs(section: str) -> None:
-    """Replace this benchmark's section of docs/benchmarks.md (or append it), leaving the others alone."""
-    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n\nFigures measured by the scripts in bench/.\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    text = pattern.sub(lambda _: section + "\n", text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
-    DOCS.parent.mkdir(parents=True, exist_ok=True)
-    DOCS.write_text(text)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--episodes", type=int, default=2000, help="in-process episodes")
@@ -307,12 +294,11 @@ def main() -> None:
             finally:
                 http.close()
     console.print(table(runs, catalog))
-    command = shlex.join([".venv/bin/python", "bench/simulator.py", *sys.argv[1:]])
-    section = markdown(runs, catalog, command, load_before)
-    console.print(section)
+    body = markdown(runs, catalog, load_before)
+    console.print(body)
     if not args.no_docs:
-        write_docs(section)
-        console.print(f"updated {DOCS.relative_to(ROOT)}")
+        write_section(SECTION, body)
+        console.print(f"updated {DOCS.relative_to(DOCS.parent.parent)}")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import json
 import math
 import shutil
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,17 +18,27 @@ import pytest
 import pytest_asyncio
 import torch
 from aiohttp import web
+from isolated_workers import running_workers
 from llm_fixtures import runbook_episode, tiny_model_dir  # noqa: F401 (fixture)
 
+from agent_sre import faults
 from agent_sre.activities.policy import POLICIES
+from agent_sre.config import Settings
+from agent_sre.models.incident import Incident, RemediationLimits
 from agent_sre.models.llm import SamplingConfig
 from agent_sre.models.policy import ChatMessage
-from agent_sre.models.remediation import PolicyRef
+from agent_sre.models.remediation import IncidentOutcome, PolicyRef
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.policy.conversation import pending_messages
 from agent_sre.policy.llm import (BASE_VERSION, BackendError, LLMPolicy, LocalModels, ModelDirError, OpenAIBackend,
-                                  chat_messages, convert_gguf, load_policy_model, local_version_dir,
-                                  prompt_messages, prompt_token_ids, smollm2_gguf, tiny_model)
+                                  backends_from_settings, chat_messages, convert_gguf, load_policy_model,
+                                  local_version_dir, prompt_messages, prompt_token_ids, smollm2_gguf, tiny_model)
+from agent_sre.scenarios import load_scenarios
+from agent_sre.simulator.client import SimulatorClient
+from agent_sre.storage import object_store
+from agent_sre.temporal import connect, start_incident
+from agent_sre.tools.client import api_client
+from agent_sre.trajectory_store import read_trajectories
 from agent_sre.policy.llm.chat import CHATML_TEMPLATE, TOOL_RESULT_PREFIX
 
 SHORT = SamplingConfig(temperature=1.0, max_new_tokens=12)
@@ -171,6 +182,10 @@ def test_loaded_versions_are_kept_in_an_lru_and_new_versions_serve_without_a_res
 def test_unknown_or_broken_versions_are_clear_errors(tiny_model_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ModelDirError, match="unknown model version 'sft-v9'"):
         local_version_dir("sft-v9", tmp_path)
+    registry = {"sft-v1": tiny_model_dir, "sft-v2": tmp_path / "gone"}.__getitem__
+    assert local_version_dir("sft-v1", tmp_path, registry) == tiny_model_dir
+    with pytest.raises(ModelDirError, match="gone does not exist"):
+        local_version_dir("sft-v2", tmp_path, registry)
     broken = tmp_path / "broken"
     shutil.copytree(tiny_model_dir, broken)
     (broken / "model.safetensors").unlink()
@@ -220,6 +235,15 @@ async def endpoint() -> AsyncIterator[FakeEndpoint]:
     fake.url = f"http://{host}:{port}/v1"
     yield fake
     await runner.cleanup()
+
+
+def test_settings_choose_the_backend(settings: Settings) -> None:
+    endpoint = settings.model_copy(update={"llm_endpoint": "http://vllm:8000/v1", "llm_endpoint_token_ids": True})
+    remote = backends_from_settings(endpoint)("sre-sft-v3")
+    assert isinstance(remote, OpenAIBackend)
+    assert (remote.url, remote.model, remote.token_ids) == ("http://vllm:8000/v1/chat/completions", "sre-sft-v3", True)
+    local = backends_from_settings(settings.model_copy(update={"llm_cache_size": 3}))
+    assert isinstance(local, LocalModels) and local.max_loaded == 3 and local.loaded == []
 
 
 async def test_the_openai_compatible_backend_sends_our_format_and_records_logprobs(endpoint: FakeEndpoint) -> None:
@@ -298,3 +322,26 @@ def test_the_base_gguf_converts_once_to_safetensors_with_the_same_weights(tmp_pa
     ids, logprobs = decision.completion_token_ids, decision.completion_logprobs
     assert ids and logprobs is not None and len(ids) == len(logprobs)
     print(f"GGUF -> safetensors conversion: {converted_s:.1f} s")
+
+
+async def test_an_incident_served_by_the_llm_policy_runs_through_temporal(stack: Settings,
+                                                                          tiny_model_dir: Path) -> None:
+    """The registered `llm` policy behind the real workflow: a random model's garbage is two invalid steps (not a
+    crash), and the stored trajectory keeps each step's token ids and logprobs."""
+    scenario = next(s for s in load_scenarios() if s.fault == "bad_image")
+    env = SimulatorClient(stack.sim_url).create_env(apps=[scenario.app], seed=scenario.seed)
+    faults.inject(api_client(env["server"]), scenario)
+    incident = Incident(id=uuid.uuid4().hex[:12], source="sdk", alert=scenario.alert, namespace=scenario.namespace,
+                        kubeconfig=env["server"], scenario=scenario,
+                        limits=RemediationLimits(max_steps=2, settle_s=1.0))
+    client = await connect(stack)
+    async with running_workers(client, stack) as settings:
+        started = await start_incident(client, incident, policy=ref(tiny_model_dir), settings=settings)
+        outcome: IncidentOutcome = await started.handle.result()
+    assert (outcome.termination, outcome.steps, outcome.invalid) == ("step_limit", 2, 2)
+    assert outcome.model_version == str(tiny_model_dir)
+    stored = read_trajectories(object_store(stack), stack.s3_bucket, outcome.trajectory_key or "")[0]
+    for step in stored.steps:
+        assert step.decision.invalid_reason and step.decision.completion_token_ids
+        assert len(step.decision.completion_token_ids) == len(step.decision.completion_logprobs or [])
+    assert stored.conversation[-2].role == "tool" and "invalid action" in stored.conversation[-2].content

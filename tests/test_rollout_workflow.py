@@ -21,6 +21,7 @@ from aiohttp.test_utils import TestServer
 from prometheus_client import REGISTRY
 from rollout_data import BASELINE, GOOD, HARMFUL, SPARSE, WEAK, Profile, seed
 from store_fixtures import settings_with_own_bucket
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
@@ -203,6 +204,8 @@ async def _signal_mid_bake(rollout: Rollout, handle: WorkflowHandle, caplog: pyt
     # Continue-as-new kept the state: the A/B test's analysis and the step's deadline came over.
     assert st.runs >= 2 and "analysis passed" in actions(st)
     assert st.time_left_s is not None and 3.5 * 86400 < st.time_left_s < 4.5 * 86400
+    shown = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)  # the UI's view
+    assert "**running**" in shown.current_details and "step 3/8: bake 7d" in shown.current_details
 
     caplog.set_level(logging.WARNING, logger="agent_sre.rollout")
     await handle.signal("rollback", "alice: customers report slow fixes")

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from llm_fixtures import runbook_episode, tiny_model_dir  # noqa: F401 (fixture)
 from minio import Minio
 
@@ -79,7 +80,7 @@ def test_sft_from_stored_episodes_lowers_the_loss_and_the_checkpoint_serves(
     result = train_sft(tiny_model_dir, iter_trajectories(client, name), out,
                        SFTConfig(max_steps=4, learning_rate=2e-3, lr_scheduler="constant", max_length=2048))
 
-    assert result.examples == 3 and result.steps == 4 and len(result.losses) == 4
+    assert (result.examples, result.truncated, result.steps, len(result.losses)) == (3, 0, 4, 4)
     assert all(math.isfinite(loss) for loss in result.losses)
     assert result.losses[-1] < result.losses[0]
     assert result.train_tokens > 0
@@ -97,3 +98,20 @@ def test_sft_from_stored_episodes_lowers_the_loss_and_the_checkpoint_serves(
 def test_sft_without_expert_episodes_says_so(tiny_model_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no expert episodes"):
         train_sft(tiny_model_dir, [runbook_episode(outcome="unresolved")], tmp_path / "out")
+
+
+def test_lora_sft_saves_a_merged_plain_model_and_reports_truncation(tiny_model_dir: Path, tmp_path: Path) -> None:
+    episodes = [runbook_episode("bad-image"), runbook_episode("none")]
+    tokenizer = load_policy_model(tiny_model_dir).tokenizer
+    lengths = [len(tokenizer.apply_chat_template(chat_messages(t.conversation), tokenize=True,
+                                                 return_dict=True)["input_ids"]) for t in episodes]
+    max_length = (min(lengths) + max(lengths)) // 2  # the longer one is cut, the shorter one is not
+    out = tmp_path / "lora"
+    result = train_sft(tiny_model_dir, episodes, out,
+                       SFTConfig(max_steps=2, learning_rate=1e-2, lora_r=4, max_length=max_length))
+    assert (result.examples, result.truncated, result.steps) == (2, 1, 2)
+    assert not (out / "adapter_config.json").exists()
+    base, tuned = load_policy_model(tiny_model_dir).model, load_policy_model(out).model
+    assert type(tuned) is type(base)
+    changed = [name for name, w in tuned.state_dict().items() if not torch.equal(w, base.state_dict()[name])]
+    assert changed and all("proj" in name for name in changed)  # LoRA touched the linear layers only

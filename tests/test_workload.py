@@ -115,8 +115,8 @@ def test_a_template_change_is_a_new_revision_and_undo_goes_back(sim: Simulator) 
     assert _container(env.pods("cart")[0])["image"].endswith(":2.3.0")
     scaling = [e["message"] for e in env.events("ScalingReplicaSet", "cart")]
     new, old = (f"cart-{h}" for h in _hashes(env, "cart", "3", "2"))
-    assert f"Scaled up replica set {new} from 0 to 1" in scaling
-    assert f"Scaled down replica set {old} from 1 to 0" in scaling
+    assert f"Scaled up replica set {new} to 1" in scaling
+    assert f"Scaled down replica set {old} to 0 from 1" in scaling
     env.tools([ToolCall(tool="rollout_undo", args={"deployment": "cart"})])
     env.advance(120)
     dep = env.get("deployments.apps", "cart")
@@ -161,7 +161,7 @@ def test_a_broken_rollout_surges_and_keeps_the_old_pods_serving(sim: Simulator) 
     assert len(env.get("endpoints", "frontend")["subsets"][0]["addresses"]) == 2
     new, old = _hashes(env, "frontend", "3", "2")
     assert [e["message"] for e in env.events("ScalingReplicaSet", "frontend")
-            if e["lastTimestamp"] >= "2026"] == [f"Scaled up replica set frontend-{new} from 0 to 1"]
+            if e["lastTimestamp"] >= "2026"] == [f"Scaled up replica set frontend-{new} to 1"]
     assert not env.events("SuccessfulDelete", f"frontend-{old}")
     env.advance(400)
     progressing = next(c for c in env.get("deployments.apps", "frontend")["status"]["conditions"]
@@ -174,7 +174,7 @@ def test_a_broken_rollout_surges_and_keeps_the_old_pods_serving(sim: Simulator) 
     status = env.get("deployments.apps", "frontend")["status"]
     assert (status["replicas"], status["updatedReplicas"], status["availableReplicas"]) == (2, 2, 2)
     assert {c["type"]: c["reason"] for c in status["conditions"]}["Progressing"] == "NewReplicaSetAvailable"
-    assert f"Scaled down replica set frontend-{new} from 1 to 0" in [
+    assert f"Scaled down replica set frontend-{new} to 0 from 1" in [
         e["message"] for e in env.events("ScalingReplicaSet", "frontend")]
 
 
@@ -202,8 +202,8 @@ def test_recreate_scales_the_old_set_down_before_the_new_one_up(sim: Simulator) 
     scaling = [e["message"] for e in sorted(env.events("ScalingReplicaSet", "payment"),
                                             key=lambda e: e["metadata"]["resourceVersion"].zfill(12))
                if e["lastTimestamp"] >= "2026"]
-    assert scaling == [f"Scaled down replica set payment-{old} from 1 to 0",
-                       f"Scaled up replica set payment-{new} from 0 to 1"]
+    assert scaling == [f"Scaled down replica set payment-{old} to 0 from 1",
+                       f"Scaled up replica set payment-{new} to 1"]
 
 
 def test_a_scaled_deployment_mid_rollout_scales_its_sets_in_proportion(sim: Simulator) -> None:

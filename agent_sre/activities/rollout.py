@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from minio import Minio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agent_sre.config import get_settings
+from agent_sre.config import Settings, get_settings
 from agent_sre.models.rollout import (
     AnalysisRequest,
     AnalysisResult,
@@ -27,10 +28,23 @@ from agent_sre.rollout import analysis, events, routing, samples
 from agent_sre.storage import object_store
 
 STORE_TIMEOUT_S = 10.0
+_clients: dict[tuple[str, str, str, bool], Minio] = {}
 
 
-def _registry() -> Registry:
-    return Registry.from_settings(get_settings(), timeout_s=STORE_TIMEOUT_S)
+def store() -> tuple[Minio, Settings]:
+    """One store client per worker process (and per store settings): guardrails run every hour for weeks and the
+    routing activity once per incident, so connections are reused. Fail-fast timeouts: Temporal's retry policy
+    owns the retries."""
+    settings = get_settings()
+    key = (settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key, settings.s3_secure)
+    if (client := _clients.get(key)) is None:
+        client = _clients.setdefault(key, object_store(settings, timeout_s=STORE_TIMEOUT_S))
+    return client, settings
+
+
+def registry() -> Registry:
+    client, settings = store()
+    return Registry(client, settings.s3_bucket, settings.data_dir / "models")
 
 
 @activity.defn
@@ -38,33 +52,33 @@ def update_stages(update: StageUpdate) -> RolloutPolicies:
     """started: candidate → canary (baseline must be production); succeeded: candidate → production and the old
     production → archived; rolled_back / aborted: candidate → rolled_back / candidate. Returns how each version
     is served, for the routing table."""
-    registry = _registry()
+    versions = registry()
     try:
         if update.outcome == "started":
-            baseline = registry.get(update.baseline)
+            baseline = versions.get(update.baseline)
             if baseline.stage != "production":
                 raise RegistryError(f"the baseline {update.baseline} is {baseline.stage}, not production")
-            registry.start_canary(update.candidate, by=update.by, reason=update.reason)
+            versions.start_canary(update.candidate, by=update.by, reason=update.reason)
         elif update.outcome == "succeeded":
-            registry.promote(update.candidate, by=update.by, reason=update.reason, ending_rollout=True)
+            versions.promote(update.candidate, by=update.by, reason=update.reason, ending_rollout=True)
         else:
             to = "rolled_back" if update.outcome == "rolled_back" else "candidate"
-            registry.end_canary(update.candidate, to, by=update.by, reason=update.reason)
-        return RolloutPolicies(candidate=registry.policy_ref(update.candidate),
-                               baseline=registry.policy_ref(update.baseline))
+            versions.end_canary(update.candidate, to, by=update.by, reason=update.reason)
+        return RolloutPolicies(candidate=versions.policy_ref(update.candidate),
+                               baseline=versions.policy_ref(update.baseline))
     except RegistryError as exc:
         raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
 
 
 @activity.defn
 def set_routing(table: RoutingTable) -> RoutingTable:
-    settings = get_settings()
-    return routing.write_table(object_store(settings, timeout_s=STORE_TIMEOUT_S), settings.s3_bucket, table)
+    client, settings = store()
+    return routing.write_table(client, settings.s3_bucket, table)
 
 
 def _served(version: str, start: datetime, end: datetime) -> list[samples.OutcomeSample]:
-    settings = get_settings()
-    return samples.served(object_store(settings, timeout_s=STORE_TIMEOUT_S), settings.s3_bucket, version, start, end)
+    client, settings = store()
+    return samples.served(client, settings.s3_bucket, version, start, end)
 
 
 @activity.defn

@@ -14,7 +14,6 @@ from datetime import timedelta
 from typing import NoReturn
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from temporalio.client import Client, WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode

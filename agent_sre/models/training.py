@@ -21,7 +21,8 @@ class SFTConfig(BaseModel):
     weight_decay: float = Field(default=0.0, ge=0)
     batch_size: int = Field(default=1, ge=1, description="conversations per device per step")
     gradient_accumulation_steps: int = Field(default=1, ge=1)
-    max_length: int = Field(default=2048, ge=64, description="tokens per conversation; longer ones lose their end")
+    max_length: int = Field(default=4096, ge=64, description="tokens per conversation; longer ones lose their end "
+                                                             "(simulator episodes of the runbook: 3,000-4,600)")
     activation_checkpointing: bool = Field(default=False, description="trade compute for memory (big models)")
     lora_r: int | None = Field(default=None, ge=1, description="train LoRA adapters of this rank (merged on save)")
     lora_alpha: int = Field(default=16, ge=1)
@@ -34,6 +35,7 @@ class SFTResult(BaseModel):
     output_dir: str = Field(description="the trained model directory: safetensors weights + tokenizer")
     base_model: str
     examples: int = Field(description="distinct expert conversations trained on")
+    truncated: int = Field(description="conversations longer than max_length, whose later turns were cut off")
     steps: int
     losses: list[float] = Field(description="training loss at each logged step")
     train_runtime_s: float

@@ -33,8 +33,7 @@ from agent_sre.registry.stages import Why
 from agent_sre.storage import object_store
 
 PREFIX = "registry"
-BUILTIN_PRODUCTION = ModelCard(version="runbook-v1", policy="runbook", created_by="agent-sre",
-                               created_at=datetime(2026, 1, 1, tzinfo=UTC))
+BUILTIN_PRODUCTION = PolicyRef(name="runbook", version="runbook-v1")
 _CARD_IDENTITY_EXCLUDES = {"created_at", "created_by"}
 
 
@@ -75,13 +74,14 @@ class Registry:
 
     def _bootstrap(self) -> None:
         """Create the index with the built-in production policy, unless another process just did."""
-        builtin = BUILTIN_PRODUCTION
+        now = datetime.now(UTC)
+        builtin = ModelCard(version=BUILTIN_PRODUCTION.version, policy=BUILTIN_PRODUCTION.name, created_at=now,
+                            created_by="agent-sre")
         self._put_card(builtin, create_only=False)
         index = RegistryIndex(versions={builtin.version: IndexEntry(
             policy=builtin.policy, stage="production",
             history=[StageChange(from_stage=None, to_stage="production", by="agent-sre",
-                                 reason="built-in rule-based policy: production until a model is promoted",
-                                 at=datetime.now(UTC))])})
+                                 reason="built-in rule-based policy: production until a model is promoted", at=now)])})
         try:
             cas.write(self.client, self.bucket, self._index_key, index.model_dump_json(indent=1).encode(), None)
         except cas.WriteConflict:

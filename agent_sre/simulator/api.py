@@ -11,8 +11,8 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from email.utils import formatdate
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from agent_sre.simulator import admission, derived, discovery, tables
@@ -53,12 +53,36 @@ def _dump(doc: Any) -> bytes:
 class Json:
     """A JSON response body not encoded yet. Over HTTP it is encoded at once; the in-process transport encodes it
     only if the client reads the bytes, and hands the document itself to readers that take it (`transport.decoded`),
-    which saves an encode and a decode per request - most of a large list's cost."""
+    which saves an encode and a decode per request - most of a large list's cost. With the cluster's `cache`, stored
+    objects (a list's items, or the object a GET returns) are encoded once per version and reused."""
 
     doc: Any
+    cache: dict[tuple[str, str, str], tuple[Obj, str, bytes]] | None = None
 
     def encode(self) -> bytes:
-        return _dump(self.doc)
+        doc, cache = self.doc, self.cache
+        if cache is None:
+            return _dump(doc)
+        if "items" not in doc:
+            return _encoded(doc, cache)
+        head = _dump({k: v for k, v in doc.items() if k != "items"})
+        return head[:-1] + b',"items":[' + b",".join(_encoded(o, cache) for o in doc["items"]) + b"]}"
+
+
+def _encoded(obj: Obj, cache: dict[tuple[str, str, str], tuple[Obj, str, bytes]]) -> bytes:
+    """A stored pod's JSON, from the cache while it is the same object at the same resourceVersion: pods, the bulk
+    of what clients read, are only ever replaced, never changed in place (an event's count is bumped in place, as
+    the apiserver aggregates events; tests edit other objects in place)."""
+    meta = obj["metadata"]
+    if obj.get("kind") != "Pod":
+        return _dump(obj)
+    key, version = (obj.get("kind", ""), meta.get("namespace", ""), meta.get("name", "")), meta.get("resourceVersion")
+    hit = cache.get(key)
+    if hit is not None and hit[0] is obj and hit[1] == version:
+        return hit[2]
+    data = _dump(obj)
+    cache[key] = (obj, version, data)
+    return data
 
 
 Reply = tuple[int, dict[str, str], "bytes | Json"]  # a response whose JSON body may still be a document
@@ -298,10 +322,12 @@ class Router:
         if self.req.wants_table():
             return _json(tables.to_table(t.rt.key, items, self.cluster.clock.now(), self._rv(),
                                          self._include_object()))
+        cache = self.cluster.encoded
         if single:
-            return _json(items[0])
-        return _json({"kind": f"{t.rt.kind}List", "apiVersion": t.rt.group_version,
-                      "metadata": {"resourceVersion": self._rv()}, "items": items})
+            return 200, {"Content-Type": JSON_TYPE}, Json(items[0], cache)
+        return 200, {"Content-Type": JSON_TYPE}, Json({"kind": f"{t.rt.kind}List", "apiVersion": t.rt.group_version,
+                                                       "metadata": {"resourceVersion": self._rv()}, "items": items},
+                                                      cache)
 
     def _include_object(self) -> str:
         include = self.req.arg("includeObject", "Metadata") or "Metadata"

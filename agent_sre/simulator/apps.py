@@ -113,9 +113,26 @@ class AppSpec:
     network_policies: tuple[Obj, ...] = ()
     description: str = ""  # one line for humans (the kind manifests' header)
     _by_name: dict[str, ServiceSpec] = field(default_factory=dict, compare=False, repr=False)
+    _callers: dict[str, list[ServiceSpec]] = field(default_factory=dict, compare=False, repr=False)
+    _order: list[ServiceSpec] = field(default_factory=list, compare=False, repr=False)
+    _labels: dict[str, dict[str, str]] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self._by_name.update({s.name: s for s in self.services})
+        for s in self.services:
+            self._callers[s.name] = [c for c in self.services if any(e.callee == s.name for e in c.deps)]
+        done: dict[str, ServiceSpec] = {}
+
+        def visit(s: ServiceSpec) -> None:
+            if s.name in done:
+                return
+            for e in s.deps:
+                visit(self.service(e.callee))
+            done[s.name] = s
+
+        for s in self.services:
+            visit(s)
+        self._order.extend(done.values())
 
     def service(self, name: str) -> ServiceSpec:
         try:
@@ -128,25 +145,24 @@ class AppSpec:
         return name in self._by_name
 
     def callers(self, name: str) -> list[ServiceSpec]:
-        return [s for s in self.services if any(e.callee == name for e in s.deps)]
+        return list(self._callers.get(name, ()))
+
+    def calls_to(self, name: str) -> list[tuple[ServiceSpec, Edge]]:
+        """Each caller of `name` with its edge to it."""
+        return [(c, next(e for e in c.deps if e.callee == name)) for c in self._callers.get(name, ())]
+
+    def service_labels(self) -> dict[str, dict[str, str]]:
+        """Every service's pod labels (shared: do not change them)."""
+        if not self._labels:
+            self._labels.update({s.name: labels(self, s) for s in self.services})
+        return self._labels
 
     def entry(self) -> ServiceSpec:
         return next(s for s in self.services if s.entry_rps > 0)
 
     def topological(self) -> list[ServiceSpec]:
         """Callees before callers, so errors can be folded up the graph in one sweep."""
-        done: dict[str, ServiceSpec] = {}
-
-        def visit(s: ServiceSpec) -> None:
-            if s.name in done:
-                return
-            for e in s.deps:
-                visit(self.service(e.callee))
-            done[s.name] = s
-
-        for s in self.services:
-            visit(s)
-        return list(done.values())
+        return list(self._order)
 
     def secret_values(self, seed: int) -> dict[str, dict[str, str]]:
         """Every secret's values for this seed: passwords and keys differ per seed, so none can be memorised."""

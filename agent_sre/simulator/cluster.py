@@ -78,6 +78,8 @@ class Cluster:
     controllers: list[Controller] = field(default_factory=list)
     # Free-form per-cluster state owned by controllers (e.g. the app model, usage figures, golden signals).
     model: dict[str, Any] = field(default_factory=dict)
+    # (kind, namespace, name) -> (object, resourceVersion, its JSON): the API's responses reuse an unchanged object's
+    encoded: dict[tuple[str, str, str], tuple[Obj, str, bytes]] = field(default_factory=dict)
     _rv: itertools.count = field(default_factory=lambda: itertools.count(1))
     revision: int = 0  # bumped on every write; controllers use it to skip work when nothing changed
 

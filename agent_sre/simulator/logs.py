@@ -12,6 +12,7 @@ import copy
 import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
+from functools import lru_cache
 
 from agent_sre.simulator.cluster import Obj, SimClock
 from agent_sre.simulator.images import lookup
@@ -27,13 +28,24 @@ FailingEdge = tuple[str, float, float, str, float, bool, float]
 Inbound = tuple[str, float]
 
 
+@lru_cache(maxsize=65536)
+def _second(second: int) -> str:
+    return datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+
+
 def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(ts * 1000) % 1000:03d}Z"
+    return f"{_second(int(ts))}{int(ts * 1000) % 1000:03d}Z"
 
 
 def _fraction(*parts: object) -> float:
     digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2 ** 64
+
+
+def _fractions(*parts: object) -> tuple[float, float, float, float]:
+    """Four independent fractions from one digest: a sampled request's dice, rolled once."""
+    digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=32).digest()
+    return tuple(int.from_bytes(digest[i:i + 8], "big") / 2 ** 64 for i in range(0, 32, 8))  # type: ignore[return-value]
 
 
 def _stamp(sw: Software | None, ts: float, line: str) -> str:
@@ -53,20 +65,23 @@ def _stamp(sw: Software | None, ts: float, line: str) -> str:
 
 def _request_line(sw: Software, pod: str, ts: float, failing: Sequence[FailingEdge]) -> list[str]:
     """One sampled request at `ts`: fine, or failed because a dependency failed (two lines then)."""
-    roll = _fraction(pod, ts)
+    roll, speed, noise, which = _fractions(pod, ts)
     path = sw.request_paths[int(roll * 1e6) % len(sw.request_paths)].replace("{id}", str(int(roll * 1e4) % 9000 + 100))
     method, _, url = path.partition(" ")
-    millis = int(sw.p99_ms * (0.2 + 0.6 * _fraction(pod, ts, "ms")))
+    millis = int(sw.p99_ms * (0.2 + 0.6 * speed))
     for callee, calls, ratio, error, latency, critical, since in failing:
-        if ts < since or _fraction(pod, ts, callee, "calls") >= calls:
+        if ts < since:
+            continue
+        called, failed, _, _ = _fractions(pod, ts, callee)
+        if called >= calls:
             continue  # this request did not call that dependency
-        if _fraction(pod, ts, callee) < ratio:
+        if failed < ratio:
             if critical:
                 return _failed(sw, method, url, callee, error, max(millis, int(latency * 1000)))
             return [_degraded(sw, callee, error)]
         millis += int(latency * 1000 * 0.6) if latency > 0.5 and critical else 0
-    if sw.noise and _fraction(pod, ts, "noise") < NOISE_SHARE:
-        return [sw.noise[int(_fraction(pod, ts, "which") * len(sw.noise))]]
+    if sw.noise and noise < NOISE_SHARE:
+        return [sw.noise[int(which * len(sw.noise))]]
     if sw.runtime == "go":
         return [f'level=info msg="request" method={method} path={url} status=200 duration_ms={millis}']
     if sw.runtime == "node":

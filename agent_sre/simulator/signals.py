@@ -68,6 +68,7 @@ class _Backend:
     reachable: float  # fraction of connections that reach a listening, ready process
     failure: str
     serving: int
+    ip: str = "10.96.0.1"  # the Service's cluster IP, as a failing client reports it
     abort: float = 0.0
     loss: float = 0.0
     delay_s: float = 0.0
@@ -91,10 +92,10 @@ def _backend(cluster: Cluster, ns: str, svc: ServiceSpec, pods: Mapping[tuple[st
     ip = spec.get("clusterIP", "10.96.0.1")
     refused = f"dial tcp {ip}:{svc.port}: connect: connection refused"
     if not any(p.get("port") == svc.port for p in spec.get("ports") or []):
-        return _Backend(0.0, refused, 0)
+        return _Backend(0.0, refused, 0, ip)
     endpoints = cluster.get("endpoints", ns, svc.name) or {}
     ready = listening = 0
-    backend = _Backend(0.0, refused, 0)
+    backend = _Backend(0.0, refused, 0, ip)
     for subset in endpoints.get("subsets") or []:
         ports = {p.get("port") for p in subset.get("ports") or []}
         for address in subset.get("addresses") or []:
@@ -136,18 +137,17 @@ def _caller_effects(ns: str, caller: str, apps_of: Mapping[tuple[str, str], str]
 def compute(cluster: Cluster, effects: Mapping[tuple[str, str], PodEffects],
             pods: Mapping[tuple[str, str], PodState]) -> Computed:
     """Golden signals of every installed app's services at the current state."""
-    from agent_sre.simulator.apps import labels
-
     out = Computed()
-    policies = cluster.list("networkpolicies.networking.k8s.io")
+    all_policies = cluster.list("networkpolicies.networking.k8s.io")
     apps_of = {(p["metadata"]["namespace"], p["metadata"]["name"]): (p["metadata"].get("labels") or {}).get("app", "")
                for key in effects for p in [cluster.get("pods", *key)] if p is not None}
     for ns, instance in cluster.model.get("apps", {}).items():
         app: AppSpec = instance.spec
         ns_obj = cluster.get("namespaces", "", ns) or {"metadata": {}}
         ns_labels = ns_obj["metadata"].get("labels") or {}
+        policies = [p for p in all_policies if p["metadata"].get("namespace") == ns]
         order = app.topological()
-        service_labels = {s.name: labels(app, s) for s in order}
+        service_labels = app.service_labels()
         backends = {s.name: _backend(cluster, ns, s, pods, effects) for s in order}
         rps: dict[str, float] = {s.name: s.entry_rps for s in order}
         for s in reversed(order):  # callers first: demand flows down the graph
@@ -190,8 +190,7 @@ def compute(cluster: Cluster, effects: Mapping[tuple[str, str], PodEffects],
             backend = backends[s.name]
             demand = [(s.entry_rps, _combine(1.0 - backend.reachable, internal_error[s.name]),
                        internal_p99[s.name] if backend.serving else 0.0)]
-            for caller in app.callers(s.name):
-                edge = next(e for e in caller.deps if e.callee == s.name)
+            for caller, edge in app.calls_to(s.name):
                 health = out.edges[(ns, caller.name, s.name)]
                 demand.append((rps[caller.name] * edge.calls, health.error_ratio, health.latency_p99_seconds))
             total = sum(d for d, _, _ in demand)
@@ -206,13 +205,10 @@ def _edge(cluster: Cluster, ns: str, caller: ServiceSpec, callee: ServiceSpec, b
           callee_error: float, callee_p99: float, policies: list[Obj], ns_labels: Mapping[str, str],
           service_labels: Mapping[str, Mapping[str, str]], apps_of: Mapping[tuple[str, str], str],
           effects: Mapping[tuple[str, str], PodEffects]) -> EdgeHealth:
-    blocked = blocking_policy(policies, ns, service_labels[callee.name], ns, service_labels[caller.name], ns_labels,
-                              callee.port,
-                              "http" if callee.probe == "http" else callee.name)
-    service = cluster.get("services", ns, callee.name) or {}
-    ip = (service.get("spec") or {}).get("clusterIP", "10.96.0.1")
-    if blocked is not None and backend.serving:
-        return EdgeHealth(1.0, CLIENT_TIMEOUT_S, f"dial tcp {ip}:{callee.port}: i/o timeout")
+    blocked = policies and blocking_policy(policies, ns, service_labels[callee.name], ns, service_labels[caller.name],
+                                           ns_labels, callee.port, "http" if callee.probe == "http" else callee.name)
+    if blocked and backend.serving:
+        return EdgeHealth(1.0, CLIENT_TIMEOUT_S, f"dial tcp {backend.ip}:{callee.port}: i/o timeout")
     caller_loss, caller_delay = _caller_effects(ns, caller.name, apps_of, effects)
     loss = _combine(backend.loss, caller_loss)
     loss_error = min(1.0, loss ** 1.5) if loss < 1.0 else 1.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import io
 import json
+from collections.abc import Iterator
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -18,11 +19,13 @@ from urllib.parse import parse_qs, urlsplit
 import urllib3
 from kubernetes import client
 from kubernetes.client import rest
+from urllib3 import HTTPHeaderDict
 
 from agent_sre.simulator import api
 from agent_sre.simulator.simulator import Simulator
 
 IN_PROCESS_HOST = "http://simulator.in-process"
+STREAMED = ("watch", "follow")  # query flags of requests whose body clients read as a stream
 REASONS = {status.value: status.phrase for status in HTTPStatus}
 
 
@@ -65,13 +68,63 @@ class _Body(io.BytesIO):
         return self._pending is None and self.tell() >= len(self.getbuffer())
 
 
-class InProcessResponse(urllib3.HTTPResponse):
-    """urllib3's response, carrying the JSON document it was made from (when it was)."""
+class StreamedResponse(urllib3.HTTPResponse):
+    """urllib3's own response, for what clients read as a stream (watches, followed logs)."""
 
     def __init__(self, payload: bytes | api.Json, headers: dict[str, str], status: int, simulator: Simulator) -> None:
         super().__init__(body=_Body(payload, simulator), headers=headers, status=status,
                          reason=REASONS.get(status, ""), preload_content=False, decode_content=False)
         self.document = payload if isinstance(payload, api.Json) else None
+
+
+class InProcessResponse:
+    """The part of urllib3's HTTPResponse that the client and its callers use (status, headers, data, read,
+    stream), without its set-up cost, which exceeds serving a small request. The JSON body is encoded on first
+    read, under the simulator's lock: the document holds the store's own objects."""
+
+    def __init__(self, payload: bytes | api.Json, headers: dict[str, str], status: int, simulator: Simulator) -> None:
+        self.status, self.reason, self.headers = status, REASONS.get(status, ""), HTTPHeaderDict(headers)
+        self.document = payload if isinstance(payload, api.Json) else None
+        self._data = payload if isinstance(payload, bytes) else None
+        self._simulator = simulator
+
+    @property
+    def data(self) -> bytes:
+        if self._data is None:
+            assert self.document is not None
+            with self._simulator.lock:
+                self._data = self.document.encode()
+        return self._data
+
+    def read(self, amt: int | None = None, decode_content: bool | None = None, cache_content: bool = False) -> bytes:
+        return self.data
+
+    def stream(self, amt: int | None = 2 ** 16, decode_content: bool | None = None) -> Iterator[bytes]:
+        data = self.data
+        step = amt or len(data) or 1
+        yield from (data[i:i + step] for i in range(0, len(data), step))
+
+    def json(self) -> Any:
+        return json.loads(self.data)
+
+    def getheaders(self) -> HTTPHeaderDict:
+        return self.headers
+
+    def getheader(self, name: str, default: str | None = None) -> str | None:
+        return self.headers.get(name, default)
+
+    def isclosed(self) -> bool:
+        return True
+
+    @property
+    def closed(self) -> bool:
+        return True
+
+    def release_conn(self) -> None:
+        """Nothing to release: there is no connection."""
+
+    def close(self) -> None:
+        """Nothing to close: the body is in memory."""
 
 
 def decoded(response: Any) -> Any:
@@ -103,10 +156,13 @@ class InProcessRESTClient:
             path = path[len(IN_PROCESS_HOST):]
         else:
             path = urlsplit(url).path
-        status, resp_headers, payload = api.serve(self.simulator, method.upper(), path,
-                                                  parse_qs(query, keep_blank_values=True) if query else {},
-                                                  headers, _encode(body, content_type))
-        return rest.RESTResponse(InProcessResponse(payload, resp_headers, status, self.simulator))
+        params = parse_qs(query, keep_blank_values=True) if query else {}
+        status, resp_headers, payload = api.serve(self.simulator, method.upper(), path, params, headers,
+                                                  _encode(body, content_type))
+        streamed = any((params.get(flag) or [""])[-1].lower() in ("true", "1") for flag in STREAMED)
+        response = (StreamedResponse if streamed else InProcessResponse)(payload, resp_headers, status,
+                                                                         self.simulator)
+        return rest.RESTResponse(response)
 
     def close(self) -> None:
         """Nothing to release: there is no connection pool."""

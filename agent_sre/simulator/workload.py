@@ -56,13 +56,17 @@ class WorkloadState:
     ip_counter: dict[str, int] = field(default_factory=dict)  # node -> last host octet handed out
     failing_since: dict[tuple[str, ...], float] = field(default_factory=dict)  # a failure logs lines from then on
     signals: tuple[Any, signals.Computed] | None = None  # (what they were computed from, the signals)
+    waking: set[str] = field(default_factory=set)  # ReplicaSets and Deployments with pods about to be available
+    index: Index | None = None  # kept from pass to pass while only passes write (see `_Pass._full`)
     # what each controller step last saw when it found nothing to do: (step, object) -> its inputs
     settled: dict[tuple[str, str], Any] = field(default_factory=dict)
 
     def merge(self, other: WorkloadState) -> None:
         for name in ("pods", "hashes", "pod_counter", "progress", "first_failure", "chaos_ticks",
-                     "created", "ip_counter", "failing_since"):
+                     "created", "ip_counter", "failing_since", "settled"):
             getattr(self, name).update(getattr(other, name))
+        if self.signals is None:  # keyed by everything it follows from: a cluster with more in it recomputes
+            self.signals = other.signals
 
 
 def attach(cluster: Cluster) -> None:
@@ -166,6 +170,36 @@ def _short(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=4).hexdigest()
 
 
+@dataclass
+class Index:
+    """Live pods by (namespace, name), and pods and ReplicaSets by their controller's uid."""
+
+    live: dict[tuple[str, str], Obj] = field(default_factory=dict)
+    pods_of: dict[str, dict[str, Obj]] = field(default_factory=lambda: defaultdict(dict))  # ReplicaSet uid -> pods
+    sets_of: dict[str, dict[str, Obj]] = field(default_factory=lambda: defaultdict(dict))  # Deployment uid -> sets
+    set_owner: dict[str, str] = field(default_factory=dict)  # ReplicaSet uid -> Deployment uid
+
+    def put(self, resource: str, obj: Obj, gone: bool = False) -> str | None:
+        """Record `obj` as it now is (or `gone`); returns its controller's uid."""
+        meta = obj["metadata"]
+        owner = _owner_uid(obj)
+        if resource == "pods":
+            gone = gone or _terminal(obj)
+            if gone:
+                self.live.pop((meta["namespace"], meta["name"]), None)
+            else:
+                self.live[(meta["namespace"], meta["name"])] = obj
+        if owner:
+            children = (self.pods_of if resource == "pods" else self.sets_of)[owner]
+            if gone:
+                children.pop(meta["name"], None)
+            else:
+                children[meta["name"]] = obj
+            if resource == "replicasets.apps":
+                self.set_owner[meta["uid"]] = owner
+        return owner
+
+
 def _max_revision(sets: list[Obj]) -> int:
     return max((int((r["metadata"].get("annotations") or {}).get(REVISION, "0")) for r in sets), default=0)
 
@@ -225,10 +259,15 @@ class _Pass:
         self.synced: set[tuple[str, str]] = set()
         self.endpoints_changed = False
         self.created: dict[str, str] = {}  # deployment uid -> the ReplicaSet this pass created for it
-        # live pods by (namespace, name) and pods and ReplicaSets by controller uid, built on first use and kept
-        # up to date by this pass's own writes (the API writes nothing while a pass runs)
-        self._live: dict[tuple[str, str], Obj] | None = None
-        self._children: dict[str, dict[tuple[str, str], Obj]] = defaultdict(dict)
+        self._available_memo: dict[str, tuple[int, int]] = {}  # ReplicaSet uid -> (index version, available)
+        # uids of ReplicaSets and Deployments whose pods or sets this pass changed: since the last controller round
+        # (`_dirty`) and in all (`_touched`), and the namespaces of changed pods. Without API writes since the last
+        # pass (`_full` False), nothing else can have changed but what waits on time (`st.waking`, ReplicaSets
+        # refused by a quota), and the index of the last pass is still right.
+        self._dirty: set[str] = set()
+        self._touched: set[str] = set()
+        self._touched_ns: set[str] = set()
+        self._full = True
         self._version = 0  # bumped when the index changes, for the lists cached from it
         self._lists: dict[Any, tuple[int, list[Obj]]] = {}
 
@@ -245,6 +284,8 @@ class _Pass:
     def _write(self, resource: str, obj: Obj) -> Obj:
         stored = self.c.replace(resource, obj)
         self._reindex(resource, stored)
+        if resource == "deployments.apps":
+            self._mark(stored["metadata"]["uid"])
         return stored
 
     def _store(self, resource: str, obj: Obj) -> Obj:
@@ -258,34 +299,36 @@ class _Pass:
         self.c.delete(resource, meta["namespace"], meta["name"])
         self._reindex(resource, obj, gone=True)
 
-    def _index(self) -> None:
-        if self._live is not None:
-            return
-        self._live = {}
-        for resource in ("pods", "replicasets.apps"):
-            for obj in self.c.list(resource):
-                self._reindex(resource, obj)
+    def _index(self) -> Index:
+        if self.st.index is None:
+            index = Index()
+            for rs in self.c.list("replicasets.apps"):
+                index.put("replicasets.apps", rs)
+            for pod in self.c.list("pods"):
+                index.put("pods", pod)
+            self.st.index = index
+        return self.st.index
 
     def _reindex(self, resource: str, obj: Obj, gone: bool = False) -> None:
-        """Keep the index in step with one written, created or deleted pod or ReplicaSet."""
-        if self._live is None or resource not in ("pods", "replicasets.apps"):
+        """Keep the index in step with one written, created or deleted pod or ReplicaSet (already in the store)."""
+        if resource not in ("pods", "replicasets.apps"):
             return
-        meta = obj["metadata"]
-        key = (meta["namespace"], meta["name"])
-        owner = _owner_uid(obj)
-        child = ("Pod" if resource == "pods" else "ReplicaSet", meta["name"])
-        gone = gone or (resource == "pods" and _terminal(obj))
-        if resource == "pods":
-            if gone:
-                self._live.pop(key, None)
-            else:
-                self._live[key] = obj
+        index = self._index()
+        owner = index.put(resource, obj, gone)
         if owner:
-            if gone:
-                self._children[owner].pop(child, None)
-            else:
-                self._children[owner][child] = obj
+            self._mark(owner, index.set_owner.get(owner, ""), obj["metadata"]["uid"])
+        if resource == "pods":
+            self._touched_ns.add(obj["metadata"]["namespace"])
         self._version += 1
+
+    def _mark(self, *uids: str) -> None:
+        self._dirty.update(uids)
+        self._touched.update(uids)
+
+    def _waiting(self) -> set[str]:
+        """What must be looked at even if nothing changed: sets with pods about to be available, sets whose pods
+        a quota refused (they retry)."""
+        return self.st.waking | {uid for uid, reason in self.st.first_failure if reason == "FailedCreate"}
 
     def _cached(self, key: Any, build: Any) -> list[Obj]:
         hit = self._lists.get(key)
@@ -313,9 +356,7 @@ class _Pass:
 
     def _pods(self, namespace: str | None = None) -> list[Obj]:
         """Live (not terminated) pods, of one namespace or all."""
-        self._index()
-        assert self._live is not None
-        live = self._live
+        live = self._index().live
         return self._cached(("ns", namespace), lambda: [p for (ns, _), p in live.items()
                                                         if namespace is None or ns == namespace])
 
@@ -344,19 +385,28 @@ class _Pass:
 
     # --- the pass ----------------------------------------------------------------------------------------------
     def run(self) -> tuple[float, float]:
+        self._full = self.c.revision != self.st.seen_revision
+        if self._full:
+            self.st.index = None
+        waiting, self.st.waking = self._waiting(), set()
         self.st.pods = {k: v for k, v in self.st.pods.items() if self.c.get("pods", *k) is not None}
         self._chaos()
         self._nodes()
         self._schedule()
         self._kubelet()
-        for _ in range(CONTROLLER_ROUNDS):
-            changed = False
+        self._touched |= waiting
+        everything = self._full
+        for _ in range(CONTROLLER_ROUNDS):  # as informers requeue: what changed since the last round
+            queue, self._dirty, changed = self._dirty | waiting, set(), False
             for dep in self.c.list("deployments.apps"):
-                changed |= self._sync_deployment(dep)
+                if everything or dep["metadata"]["uid"] in queue:
+                    changed |= self._sync_deployment(dep)
             for rs in self.c.list("replicasets.apps"):
-                changed |= self._sync_replicaset(rs)
+                if everything or rs["metadata"]["uid"] in queue:
+                    changed |= self._sync_replicaset(rs)
             if not changed:
                 break
+            everything, waiting = False, set()
             self._schedule()
             self._kubelet()
         self._replicaset_status()
@@ -374,8 +424,10 @@ class _Pass:
     def _signals(self) -> signals.Computed:
         """The golden signals, recomputed only when what they follow from changed: Services, Endpoints, network
         policies, namespaces, chaos effects, or which pods fail to log in to a database."""
-        key = (tuple((o["metadata"].get("namespace"), o["metadata"]["name"], o["metadata"].get("resourceVersion"))
-                     for resource in SIGNAL_INPUTS for o in self.c.list(resource)),
+        objects = self.st.signals[0][0] if self.st.signals and not (self._full or self.endpoints_changed) else \
+            tuple((o["metadata"].get("namespace"), o["metadata"]["name"], o["metadata"].get("resourceVersion"))
+                  for resource in SIGNAL_INPUTS for o in self.c.list(resource))
+        key = (objects,
                tuple(sorted((k, fx.failure, fx.cpu_millicores, fx.memory_bytes, fx.delay_ms, fx.loss, fx.abort,
                              fx.http_delay_ms) for k, fx in self.effects.items())),
                tuple(sorted(k for k, ps in self.st.pods.items()
@@ -496,8 +548,7 @@ class _Pass:
 
     # --- deployments -------------------------------------------------------------------------------------------
     def _owned_replicasets(self, owner_uid: str) -> list[Obj]:
-        self._index()
-        return [o for (kind, _), o in self._children.get(owner_uid, {}).items() if kind == "ReplicaSet"]
+        return list(self._index().sets_of.get(owner_uid, {}).values())
 
     def _template_hash(self, dep: Obj) -> str:
         key = (dep["metadata"]["uid"], dep["metadata"].get("generation", 1))
@@ -510,6 +561,15 @@ class _Pass:
 
     def _available(self, rs: Obj) -> int:
         """Pods ready for at least minReadySeconds; a pass is asked for when the next one becomes available."""
+        uid = rs["metadata"]["uid"]
+        memo = self._available_memo.get(uid)
+        if memo is not None and memo[0] == self._version and not (rs.get("spec") or {}).get("minReadySeconds"):
+            return memo[1]
+        count = self._count_available(rs)
+        self._available_memo[uid] = (self._version, count)
+        return count
+
+    def _count_available(self, rs: Obj) -> int:
         ns = rs["metadata"]["namespace"]
         min_ready = (rs.get("spec") or {}).get("minReadySeconds", 0)
         count = 0
@@ -521,11 +581,11 @@ class _Pass:
                 count += 1
             else:
                 self._later(ps.ready_since + min_ready)
+                self.st.waking.update((rs["metadata"]["uid"], _owner_uid(rs) or ""))
         return count
 
     def _pods_of(self, rs: Obj) -> list[Obj]:
-        self._index()
-        return [p for (kind, _), p in self._children.get(rs["metadata"]["uid"], {}).items() if kind == "Pod"]
+        return list(self._index().pods_of.get(rs["metadata"]["uid"], {}).values())
 
     def _figures(self, rs: Obj) -> deployments.ReplicaSetFigures:
         meta = rs["metadata"]
@@ -570,7 +630,7 @@ class _Pass:
         rs = self._store("replicasets.apps", rs)
         self.created[meta["uid"]] = name
         if replicas:
-            self._event(dep, "ScalingReplicaSet", f"Scaled up replica set {name} from 0 to {replicas}",
+            self._event(dep, "ScalingReplicaSet", f"Scaled up replica set {name} to {replicas}",
                         component="deployment-controller")
         return rs
 
@@ -602,13 +662,13 @@ class _Pass:
                                               "spec": {**rs["spec"], "replicas": replicas}})
         if old != replicas:
             self._event(dep, "ScalingReplicaSet", f"Scaled {'up' if replicas > old else 'down'} replica set "
-                        f"{rs['metadata']['name']} from {old} to {replicas}", component="deployment-controller")
+                        f"{rs['metadata']['name']} to {replicas} from {old}", component="deployment-controller")
         return rs
 
     def _sync_deployment(self, dep: Obj) -> bool:
         """One sync of the deployment controller (syncDeployment); True when it changed a ReplicaSet. Skipped while
         the deployment, its ReplicaSets and their available pods are as they were when it last changed nothing."""
-        meta, spec = dep["metadata"], dep["spec"]
+        meta = dep["metadata"]
         owned = self._owned_replicasets(meta["uid"])
         inputs = (meta.get("resourceVersion"), tuple((r["metadata"].get("resourceVersion"), self._available(r),
                                                        len(self._pods_of(r))) for r in owned))
@@ -621,7 +681,7 @@ class _Pass:
 
     def _sync_deployment_now(self, dep: Obj, owned: list[Obj]) -> bool:
         before = self.c.revision
-        meta, spec = dep["metadata"], dep["spec"]
+        spec = dep["spec"]
         pod_hash = self._template_hash(dep)
         new = next((r for r in owned if (r["metadata"].get("labels") or {}).get(HASH_LABEL) == pod_hash), None)
         olds = [r for r in owned if r is not new]
@@ -889,6 +949,8 @@ class _Pass:
     # --- status ------------------------------------------------------------------------------------------------
     def _replicaset_status(self) -> None:
         for rs in self.c.list("replicasets.apps"):
+            if not self._full and rs["metadata"]["uid"] not in self._touched:
+                continue
             pods = self._pods_of(rs)
             ready = sum(1 for p in pods if self.st.pods.get((p["metadata"]["namespace"], p["metadata"]["name"]))
                         and self.st.pods[(p["metadata"]["namespace"], p["metadata"]["name"])].ready)
@@ -917,8 +979,8 @@ class _Pass:
         against `replicas - maxUnavailable`, Progressing renewed on progress and timed out after
         progressDeadlineSeconds without any, and the ReplicaSets' ReplicaFailure."""
         for dep in self.c.list("deployments.apps"):
-            meta, spec = dep["metadata"], dep["spec"]
-            uid, generation = meta["uid"], meta.get("generation", 1)
+            meta = dep["metadata"]
+            uid = meta["uid"]
             owned = self._owned_replicasets(uid)
             inputs = (meta.get("resourceVersion"), tuple(r["metadata"].get("resourceVersion") for r in owned))
             settled = self.st.settled.get(("deployment-status", uid))
@@ -934,7 +996,7 @@ class _Pass:
     def _one_deployment_status(self, dep: Obj, owned: list[Obj]) -> float:
         """Write one deployment's status; returns when it changes next by itself (its progress deadline)."""
         meta, spec = dep["metadata"], dep["spec"]
-        uid, generation = meta["uid"], meta.get("generation", 1)
+        generation = meta.get("generation", 1)
         name = f"{meta['name']}-{self._template_hash(dep)}"
         new = next((r for r in owned if r["metadata"]["name"] == name), None)
         replicas = spec.get("replicas", 1)
@@ -1027,6 +1089,8 @@ class _Pass:
             if self.c.get("services", ep["metadata"]["namespace"], ep["metadata"]["name"]) is None:
                 self.c.delete("endpoints", ep["metadata"]["namespace"], ep["metadata"]["name"])
         for ns, items in services.items():
+            if not self._full and ns not in self._touched_ns:
+                continue  # no API write and none of its pods changed: its endpoints cannot have
             if self.st.settled.get(("endpoints", ns)) == self._endpoint_inputs(ns, items):
                 continue
             by_app = self._by_label(ns, "app")

@@ -121,12 +121,14 @@ def ensure_ports_free(specs: list[PortSpec]) -> None:
 def pick_free_ports(count: int, host: str = "127.0.0.1", *, also_free_at_offset: int = 10_000) -> list[int]:
     """Distinct free ports for an isolated stack (tests), each with port+offset free too for SeaweedFS's gRPC.
 
-    Picked from 20000-45000 so port+offset stays a valid port; racy by nature, like any free-port search.
+    Picked from 10000-22767 so that port and port+offset both stay below Linux's ephemeral range (32768+),
+    where outgoing connections would otherwise grab them between the check and the server's bind; racy by
+    nature, like any free-port search.
     """
     chosen: list[int] = []
     reserved: set[int] = set()
     for _ in range(count * 200):
-        port = random.randint(20_000, 45_000)
+        port = random.randint(10_000, 32_767 - also_free_at_offset)
         pair = {port, port + also_free_at_offset}
         if pair & reserved or not all(port_is_free(host, p) for p in pair):
             continue

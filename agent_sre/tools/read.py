@@ -216,8 +216,8 @@ def template_changes(old: Obj, new: Obj) -> str:
 
 
 def revision_template(rs: Obj) -> Obj:
-    """A ReplicaSet's pod template without the hash label the controller adds."""
-    template = json.loads(json.dumps((rs.get("spec") or {}).get("template") or {}))
+    """A ReplicaSet's pod template without the hash label the controller adds (edits the decoded `rs` in place)."""
+    template = (rs.get("spec") or {}).get("template") or {}
     ((template.get("metadata") or {}).get("labels") or {}).pop("pod-template-hash", None)
     return template
 

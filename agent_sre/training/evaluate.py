@@ -4,6 +4,7 @@ registered with and gated on."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from agent_sre.episodes import summarize
 from agent_sre.models.episode import EpisodeResult, OutcomeStats
@@ -30,6 +31,31 @@ def run_policy(policy: Policy, ref: PolicyRef, scenarios: Sequence[Scenario], *,
         results.append(result)
         if on_done:
             on_done(result)
+    return results
+
+
+def run_model(model_dir: Path, scenarios: Sequence[Scenario], *, version: str = "candidate", max_turns: int = 8,
+              max_new_tokens: int = 96, batch: int = 16, device: str = "auto") -> list[EpisodeResult]:
+    """A language model on the suite with greedy decoding, many episodes per forward pass (the CPU-friendly
+    path; `run_policy` with an LLMPolicy gives the same episodes one call at a time, as serving does)."""
+    from agent_sre.models.llm import SamplingConfig
+    from agent_sre.models.training import GRPOTrainingConfig
+    from agent_sre.policy.llm.checkpoint import load_policy_model
+    from agent_sre.training.grpo import run_rollouts
+
+    loaded = load_policy_model(model_dir, device=device)
+    config = GRPOTrainingConfig(max_turns=max_turns, max_new_tokens=max_new_tokens)
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens)
+    simulator = Simulator(speed=0)
+    results = []
+    for start in range(0, len(scenarios), batch):
+        chunk = scenarios[start:start + batch]
+        for scenario, rollout in zip(chunk, run_rollouts(loaded, chunk, config, simulator, greedy, version),
+                                     strict=True):
+            assert rollout.trajectory is not None
+            results.append(EpisodeResult(scenario=scenario.name, fault=scenario.fault,
+                                         environment=rollout.trajectory.run_id,
+                                         outcome=incident_outcome(rollout.trajectory)))
     return results
 
 

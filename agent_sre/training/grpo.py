@@ -84,13 +84,17 @@ def environment_tokens(tokenizer: PreTrainedTokenizerBase, before: list[ChatMess
 
 
 def run_rollouts(loaded: LoadedModel, scenarios: Sequence[Scenario], config: GRPOTrainingConfig,
-                 simulator: Simulator) -> list[Rollout]:
-    """One rollout per scenario (repeat a scenario G times for a group), generated in batches turn by turn."""
+                 simulator: Simulator, sampling: SamplingConfig | None = None,
+                 model_version: str = "candidate") -> list[Rollout]:
+    """One rollout per scenario (repeat a scenario G times for a group), generated in batches turn by turn.
+    `sampling` defaults to the training temperature; evaluation passes greedy decoding."""
     tokenizer = loaded.tokenizer
     backend = TransformersBackend(loaded)
-    sampling = SamplingConfig(temperature=config.temperature, top_p=1.0, max_new_tokens=config.max_new_tokens)
+    sampling = sampling or SamplingConfig(temperature=config.temperature, top_p=1.0,
+                                          max_new_tokens=config.max_new_tokens)
     envs = [IncidentEnvironment(simulator, s, limits=RemediationLimits(max_steps=config.max_turns, settle_s=60.0),
-                                reward=RewardConfig(function=config.reward_function), step_cost_s=config.step_cost_s)
+                                reward=RewardConfig(function=config.reward_function), step_cost_s=config.step_cost_s,
+                                model_version=model_version)
             for s in scenarios]
     prompts = [env.reset() for env in envs]
     rollouts = [Rollout(prompt_ids=prompt_token_ids(tokenizer, p)) for p in prompts]

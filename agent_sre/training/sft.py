@@ -8,6 +8,7 @@ token): the model learns what to answer, not to predict the alerts and kubectl o
 from __future__ import annotations
 
 import json
+import logging
 import math
 import tempfile
 from collections.abc import Iterable
@@ -22,6 +23,8 @@ from agent_sre.rewards.base import EpisodeFacts
 
 if TYPE_CHECKING:
     from trl import SFTTrainer
+
+log = logging.getLogger(__name__)
 
 
 def is_expert_episode(t: Trajectory, policies: Iterable[str]) -> bool:
@@ -100,13 +103,20 @@ def train_sft(model_dir: Path, trajectories: Iterable[Trajectory], output_dir: P
                          f"{', '.join(config.expert_policies)}")
     with tempfile.TemporaryDirectory(prefix="sft-") as work:
         trainer = build_sft_trainer(model_dir, conversations, Path(work), config)
+        tokenizer = trainer.processing_class
+        truncated = sum(len(tokenizer.apply_chat_template(c, tokenize=True, return_dict=True)["input_ids"])
+                        > config.max_length for c in conversations)
+        if truncated:
+            log.warning("%d of %d conversations exceed max_length=%d: their later turns are not trained",
+                        truncated, len(conversations), config.max_length)
         output = trainer.train()
         logs = trainer.state.log_history
         losses = [float(entry["loss"]) for entry in logs if "loss" in entry]
         if not all(math.isfinite(loss) for loss in losses):
             raise FloatingPointError(f"SFT diverged (losses {losses}); try a lower learning rate")
         model = trainer.model.merge_and_unload() if config.lora_r is not None else trainer.model
-        save_model_dir(model, trainer.processing_class, output_dir)
+        save_model_dir(model, tokenizer, output_dir)
     return SFTResult(output_dir=str(output_dir), base_model=str(model_dir), examples=len(conversations),
+                     truncated=truncated,
                      steps=trainer.state.global_step, losses=losses, train_runtime_s=output.metrics["train_runtime"],
                      train_tokens=int(max((entry.get("num_tokens", 0) for entry in logs), default=0)))

@@ -6,9 +6,10 @@ from agent_sre.policy.llm.backends import Backend, BackendError, Generation, Ope
 from agent_sre.policy.llm.chat import chat_messages, prompt_messages, prompt_token_ids
 from agent_sre.policy.llm.checkpoint import (LoadedModel, ModelDirError, convert_gguf, ensure_base_model,
                                              load_policy_model, smollm2_gguf, tiny_model)
-from agent_sre.policy.llm.policy import BASE_VERSION, LLMPolicy, LocalModels, local_version_dir
+from agent_sre.policy.llm.policy import (BASE_VERSION, LLMPolicy, LocalModels, backends_from_settings,
+                                         local_version_dir)
 
 __all__ = ["BASE_VERSION", "Backend", "BackendError", "Generation", "LLMPolicy", "LoadedModel", "LocalModels",
-           "ModelDirError", "OpenAIBackend", "TransformersBackend", "chat_messages", "convert_gguf",
-           "ensure_base_model", "load_policy_model", "local_version_dir", "prompt_messages", "prompt_token_ids",
-           "smollm2_gguf", "tiny_model"]
+           "ModelDirError", "OpenAIBackend", "TransformersBackend", "backends_from_settings", "chat_messages",
+           "convert_gguf", "ensure_base_model", "load_policy_model", "local_version_dir", "prompt_messages",
+           "prompt_token_ids", "smollm2_gguf", "tiny_model"]

@@ -53,25 +53,20 @@ class TransformersBackend:
         self._lock = threading.Lock()
 
     def generate(self, prompts: Sequence[Sequence[ChatMessage]], sampling: SamplingConfig) -> list[Generation]:
-        encoded = [prompt_token_ids(self.loaded.tokenizer, p) for p in prompts]
-        limit = self.loaded.context_length
-        results: list[Generation | None] = [None] * len(encoded)
-        fitting = []
+        with self._lock:  # also guards the tokenizer: a fast tokenizer is not safe to share between threads
+            encoded = [prompt_token_ids(self.loaded.tokenizer, p) for p in prompts]
+            limit = self.loaded.context_length
+            fitting = [i for i, ids in enumerate(encoded) if len(ids) + sampling.max_new_tokens <= limit]
+            generated = self._generate([encoded[i] for i in fitting], sampling) if fitting else []
+        results = dict(zip(fitting, generated, strict=True))
         for i, ids in enumerate(encoded):
-            if len(ids) + sampling.max_new_tokens > limit:
+            if i not in results:
                 results[i] = Generation(text="", token_ids=[], logprobs=[], finish_reason="too_long",
                                         prompt_tokens=len(ids),
                                         problem=f"the conversation is {len(ids)} tokens and with "
                                                 f"{sampling.max_new_tokens} new tokens exceeds the model's context "
                                                 f"of {limit} tokens")
-            else:
-                fitting.append(i)
-        if fitting:
-            with self._lock:
-                generated = self._generate([encoded[i] for i in fitting], sampling)
-            for i, generation in zip(fitting, generated, strict=True):
-                results[i] = generation
-        return [r for r in results if r is not None]
+        return [results[i] for i in range(len(encoded))]
 
     def _generate(self, batch: list[list[int]], sampling: SamplingConfig) -> list[Generation]:
         import torch

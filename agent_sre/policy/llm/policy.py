@@ -31,14 +31,16 @@ VersionResolver = Callable[[str], Path]
 BackendProvider = Callable[[str], Backend]
 
 
-def local_version_dir(version: str, models_dir: Path) -> Path:
-    """The default resolver: "base" is the converted SmolLM2 (converted on first use), a path is that model
-    directory. The model registry resolves its registered versions to its download cache the same way."""
+def local_version_dir(version: str, models_dir: Path, registry: VersionResolver | None = None) -> Path:
+    """The version resolver: "base" is the converted SmolLM2 (converted on first use), a path is that model
+    directory, and any other name is asked of `registry` (e.g. the model registry's download cache)."""
     if version == BASE_VERSION:
         return ensure_base_model(models_dir / BASE_DIR_NAME)
     path = Path(version).expanduser()
     if path.is_dir():
         return check_model_dir(path)
+    if registry is not None:
+        return check_model_dir(registry(version))
     raise ModelDirError(f"unknown model version {version!r}: not {BASE_VERSION!r} and not a model directory")
 
 
@@ -72,16 +74,16 @@ class LocalModels:
             return backend
 
 
-def backends_from_settings(settings: Settings) -> BackendProvider:
+def backends_from_settings(settings: Settings, registry: VersionResolver | None = None) -> BackendProvider:
     """An OpenAI-compatible endpoint when one is configured (the version is the served model name), else local
-    models resolved by `local_version_dir`."""
+    models resolved by `local_version_dir` (with `registry` for registered version names)."""
     if settings.llm_endpoint:
         endpoint = settings.llm_endpoint
         return lambda version: OpenAIBackend(endpoint, model=version, api_key=settings.llm_endpoint_api_key,
                                              token_ids=settings.llm_endpoint_token_ids)
     models_dir = settings.models_dir
-    return LocalModels(lambda version: local_version_dir(version, models_dir), max_loaded=settings.llm_cache_size,
-                       device=settings.llm_device)
+    return LocalModels(lambda version: local_version_dir(version, models_dir, registry),
+                       max_loaded=settings.llm_cache_size, device=settings.llm_device)
 
 
 class LLMPolicy:
