@@ -26,6 +26,7 @@ def queue_contents(settings: Settings) -> dict[str, tuple[list[type], list[Calla
     return {
         settings.queue_agent: ([IncidentRemediationWorkflow, SimulatedIncidentWorkflow, ModelRolloutWorkflow],
                                [routing.route_model, rewards.compute_reward, trajectories.store_trajectory,
+                                policy.decide_next_action,
                                 rollout.update_stages, rollout.set_routing, rollout.analyze_rollout,
                                 rollout.check_guardrails, rollout.record_rollback, rollout.notify_rollback]),
         settings.queue_tools: ([], [tools.run_tool, observer.snapshot_cluster, observer.observe,

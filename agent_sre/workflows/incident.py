@@ -39,6 +39,7 @@ MODEL_VERSION = SearchAttributeKey.for_keyword("ModelVersion")
 OUTCOME = SearchAttributeKey.for_keyword("Outcome")
 
 QUICK = timedelta(seconds=30)
+RULE_BASED_POLICIES = frozenset({"runbook", "scripted"})
 STORE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
                           maximum_interval=timedelta(minutes=2))  # unlimited attempts: the trajectory must land
 
@@ -101,7 +102,7 @@ class IncidentRemediationWorkflow:
         trajectory.ended_at = workflow.now()
 
         self._set_phase("rewarding")
-        trajectory.reward = await workflow.execute_activity(
+        trajectory.reward = await workflow.execute_local_activity(  # pure computation: no queue round trip
             rewards.compute_reward, RewardRequest(trajectory=trajectory, config=request.reward),
             start_to_close_timeout=QUICK)
 
@@ -126,9 +127,7 @@ class IncidentRemediationWorkflow:
                 return "step_limit"
             if workflow.now() >= deadline:
                 return "deadline"
-            decision: PolicyDecision = await workflow.execute_activity(
-                policy.decide_next_action, PolicyRequest(policy=policy_ref, trajectory=trajectory),
-                start_to_close_timeout=timedelta(minutes=5), task_queue=self._queues.policy)
+            decision = await self._decide(policy_ref, trajectory)
             trajectory.conversation.extend(decision.new_messages)
             trajectory.conversation.append(ChatMessage(role="assistant", content=decision.completion))
             step = Step(index=len(trajectory.steps), decision=decision, at=workflow.now())
@@ -142,6 +141,16 @@ class IncidentRemediationWorkflow:
                 trajectory.summary = str(action.args.get("summary", ""))
                 return "finished"
             step.result = await self._act(action, step.index, trajectory.incident)
+
+    async def _decide(self, policy_ref: PolicyRef, trajectory: Trajectory) -> PolicyDecision:
+        """Rule-based policies answer in microseconds and load nothing: they run as local activities beside the
+        workflow. Models run on the policy queue, where the inference hardware is."""
+        request = PolicyRequest(policy=policy_ref, trajectory=trajectory)
+        if policy_ref.name in RULE_BASED_POLICIES:
+            return await workflow.execute_local_activity(policy.decide_next_action, request,
+                                                         start_to_close_timeout=QUICK)
+        return await workflow.execute_activity(policy.decide_next_action, request, task_queue=self._queues.policy,
+                                               start_to_close_timeout=timedelta(minutes=5))
 
     async def _act(self, action: ToolCall, index: int, incident: Incident) -> ToolResult:
         spec = TOOL_SPECS.get(action.tool)
