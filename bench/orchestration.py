@@ -25,13 +25,16 @@ import sys
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from temporalio import activity, workflow
 from temporalio.testing import ActivityEnvironment
+from temporalio.worker import Worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchdocs import provenance, write_section  # noqa: E402
@@ -53,6 +56,36 @@ from agent_sre.temporal import connect  # noqa: E402
 from agent_sre.workers.main import build_workers  # noqa: E402
 
 LIMITS = RemediationLimits(settle_s=0.0)
+FLOOR_ACTIVITIES = 20
+
+
+@activity.defn
+def noop(x: int) -> int:
+    return x
+
+
+@workflow.defn(sandboxed=False)
+class FloorWorkflow:
+    """The dev server's own floor: a workflow of no-op activities, nothing of ours in it."""
+
+    @workflow.run
+    async def run(self, n: int) -> int:
+        for i in range(n):
+            await workflow.execute_activity(noop, i, start_to_close_timeout=timedelta(seconds=30))
+        return n
+
+
+async def activity_round_trip_ms(settings: Settings, runs: int = 3) -> float:
+    client = await connect(settings)
+    async with Worker(client, task_queue="bench-floor", workflows=[FloorWorkflow], activities=[noop],
+                      activity_executor=ThreadPoolExecutor(4)):
+        times = []
+        for _ in range(runs):
+            began = time.perf_counter()
+            await client.execute_workflow(FloorWorkflow.run, FLOOR_ACTIVITIES, id=f"floor-{uuid.uuid4().hex}",
+                                          task_queue="bench-floor")
+            times.append((time.perf_counter() - began) * 1000 / FLOOR_ACTIVITIES)
+    return statistics.median(times)
 HEADING = "## Orchestration (bench/orchestration.py)"
 
 
@@ -136,6 +169,7 @@ def main() -> None:
             began = time.perf_counter()
             direct = [direct_episode(scenarios[i % len(scenarios)], ref) for i in range(args.episodes)]
             direct_wall = time.perf_counter() - began
+            floor_ms = asyncio.run(activity_round_trip_ms(settings))
             seq_wall, seq = asyncio.run(temporal_episodes(settings, scenarios, args.episodes, 1, ref))
             con_wall, con = asyncio.run(temporal_episodes(settings, scenarios, args.episodes, args.concurrency, ref))
         finally:
@@ -150,6 +184,8 @@ def main() -> None:
     for mode, n, wall, rate, ovh in rows:
         table.add_row(mode, str(n), f"{wall:.1f}", f"{rate:.2f}", f"{ovh:.1f}" if ovh is not None else "")
     console.print(table)
+    console.print(f"dev-server floor: a no-op activity round trip takes {floor_ms:.1f} ms (median of 3 x "
+                  f"{FLOOR_ACTIVITIES})")
     steps = statistics.mean(s for _, s in direct)
     body = provenance() + (
         f"\nEpisodes: the runbook policy on the training catalog (interleaved by fault type), settle windows 0, "
@@ -157,6 +193,8 @@ def main() -> None:
         "| mode | episodes | wall s | episodes/s | orchestration overhead, ms/step (median) |\n|---|---:|---:|---:|---:|\n"
         + "".join(f"| {m} | {n} | {w:.1f} | {r:.2f} | {f'{o:.1f}' if o is not None else ''} |\n"
                   for m, n, w, r, o in rows)
+        + f"\nThe dev server's own floor on this machine: a no-op activity round trip (workflow of "
+          f"{FLOOR_ACTIVITIES} no-op activities, median of 3) takes {floor_ms:.1f} ms.\n"
         + f"\n- Overhead target <= 10 ms/step: {'met' if rows[1][4] <= 10 else 'NOT met'} ({rows[1][4]:.1f}).\n"
         + f"- Throughput target >= 20 episodes/s: {'met' if rows[2][3] >= 20 else 'NOT met'} ({rows[2][3]:.2f}).\n")
     if not args.no_docs:

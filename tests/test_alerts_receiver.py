@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,8 @@ import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 from isolated_workers import running_workers, terminate_running
 from prometheus_client import REGISTRY
-from temporalio.client import Client
+from store_fixtures import settings_with_own_bucket
+from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -26,6 +27,19 @@ from agent_sre.alerts.receiver import ROLLOUT_LABEL, create_app
 from agent_sre.config import Settings
 from agent_sre.models.alert import Alert
 from agent_sre.models.remediation import RemediationStatus
+from agent_sre.models.rollout import (
+    AnalyzeStep,
+    BakeStep,
+    GuardrailConfig,
+    RolloutPlan,
+    RolloutRequest,
+    RolloutResult,
+    RolloutStatus,
+    SetWeightStep,
+)
+from agent_sre.registry import Registry
+from agent_sre.rollout.client import ROLLOUT_WORKFLOW_ID, start_rollout
+from agent_sre.rollout.routing import read_table
 from agent_sre.stack.ports import pick_free_ports
 from agent_sre.temporal import connect
 
@@ -193,17 +207,80 @@ async def test_resolved_alert_without_a_remediation_is_reported_not_running(rece
     assert not await exists(receiver.temporal, reply["receipts"][0]["workflow_id"])
 
 
-async def test_rollout_alerts_are_acknowledged_as_not_handled_yet(receiver: Receiver) -> None:
-    rollout = alert(**{ROLLOUT_LABEL: "cart-llm-v2"})
-    del rollout["labels"]["namespace"]  # not an incident, so the namespace rule does not apply
+ROLLOUT_PLAN = RolloutPlan(name="receiver-test",
+                           steps=[SetWeightStep(weight=50), BakeStep(duration="1h"), AnalyzeStep()],
+                           guardrails=GuardrailConfig(interval="1h", lookback="1h"))
+
+
+def rollout_alert(target: str, status: str = "firing") -> dict[str, Any]:
+    """What the shipped success-rate rule sends: no namespace (not an incident), the version in the label."""
+    a = alert(status=status, alertname="AgentSreModelSuccessRateDropped", **{ROLLOUT_LABEL: target})
+    for label in ("namespace", "service"):
+        del a["labels"][label]
+    a["annotations"] = {"summary": f"{target} resolves 20% of incidents, the best other version 80%"}
+    return a
+
+
+@pytest.fixture
+def own_bucket(s3_store: Settings) -> Iterator[Settings]:
+    """A registry and routing table of this test's own (the activities read the bucket from the settings)."""
+    with settings_with_own_bucket(s3_store, "alerts-rollout") as settings:
+        yield settings
+
+
+async def baking_rollout(receiver: Receiver, registry: Registry, candidate: str) -> WorkflowHandle:
+    registry.register(candidate, policy="runbook", by="test", reason="receiver test")
+    request = RolloutRequest(candidate=candidate, baseline="runbook-v1", plan=ROLLOUT_PLAN, requested_by="test")
+    handle = await start_rollout(receiver.temporal, request, receiver.settings)
+    receiver.started.append(handle.id)
+    await _eventually(lambda: handle.query("status", result_type=RolloutStatus),
+                      lambda st: st.step is not None and st.step.kind == "bake")
+    return handle
+
+
+async def test_a_rollout_alert_rolls_back_only_the_rollout_it_names(receiver: Receiver, own_bucket: Settings) -> None:
+    registry = Registry.from_settings(own_bucket)
+    handle = await baking_rollout(receiver, registry, "runbook-v2")
+
+    # A late alert about another version (an earlier rollout's candidate) leaves this rollout alone.
+    status, reply = await receiver.post(webhook(rollout_alert("runbook-v0")))
+    assert status == 200, reply
+    [late] = reply["receipts"]
+    assert late["handling"] == "no_rollout_running" and late["code"] == 404
+    assert "the running one is of runbook-v2" in late["detail"]
+    # A resolved rollout alert undoes nothing.
+    status, reply = await receiver.post(webhook(rollout_alert("runbook-v2", status="resolved"), status="resolved"))
+    assert status == 200 and reply["receipts"][0]["handling"] == "ignored", reply
+    assert (await handle.query("status", result_type=RolloutStatus)).phase == "running"
+
+    before = received("firing", "rollback_signalled")
     incident = alert()
-    status, reply = await receiver.post(webhook(rollout, incident))
+    status, reply = await receiver.post(webhook(rollout_alert("runbook-v2"), incident))
     assert status == 200, reply
     first, second = reply["receipts"]
-    assert first["handling"] == "unsupported" and first["code"] == 501
-    assert "no rollout workflow yet" in first["detail"]
-    assert "workflow_id" not in first
-    assert second["handling"] == "started" and second["code"] == 200
+    reason = "alert AgentSreModelSuccessRateDropped firing: runbook-v2 resolves 20% of incidents, the best other " \
+             "version 80%"
+    assert first == {**first, "handling": "rollback_signalled", "code": 202, "workflow_id": ROLLOUT_WORKFLOW_ID,
+                     "detail": reason}
+    assert second["handling"] == "started"  # the incident alert of the same delivery is handled as always
+    result: RolloutResult = await asyncio.wait_for(handle.result(), timeout=60)
+    assert result.outcome == "rolled_back" and result.reason == reason
+    assert any(d.action == "rollback requested" and d.by == "signal" for d in result.decisions)
+    table = read_table(registry.client, own_bucket.s3_bucket)
+    assert table is not None and table.candidate is None and table.weight == 0
+    assert registry.get("runbook-v2").stage == "rolled_back"
+    assert received("firing", "rollback_signalled") == before + 1
+
+    # Nothing runs any more: even `current` finds no rollout to roll back.
+    status, reply = await receiver.post(webhook(rollout_alert("current")))
+    assert status == 200, reply
+    assert reply["receipts"][0]["handling"] == "no_rollout_running" and reply["receipts"][0]["code"] == 404
+
+
+async def test_a_rollout_alert_must_name_a_rollout(receiver: Receiver) -> None:
+    status, reply = await receiver.post(webhook(rollout_alert(" ")))
+    assert status == 400
+    assert "label agent_sre_rollout is empty; use 'current' or the candidate version" in reply["error"]
 
 
 async def test_metrics_endpoint_counts_alerts(receiver: Receiver) -> None:

@@ -1,5 +1,5 @@
 """Alertmanager webhook receiver (`agent-sre alerts serve`): firing alerts start remediations, resolved ones
-signal them.
+signal them, and alerts labelled `agent_sre_rollout` roll the running model rollout back.
 
 Every alert of a delivery is validated before any workflow starts, so a bad delivery starts nothing. Alertmanager
 retries a delivery that got a 5xx; because a remediation's workflow id derives from the alert's fingerprint, a
@@ -11,22 +11,28 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+from datetime import timedelta
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
 from pydantic import ValidationError
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from agent_sre.config import Settings
 from agent_sre.models.alert import Alert, AlertHandling, AlertmanagerWebhook, AlertReceipt, WebhookReply
 from agent_sre.models.incident import Incident
+from agent_sre.models.rollout import FINISHED, RolloutStatus
+from agent_sre.rollout.client import ROLLOUT_WORKFLOW_ID
 from agent_sre.temporal import connect, signal_alert_resolved, start_incident
 from agent_sre.validation import explain
 
 log = logging.getLogger(__name__)
 
 ROLLOUT_LABEL = "agent_sre_rollout"
+ANY_ROLLOUT = "current"
+QUERY_TIMEOUT = timedelta(seconds=5)  # no worker answering: 503, and Alertmanager retries
 
 ALERTS_RECEIVED = Counter("agent_sre_alerts_received", "Alerts received from Alertmanager, by what was done with them",
                           ["status", "handling"])
@@ -81,14 +87,18 @@ async def receive_alerts(request: web.Request) -> web.Response:
 
 
 def plan_delivery(webhook: AlertmanagerWebhook) -> list[tuple[Alert, Incident | None]]:
-    """Each alert with the incident it becomes (None: a rollout alert, handled elsewhere).
+    """Each alert with the incident it becomes (None: a rollout alert, which signals the rollout instead).
 
-    Raises ValueError naming every alert that cannot become an incident, before anything has been started.
+    Raises ValueError naming every alert that cannot become an incident (or names no rollout), before anything
+    has been started.
     """
     plan: list[tuple[Alert, Incident | None]] = []
     problems: list[str] = []
     for i, alert in enumerate(webhook.alerts):
         if ROLLOUT_LABEL in alert.labels:
+            if not alert.labels[ROLLOUT_LABEL].strip():
+                problems.append(f"alerts[{i}] ({alert.labels.get('alertname', '?')}): label {ROLLOUT_LABEL} is "
+                                f"empty; use '{ANY_ROLLOUT}' or the candidate version (or rollout id) it is about")
             plan.append((alert, None))
             continue
         try:
@@ -102,7 +112,7 @@ def plan_delivery(webhook: AlertmanagerWebhook) -> list[tuple[Alert, Incident | 
 
 async def handle_alert(client: Client, settings: Settings, alert: Alert, incident: Incident | None) -> AlertReceipt:
     if incident is None:
-        return route_rollout_alert(alert)
+        return await roll_back_rollout(client, alert)
     if alert.status == "firing":
         started = await start_incident(client, incident, settings=settings)
         return _receipt(alert, "attached" if started.attached else "started", workflow_id=started.workflow_id)
@@ -113,11 +123,49 @@ async def handle_alert(client: Client, settings: Settings, alert: Alert, inciden
     return _receipt(alert, "signalled", workflow_id=workflow_id)
 
 
-def route_rollout_alert(alert: Alert) -> AlertReceipt:
-    """Alerts about a model rollout belong to the rollout workflow, which a later issue adds; until then they
-    are acknowledged (so Alertmanager does not retry them forever) and reported as not handled."""
-    return _receipt(alert, "unsupported", code=501,
-                    detail=f"no rollout workflow yet: alerts labelled {ROLLOUT_LABEL} are not handled")
+async def roll_back_rollout(client: Client, alert: Alert) -> AlertReceipt:
+    """A firing rollout alert sends `rollback(reason)` to the running rollout.
+
+    The label's value says which rollout: `current` is whichever runs; a candidate version (or a rollout id)
+    only that one, so that a late alert about an earlier rollout cannot roll back the next. A resolved alert
+    changes nothing: a rollback is never undone by an alert.
+    """
+    target = alert.labels[ROLLOUT_LABEL].strip()
+    if alert.status == "resolved":
+        return _receipt(alert, "ignored", workflow_id=ROLLOUT_WORKFLOW_ID,
+                        detail="a resolved rollout alert changes nothing: rollbacks are not undone by alerts")
+    if target != ANY_ROLLOUT:
+        running = await _running_rollout(client)
+        if running is None or target not in (running.candidate, running.rollout_id):
+            now = f"the running one is of {running.candidate}" if running else "none is running"
+            return _receipt(alert, "no_rollout_running", code=404,
+                            detail=f"no rollout of {target} is running ({now}); nothing was signalled")
+    reason = rollback_reason(alert)
+    try:
+        await client.get_workflow_handle(ROLLOUT_WORKFLOW_ID).signal("rollback", reason)
+    except RPCError as e:
+        if e.status != RPCStatusCode.NOT_FOUND:  # no such workflow, or it has already completed
+            raise
+        return _receipt(alert, "no_rollout_running", code=404, detail="no rollout is running; nothing was signalled")
+    return _receipt(alert, "rollback_signalled", code=202, workflow_id=ROLLOUT_WORKFLOW_ID, detail=reason)
+
+
+async def _running_rollout(client: Client) -> RolloutStatus | None:
+    try:
+        status = await client.get_workflow_handle(ROLLOUT_WORKFLOW_ID).query(
+            "status", result_type=RolloutStatus, rpc_timeout=QUERY_TIMEOUT)
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    return None if status.phase in FINISHED else status
+
+
+def rollback_reason(alert: Alert) -> str:
+    """What the rollout records and announces: the alert's name and summary."""
+    name = alert.labels.get("alertname", "unnamed alert")
+    summary = alert.annotations.get("summary") or alert.annotations.get("description")
+    return f"alert {name} firing" + (f": {summary}" if summary else "")
 
 
 def _receipt(alert: Alert, handling: AlertHandling, **details: Any) -> AlertReceipt:

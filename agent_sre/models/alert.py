@@ -45,7 +45,8 @@ class AlertmanagerWebhook(BaseModel):
     alerts: list[Alert] = Field(min_length=1)
 
 
-AlertHandling = Literal["started", "attached", "signalled", "not_running", "unsupported"]
+AlertHandling = Literal["started", "attached", "signalled", "not_running", "rollback_signalled", "no_rollout_running",
+                        "ignored"]
 
 
 class AlertReceipt(BaseModel):
@@ -56,7 +57,8 @@ class AlertReceipt(BaseModel):
     status: Literal["firing", "resolved"]
     handling: AlertHandling
     workflow_id: str | None = None
-    code: int = Field(default=200, description="HTTP-style status of this alert alone (501: no handler yet)")
+    code: int = Field(default=200, description="HTTP-style status of this alert alone (202: rollback signalled, "
+                                                "404: the rollout it names is not running)")
     detail: str = ""
 
 

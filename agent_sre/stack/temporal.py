@@ -43,6 +43,9 @@ class TemporalDevServer(Component):
             argv += ["--namespace", settings.temporal_namespace]
         for key, kind in SEARCH_ATTRIBUTES.items():
             argv += ["--search-attribute", f"{key}={kind}"]
+        # Eager activity dispatch: an activity scheduled on the workflow's own task queue comes back with the
+        # workflow-task response instead of through matching (off by default on the server).
+        argv += ["--dynamic-config-value", "system.enableActivityEagerExecution=true"]
         return argv
 
     def _db(self, settings: Settings) -> Path:
