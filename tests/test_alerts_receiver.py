@@ -9,6 +9,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -207,9 +208,10 @@ async def test_resolved_alert_without_a_remediation_is_reported_not_running(rece
     assert not await exists(receiver.temporal, reply["receipts"][0]["workflow_id"])
 
 
+HOUR = timedelta(hours=1)
 ROLLOUT_PLAN = RolloutPlan(name="receiver-test",
-                           steps=[SetWeightStep(weight=50), BakeStep(duration="1h"), AnalyzeStep()],
-                           guardrails=GuardrailConfig(interval="1h", lookback="1h"))
+                           steps=[SetWeightStep(weight=50), BakeStep(duration=HOUR), AnalyzeStep()],
+                           guardrails=GuardrailConfig(interval=HOUR, lookback=HOUR))
 
 
 def rollout_alert(target: str, status: str = "firing") -> dict[str, Any]:
