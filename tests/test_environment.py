@@ -22,9 +22,11 @@ def _scenario(fault: str):
 
 
 def test_runbook_episode_resolves_and_is_scored_in_simulated_time(simulator: Simulator) -> None:
-    env = IncidentEnvironment(simulator, _scenario("bad_image"), policy="runbook", step_cost_s=3.0)
+    scenario = _scenario("bad_image")
+    env = IncidentEnvironment(simulator, scenario, policy="runbook", step_cost_s=3.0)
     prompt = env.reset()
-    assert [m.role for m in prompt] == ["system", "user"] and "KubeDeploymentReplicasMismatch" in prompt[1].content
+    assert [m.role for m in prompt] == ["system", "user"]
+    assert scenario.alert.labels["alertname"] in prompt[1].content and scenario.symptom in prompt[1].content
     policy, ref = RunbookPolicy(), PolicyRef()
     while not env.done:
         env.record(policy.decide(ref, env.trajectory))

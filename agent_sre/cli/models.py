@@ -82,7 +82,7 @@ def show(version: str = typer.Argument(..., metavar="VERSION")) -> None:
         table.add_row("", f"{item.uri}{rows}  sha256 {item.sha256[:16]}…")
     table.add_row("training request", json.dumps(card.training_request) if card.training_request else "-")
     console.print(table)
-    for suite, rows in card.eval_results.items():
+    for suite, rows in registry_call(lambda r: r.eval_results(version)).items():
         console.print(outcome_table(rows, f"evaluation · {suite}"))
     history = Table(title="stage history")
     for col in ("when", "from", "to", "by", "why"):

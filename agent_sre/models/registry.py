@@ -67,6 +67,15 @@ class ModelCard(BaseModel):
         return PolicyRef(name=self.policy, version=self.version)
 
 
+class EvalRecord(BaseModel):
+    """A version's results on one evaluation suite, stored beside its card after registration (the card is
+    immutable, and a version is evaluated again on new suites)."""
+
+    suite: str = Field(pattern=VERSION_PATTERN, description="suite id: name and fingerprint of scenarios/settings")
+    rows: list[OutcomeStats]
+    recorded_at: datetime
+
+
 class StageChange(BaseModel):
     """Who moved a version to which stage, when, and why."""
 

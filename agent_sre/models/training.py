@@ -1,10 +1,14 @@
-"""Training configs and results (SFT warm start; GRPO to follow)."""
+"""Training configs and results, and the training cycle's messages (training.request.v1, training.status.v1)."""
 
 from __future__ import annotations
 
+from datetime import date, datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agent_sre.models.episode import OutcomeStats
+from agent_sre.models.registry import VERSION_PATTERN, DataItem, FileEntry, Stage
 
 
 class SFTConfig(BaseModel):
@@ -80,3 +84,225 @@ class GRPOResult(BaseModel):
     train_runtime_s: float
     generated_tokens: int
     losses: list[float] = Field(default_factory=list)
+
+
+# --- the training cycle: training.request.v1 in, training.status.v1 out -----------------------------------------
+
+Algorithm = Literal["sft", "grpo", "sft+grpo"]
+TrainingStage = Literal["sft", "grpo"]
+Compute = Literal["cpu", "gpu1", "multigpu-fsdp", "multigpu-deepspeed"]
+TrainingPhase = Literal["collecting", "training", "evaluating", "gating", "registered", "archived", "stopped"]
+
+
+class TrajectoryFilter(BaseModel):
+    """Which stored episodes (trajectory store) SFT may learn from; the expert filter of `SFTConfig` applies after."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    since: date | None = Field(default=None, description="episodes started on or after this UTC date")
+    model_versions: list[str] = Field(default_factory=list, description="served by these versions; empty: any")
+    policies: list[str] = Field(default_factory=list, description="acted by these policies; empty: any")
+    limit: int | None = Field(default=None, ge=1, description="at most this many accepted episodes (oldest first)")
+
+
+class SimulatedData(BaseModel):
+    """GRPO's data is generated: rollouts on simulated faults from these scenarios."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scenarios: str | None = Field(default=None, description="scenario file or directory; None: the training catalog")
+
+
+class DataSelection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    trajectories: TrajectoryFilter = Field(default_factory=TrajectoryFilter, description="for SFT")
+    simulated: SimulatedData = Field(default_factory=SimulatedData, description="for GRPO")
+
+
+class GateTolerances(BaseModel):
+    """How much worse than its parent (absolute rates, 0-1) a candidate may be and still register."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    success_rate: float = Field(default=0.0, ge=0, le=1, description="success it may lose")
+    false_positive_rate: float = Field(default=0.0, ge=0, le=1, description="false positives it may add")
+    harmful_rate: float = Field(default=0.0, ge=0, le=1, description="harmful outcomes it may add")
+    invalid_action_rate: float = Field(default=0.0, ge=0, le=1, description="invalid actions it may add")
+
+
+class EvaluationConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    suite: str | None = Field(default=None, description="scenario file or directory; None: the held-out suite")
+    limit: int | None = Field(default=None, ge=1, description="only the first N scenarios of the suite")
+    max_turns: int = Field(default=8, ge=1)
+    max_new_tokens: int = Field(default=96, ge=8)
+    batch: int = Field(default=16, ge=1, description="episodes per forward pass")
+    tolerances: GateTolerances = Field(default_factory=GateTolerances)
+
+
+class TrainingRequest(BaseModel):
+    """training.request.v1: what to train, from what, on which data and compute, and how to judge the result."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal["training.request.v1"] = "training.request.v1"
+    algorithm: Algorithm
+    base: str = Field(pattern=VERSION_PATTERN, description="a registered LLM version, or 'base' (converted SmolLM2)")
+    version: str | None = Field(default=None, pattern=VERSION_PATTERN,
+                                description="the candidate's version name; None: derived from the workflow id")
+    data: DataSelection = Field(default_factory=DataSelection)
+    sft: SFTConfig | None = Field(default=None, description="SFT hyperparameters (defaults when the algorithm has SFT)")
+    grpo: GRPOTrainingConfig | None = Field(default=None, description="GRPO hyperparameters (likewise)")
+    compute: Compute = Field(default="cpu", description="the accelerate config: infra/accelerate/<compute>.yaml")
+    checkpoint_steps: int = Field(default=10, ge=1, description="save (and upload) a checkpoint every N steps")
+    time_limit_h: float = Field(default=24.0, gt=0, description="the training activity's start-to-close timeout")
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    requested_by: str = Field(default="agent-sre", min_length=1)
+    reason: str = ""
+
+    @model_validator(mode="after")
+    def _stage_configs(self) -> TrainingRequest:
+        """Each stage of the algorithm gets its config (defaults when left out); a config for a stage the
+        algorithm does not run is a mistake worth reporting, not ignoring."""
+        stages = self.stages
+        for stage, config_type in (("sft", SFTConfig), ("grpo", GRPOTrainingConfig)):
+            if stage in stages and getattr(self, stage) is None:
+                setattr(self, stage, config_type())
+            elif stage not in stages and getattr(self, stage) is not None:
+                raise ValueError(f"a {stage} config was given but algorithm {self.algorithm!r} has no {stage} stage")
+        return self
+
+    @property
+    def stages(self) -> list[TrainingStage]:
+        return ["sft", "grpo"] if self.algorithm == "sft+grpo" else [self.algorithm]  # type: ignore[list-item]
+
+
+class RejectedEpisode(BaseModel):
+    key: str = Field(description="object key of the stored episode")
+    line: int = Field(description="line in the object (JSON lines), from 1")
+    episode: str | None = Field(default=None, description="incident id / run id, when the line parsed")
+    reasons: list[str]
+
+
+class DataManifest(BaseModel):
+    """The validated training data: the objects used, pinned by hash, and what was left out and why."""
+
+    items: list[DataItem] = Field(default_factory=list, description="stored objects holding accepted episodes")
+    episodes: int = Field(default=0, description="accepted episodes")
+    expert_episodes: int = Field(default=0, description="accepted episodes SFT imitates (see SFTConfig)")
+    rejected: list[RejectedEpisode] = Field(default_factory=list, description="the first 100 rejections")
+    counts: dict[str, int] = Field(default_factory=dict, description="read, accepted, and rejections by reason")
+    scenarios: list[str] = Field(default_factory=list, description="GRPO's scenario names")
+
+
+class TrainingMetrics(BaseModel):
+    """The latest figures of a training run (what the activity heartbeats and `progress` shows)."""
+
+    stage: TrainingStage
+    step: int = 0
+    max_steps: int | None = None
+    loss: float | None = None
+    reward: float | None = None
+    kl: float | None = None
+    at: datetime
+
+
+class TrainingProgress(BaseModel):
+    """One line of the training process's progress file (JSON lines)."""
+
+    event: Literal["log", "checkpoint", "stage_done", "done"]
+    metrics: TrainingMetrics | None = None
+    path: str | None = Field(default=None, description="checkpoint: its directory; stage_done: the stage's model")
+    sft: SFTResult | None = None
+    grpo: GRPOResult | None = None
+
+
+class StoredDir(BaseModel):
+    """A directory uploaded to the object store (checkpoint or stage model), with its files' hashes."""
+
+    prefix: str
+    files: list[FileEntry]
+
+
+class StoredStage(BaseModel):
+    model: StoredDir
+    sft: SFTResult | None = None
+    grpo: GRPOResult | None = None
+
+
+class TrainHeartbeat(BaseModel):
+    """Heartbeat details of `train_policy`: enough for a retried attempt to resume where the last one stopped."""
+
+    metrics: TrainingMetrics | None = None
+    checkpoint: StoredDir | None = Field(default=None, description="latest checkpoint of the unfinished stage")
+    finished: dict[TrainingStage, StoredStage] = Field(default_factory=dict)
+    pid: int | None = Field(default=None, description="the training process (group leader), for operators")
+
+
+class TrainJob(BaseModel):
+    request: TrainingRequest
+    data: DataManifest
+    version: str = Field(pattern=VERSION_PATTERN)
+    progress_to: str | None = Field(default=None, description="workflow id to send progress signals to")
+
+
+class TrainedModel(BaseModel):
+    version: str
+    parent: str | None = Field(description="None when trained from the unregistered 'base' model")
+    launcher: str = Field(description="how the training process was started (accelerate, or why not)")
+    resumed_from: str | None = Field(default=None, description="object prefix of the checkpoint resumed from")
+    sft: SFTResult | None = None
+    grpo: GRPOResult | None = None
+    metrics: TrainingMetrics | None = None
+
+
+class EvalRequest(BaseModel):
+    version: str
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    store: bool = Field(default=True, description="store the results with the version (registered versions)")
+
+
+class EvalReport(BaseModel):
+    version: str
+    suite: str = Field(description="suite id: directory name + fingerprint of its scenarios and settings")
+    scenarios: int
+    rows: list[OutcomeStats]
+    stored: bool = Field(description="stored with the version in the registry")
+    reused: bool = Field(default=False, description="read from the registry instead of evaluated again")
+
+    @property
+    def overall(self) -> OutcomeStats:
+        return next(r for r in self.rows if r.group == "all")
+
+
+class GateRequest(BaseModel):
+    candidate: EvalReport
+    parent: EvalReport
+    tolerances: GateTolerances
+    by: str
+
+
+class GateDecision(BaseModel):
+    passed: bool
+    reasons: list[str]
+    stage: Stage = Field(description="the candidate's stage after the gate")
+
+
+class TrainingStatus(BaseModel):
+    """training.status.v1: where a training cycle stands, and at the end, what came of it."""
+
+    schema_version: Literal["training.status.v1"] = "training.status.v1"
+    workflow_id: str
+    phase: TrainingPhase
+    algorithm: Algorithm
+    base: str
+    candidate: str | None = None
+    data: DataManifest | None = None
+    metrics: TrainingMetrics | None = None
+    trained: TrainedModel | None = None
+    evaluation: list[EvalReport] = Field(default_factory=list, description="candidate and parent on the suite")
+    gate: GateDecision | None = None
+    registered: bool = Field(default=False, description="the candidate is registered and passed the gate")
+    stop_reason: str | None = None

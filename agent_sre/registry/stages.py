@@ -3,8 +3,9 @@ or refuses with the reason. The store runs them inside a compare-and-swap, so th
 state that the write replaces (a concurrent change makes the store re-read and run them again).
 
     candidate ──▶ canary ──▶ production ──▶ archived (when replaced) ──▶ production (`models rollback`)
-        ▲            │  └──▶ rolled_back (rollout rolled back)        production ──▶ rolled_back (`models rollback`)
-        └────────────┘ (rollout aborted)
+      │ ▲            │  └──▶ rolled_back (rollout rolled back)        production ──▶ rolled_back (`models rollback`)
+      │ └────────────┘ (rollout aborted)
+      └──▶ archived (failed the training gate)
 
 Each function returns the changed index, or None when the version is already where it was asked to go, so a
 retried activity does not fail on its own earlier success.
@@ -75,6 +76,17 @@ def end_canary(index: RegistryIndex, version: str, to: Stage, why: Why) -> Regis
     if e.stage != "canary":
         raise StageError(f"{version} is {e.stage}, not canary: it is not in a rollout")
     move(e, to, why)
+    return index
+
+
+def archive(index: RegistryIndex, version: str, why: Why) -> RegistryIndex | None:
+    """A candidate that will not be rolled out (it failed the training gate) is archived with the reason."""
+    e = entry(index, version)
+    if e.stage == "archived":
+        return None
+    if e.stage != "candidate":
+        raise StageError(f"{version} is {e.stage}: only a candidate can be archived")
+    move(e, "archived", why)
     return index
 
 

@@ -5,6 +5,7 @@ Layout under `registry/` in the configured bucket:
     index.json                          every version's stage and stage history (one object: see agent_sre.cas)
     versions/<version>/model.json       the card, written once with If-None-Match: * (registration claims the name)
     versions/<version>/files/<path>     the weights directory (safetensors, tokenizer, config...)
+    versions/<version>/eval/<suite>.json  evaluation results recorded after registration (one per suite)
 
 A version exists once it is in the index, which is written last, so a reader never sees a version whose card
 or files are still on their way. The first access of an empty store creates the index with the rule-based
@@ -25,7 +26,8 @@ from minio import Minio
 from agent_sre import cas
 from agent_sre.config import Settings
 from agent_sre.models.episode import OutcomeStats
-from agent_sre.models.registry import DataItem, IndexEntry, ModelCard, ModelVersion, RegistryIndex, Stage, StageChange
+from agent_sre.models.registry import (DataItem, EvalRecord, IndexEntry, ModelCard, ModelVersion, RegistryIndex, Stage,
+                                       StageChange)
 from agent_sre.models.remediation import PolicyName, PolicyRef
 from agent_sre.registry import stages, weights
 from agent_sre.registry.errors import CorruptVersionError, NoWeightsError, RegistryError, VersionExistsError
@@ -55,6 +57,9 @@ class Registry:
 
     def _files_prefix(self, version: str) -> str:
         return f"{self.prefix}/versions/{version}/files"
+
+    def _eval_prefix(self, version: str) -> str:
+        return f"{self.prefix}/versions/{version}/eval/"
 
     # --- reading ------------------------------------------------------------------------------------------------
     def index(self) -> RegistryIndex:
@@ -203,6 +208,11 @@ class Registry:
         self._update(lambda index: stages.promote(_present(index), version, why, ending_rollout))
         return self.get(version)
 
+    def archive(self, version: str, *, by: str, reason: str) -> ModelVersion:
+        why = Why(by, reason, datetime.now(UTC))
+        self._update(lambda index: stages.archive(_present(index), version, why))
+        return self.get(version)
+
     def rollback(self, *, by: str, reason: str) -> tuple[str, str]:
         """Production → rolled_back, and the version it replaced back to production. Returns (from, to)."""
         why = Why(by, reason, datetime.now(UTC))
@@ -215,6 +225,26 @@ class Registry:
 
         self._update(change)
         return moved[0]
+
+    # --- evaluation results ------------------------------------------------------------------------------------
+    def record_eval(self, version: str, suite: str, rows: list[OutcomeStats]) -> None:
+        """Store a version's results on a suite (replacing earlier results on the same suite id)."""
+        stages.entry(self.index(), version)
+        body = EvalRecord(suite=suite, rows=rows, recorded_at=datetime.now(UTC)).model_dump_json(indent=1).encode()
+        self.client.put_object(self.bucket, f"{self._eval_prefix(version)}{suite}.json", io.BytesIO(body), len(body),
+                               content_type="application/json")
+
+    def eval_results(self, version: str) -> dict[str, list[OutcomeStats]]:
+        """Suite id -> rows: the card's results at registration, then those recorded since."""
+        results = dict(self.card(version).eval_results)
+        for obj in self.client.list_objects(self.bucket, prefix=self._eval_prefix(version)):
+            try:
+                found = cas.read_model(self.client, self.bucket, obj.object_name, EvalRecord)
+            except cas.CorruptDocument as exc:
+                raise CorruptVersionError(f"{version}: stored evaluation results are damaged: {exc}") from exc
+            if found is not None:
+                results[found[0].suite] = found[0].rows
+        return results
 
     # --- weights ------------------------------------------------------------------------------------------------
     def local_path(self, version: str) -> Path:

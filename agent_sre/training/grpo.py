@@ -41,7 +41,7 @@ from agent_sre.simulator.simulator import Simulator
 from agent_sre.training.environment import IncidentEnvironment
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from transformers import PreTrainedTokenizerBase, TrainerCallback
 
 SENTINEL = "\u2063"  # invisible separator: finds where an assistant turn's content ends in the rendered template
 
@@ -199,9 +199,12 @@ def returned_reward(prompts: list[Any], completions: list[Any], episode_return: 
 
 
 def train_grpo(model_dir: Path, scenarios: Sequence[Scenario], output_dir: Path, config: GRPOTrainingConfig,
-               work_dir: Path | None = None) -> GRPOResult:
+               work_dir: Path | None = None, *, save_steps: int | None = None, resume_from: Path | None = None,
+               callbacks: Sequence[TrainerCallback] = ()) -> GRPOResult:
     """GRPO from `model_dir` (e.g. the SFT checkpoint) on `scenarios`; saves the policy to `output_dir`.
-    `work_dir` holds the trainer's own files (default: beside `output_dir`)."""
+    `work_dir` holds the trainer's own files (default: beside `output_dir`): a checkpoint every `save_steps`
+    (the last two kept), from which `resume_from` continues. A resumed run's curriculum starts afresh and its
+    learning curve (`GRPOResult.steps`) covers the resumed steps only."""
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
@@ -220,13 +223,14 @@ def train_grpo(model_dir: Path, scenarios: Sequence[Scenario], output_dir: Path,
         per_device_train_batch_size=batch, gradient_accumulation_steps=1, num_generations=config.group_size,
         beta=config.beta, epsilon=config.epsilon, temperature=config.temperature,
         max_completion_length=config.max_turns * (config.max_new_tokens + 1024), logging_steps=1,
-        save_strategy="no", report_to=[], seed=config.seed, use_cpu=pick_device(config.device).type == "cpu",
+        save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500, save_total_limit=2,
+        report_to=[], seed=config.seed, use_cpu=pick_device(config.device).type == "cpu",
         bf16=False, disable_tqdm=True)
     slots = Dataset.from_dict({"prompt": [f"slot-{i}" for i in range(config.max_steps * config.groups_per_step)]})
     trainer = GRPOTrainer(model=str(model_dir), reward_funcs=[returned_reward], args=args, train_dataset=slots,
-                          processing_class=tokenizer, rollout_func=rollouts)
+                          processing_class=tokenizer, rollout_func=rollouts, callbacks=list(callbacks))
     began = time.perf_counter()
-    trainer.train()
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     runtime = time.perf_counter() - began
     save_model_dir(trainer.accelerator.unwrap_model(trainer.model), tokenizer, output_dir)
     losses = [row["loss"] for row in trainer.state.log_history if "loss" in row]

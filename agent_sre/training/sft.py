@@ -11,7 +11,8 @@ import json
 import logging
 import math
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,7 @@ from agent_sre.policy.llm.checkpoint import check_model_dir, pick_device, save_m
 from agent_sre.rewards.base import EpisodeFacts
 
 if TYPE_CHECKING:
+    from transformers import TrainerCallback
     from trl import SFTTrainer
 
 log = logging.getLogger(__name__)
@@ -56,9 +58,11 @@ def expert_conversations(trajectories: Iterable[Trajectory], policies: Iterable[
 
 
 def build_sft_trainer(model_dir: Path, conversations: list[list[dict[str, str]]], work_dir: Path,
-                      config: SFTConfig) -> SFTTrainer:
+                      config: SFTConfig, save_steps: int | None = None,
+                      callbacks: Sequence[TrainerCallback] = ()) -> SFTTrainer:
     """An SFTTrainer over `conversations` with the loss on assistant tokens only. Its tokenized dataset
-    (`trainer.train_dataset`: input_ids, labels = -100 outside the assistant turns) is ready on return."""
+    (`trainer.train_dataset`: input_ids, labels = -100 outside the assistant turns) is ready on return.
+    With `save_steps`, a checkpoint (`work_dir/checkpoint-N`, the last two kept) every that many steps."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -78,7 +82,8 @@ def build_sft_trainer(model_dir: Path, conversations: list[list[dict[str, str]]]
         per_device_train_batch_size=config.batch_size, gradient_accumulation_steps=config.gradient_accumulation_steps,
         max_length=config.max_length, assistant_only_loss=True, packing=False,
         activation_checkpointing=config.activation_checkpointing, bf16=on_gpu and torch.cuda.is_bf16_supported(),
-        use_cpu=not on_gpu, seed=config.seed, logging_steps=config.logging_steps, save_strategy="no",
+        use_cpu=not on_gpu, seed=config.seed, logging_steps=config.logging_steps,
+        save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500, save_total_limit=2,
         report_to="none", disable_tqdm=True, dataloader_num_workers=0)
     peft_config = None
     if config.lora_r is not None:
@@ -87,13 +92,17 @@ def build_sft_trainer(model_dir: Path, conversations: list[list[dict[str, str]]]
         peft_config = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, target_modules="all-linear",
                                  task_type="CAUSAL_LM")
     return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list([{"messages": c} for c in conversations]),
-                      processing_class=tokenizer, peft_config=peft_config)
+                      processing_class=tokenizer, peft_config=peft_config, callbacks=list(callbacks))
 
 
 def train_sft(model_dir: Path, trajectories: Iterable[Trajectory], output_dir: Path,
-              config: SFTConfig | None = None) -> SFTResult:
+              config: SFTConfig | None = None, *, work_dir: Path | None = None, save_steps: int | None = None,
+              resume_from: Path | None = None, callbacks: Sequence[TrainerCallback] = ()) -> SFTResult:
     """Fine-tune the model in `model_dir` on the expert episodes among `trajectories`; write the result to
-    `output_dir` (a new directory: weights in safetensors + tokenizer, loadable by `load_policy_model`)."""
+    `output_dir` (a new directory: weights in safetensors + tokenizer, loadable by `load_policy_model`).
+
+    `work_dir` keeps the trainer's checkpoints (every `save_steps`) after the run, and `resume_from` continues
+    from one of them (a retried training job); without `work_dir` they go to a temporary directory."""
     config = config or SFTConfig()
     if output_dir.exists() and any(output_dir.iterdir()):
         raise FileExistsError(f"{output_dir} already holds files; SFT writes a new model directory")
@@ -101,15 +110,15 @@ def train_sft(model_dir: Path, trajectories: Iterable[Trajectory], output_dir: P
     if not conversations:
         raise ValueError(f"no expert episodes: SFT needs finished, resolved episodes without false positives from "
                          f"{', '.join(config.expert_policies)}")
-    with tempfile.TemporaryDirectory(prefix="sft-") as work:
-        trainer = build_sft_trainer(model_dir, conversations, Path(work), config)
+    with nullcontext(str(work_dir)) if work_dir else tempfile.TemporaryDirectory(prefix="sft-") as work:
+        trainer = build_sft_trainer(model_dir, conversations, Path(work), config, save_steps, callbacks)
         tokenizer = trainer.processing_class
         truncated = sum(len(tokenizer.apply_chat_template(c, tokenize=True, return_dict=True)["input_ids"])
                         > config.max_length for c in conversations)
         if truncated:
             log.warning("%d of %d conversations exceed max_length=%d: their later turns are not trained",
                         truncated, len(conversations), config.max_length)
-        output = trainer.train()
+        output = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         logs = trainer.state.log_history
         losses = [float(entry["loss"]) for entry in logs if "loss" in entry]
         if not all(math.isfinite(loss) for loss in losses):

@@ -1,0 +1,51 @@
+"""Judging a candidate: the evaluation suite it is measured on, and the gate against its parent.
+
+A suite is identified by its name and a fingerprint of its scenarios and of the evaluation settings, so results
+stored with a version are reused only for exactly the same measurement, and a gate never compares a candidate
+and a parent measured differently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from agent_sre.models.episode import OutcomeStats
+from agent_sre.models.scenario import Scenario
+from agent_sre.models.training import EvaluationConfig, GateTolerances
+from agent_sre.scenarios import heldout_suite, load_scenarios
+
+
+def load_suite(config: EvaluationConfig) -> tuple[str, list[Scenario]]:
+    """(suite id, scenarios) of an evaluation config: its suite (default: the held-out suite), first `limit`."""
+    source = Path(config.suite) if config.suite else heldout_suite()
+    scenarios = load_scenarios(source)
+    if config.limit is not None:
+        scenarios = scenarios[:config.limit]
+    if not scenarios:
+        raise ValueError(f"the evaluation suite {source} holds no scenarios")
+    measured = {"scenarios": [s.model_dump(mode="json") for s in scenarios], "max_turns": config.max_turns,
+                "max_new_tokens": config.max_new_tokens}
+    digest = hashlib.sha256(json.dumps(measured, sort_keys=True).encode()).hexdigest()[:10]
+    name = "".join(c if c.isalnum() or c in "-_." else "-" for c in source.stem) or "suite"
+    return f"{name}-{len(scenarios)}-{digest}", scenarios
+
+
+def judge(candidate: OutcomeStats, parent: OutcomeStats, tolerances: GateTolerances) -> tuple[bool, list[str]]:
+    """Not worse than the parent beyond the tolerances on success, false positives, harm and invalid actions.
+    Returns (passed, one reason per metric)."""
+    checks = [("success rate", candidate.success_rate, parent.success_rate, tolerances.success_rate, True),
+              ("false-positive rate", candidate.false_positive_rate, parent.false_positive_rate,
+               tolerances.false_positive_rate, False),
+              ("harmful rate", candidate.harmful_rate, parent.harmful_rate, tolerances.harmful_rate, False),
+              ("invalid-action rate", candidate.invalid_action_rate, parent.invalid_action_rate,
+               tolerances.invalid_action_rate, False)]
+    passed, reasons = True, []
+    for name, mine, theirs, tolerance, higher_is_better in checks:
+        worse_by = (theirs - mine) if higher_is_better else (mine - theirs)
+        ok = worse_by <= tolerance + 1e-9
+        passed &= ok
+        verdict = "ok" if ok else "worse beyond tolerance"
+        reasons.append(f"{name} {mine:.1%} vs parent {theirs:.1%} (tolerance {tolerance:.1%}): {verdict}")
+    return passed, reasons
