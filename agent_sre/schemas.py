@@ -15,11 +15,14 @@ import typer
 from pydantic import BaseModel
 
 from agent_sre.models.reward import RewardRecord
+from agent_sre.models.training import TrainingRequest, TrainingStatus
 from agent_sre.models.trajectory import Trajectory
 
 SCHEMAS: dict[str, type[BaseModel]] = {
     "trajectory.v1": Trajectory,
     "reward.v1": RewardRecord,
+    "training.request.v1": TrainingRequest,
+    "training.status.v1": TrainingStatus,
 }
 
 DEFAULT_DIR = Path(__file__).resolve().parents[1] / "docs" / "schemas"

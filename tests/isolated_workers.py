@@ -21,7 +21,7 @@ from agent_sre.workers.main import build_workers
 def isolated_queues(settings: Settings) -> Settings:
     uid = uuid.uuid4().hex[:8]
     return settings.model_copy(update={"queue_agent": f"agent-{uid}", "queue_tools": f"agent-tools-{uid}",
-                                       "queue_policy": f"agent-policy-{uid}"})
+                                       "queue_policy": f"agent-policy-{uid}", "queue_training": f"training-{uid}"})
 
 
 @asynccontextmanager

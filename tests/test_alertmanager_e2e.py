@@ -119,15 +119,17 @@ async def poll(fetch: Any, timeout_s: float = 60.0) -> Any:
 
 async def test_alertmanager_delivers_firing_and_resolved(receiver: tuple[Client, Settings], alertmanager: str) -> None:
     client, _ = receiver
-    namespace = f"am-{uuid.uuid4().hex[:8]}"
-    labels = {"alertname": "KubePodCrashLooping", "namespace": namespace, "service": "cart", "severity": "page"}
+    namespace = "shop"  # exists in the simulator's default environment; a unique label keeps the alert this test's
+    run = uuid.uuid4().hex[:8]
+    labels = {"alertname": "KubePodCrashLooping", "namespace": namespace, "service": "cart", "severity": "page",
+              "test_run": run}
     workflow_id = ""
     async with aiohttp.ClientSession() as http:
         await wait_ready(http, alertmanager)
         await post_alert(http, alertmanager, labels, ends_at=None)
 
         async def fingerprint() -> str | None:
-            async with http.get(f"{alertmanager}/api/v2/alerts", params={"filter": f'namespace="{namespace}"'}) as r:
+            async with http.get(f"{alertmanager}/api/v2/alerts", params={"filter": f'test_run="{run}"'}) as r:
                 alerts = await r.json()
             return alerts[0]["fingerprint"] if alerts else None
 

@@ -78,7 +78,7 @@ HOUR = timedelta(hours=1)
 PLAN = RolloutPlan(name="alert-chain", steps=[SetWeightStep(weight=50), BakeStep(duration=HOUR), AnalyzeStep()],
                    guardrails=GuardrailConfig(interval=HOUR, lookback=HOUR))
 CONCURRENT_INCIDENTS = 4
-CHAIN_TIMEOUT_S = 420.0
+CHAIN_TIMEOUT_S = 240.0
 
 
 @dataclass
@@ -169,7 +169,7 @@ async def chain(stack: Settings, tmp_path: Path) -> AsyncIterator[Chain]:
     with settings_with_own_bucket(stack, "chain") as own, ExitStack() as running:
         settings = isolated_queues(own)
         queues = {"AGENT_SRE_QUEUE_AGENT": settings.queue_agent, "AGENT_SRE_QUEUE_TOOLS": settings.queue_tools,
-                  "AGENT_SRE_QUEUE_POLICY": settings.queue_policy}
+                  "AGENT_SRE_QUEUE_POLICY": settings.queue_policy, "AGENT_SRE_QUEUE_TRAINING": settings.queue_training}
         worker = start_worker(tmp_path / "worker.log", metrics_port=worker_port, **queues)
         running.callback(stop_worker, worker)
         running.enter_context(process([sys.executable, "-m", "agent_sre.cli", "alerts", "serve", "--port",
@@ -270,6 +270,11 @@ async def test_a_degraded_candidate_is_rolled_back_by_the_alert_chain(chain: Cha
         serving = asyncio.create_task(incidents.until(done))
         try:
             result: RolloutResult = await asyncio.wait_for(rollout.result(), timeout=CHAIN_TIMEOUT_S)
+        except TimeoutError:
+            status = await rollout.query("status", result_type=RolloutStatus)
+            pytest.fail(f"no rollback after {CHAIN_TIMEOUT_S:.0f}s: {len(incidents.served(CANDIDATE))} incidents "
+                        f"served by {CANDIDATE}, {len(incidents.served(BASELINE))} by {BASELINE}; rollout "
+                        f"{status.phase}, decisions {[d.action for d in status.decisions]} (logs in {chain.tmp})")
         finally:
             done.set()
             await serving
@@ -279,13 +284,13 @@ async def test_a_degraded_candidate_is_rolled_back_by_the_alert_chain(chain: Cha
         assert result.reason.startswith(f"alert AgentSreModelSuccessRateDropped firing: model {CANDIDATE} "
                                         "resolved 0% of its incidents"), result.reason
         assert [d.by for d in result.decisions if d.action == "rollback requested"] == ["signal"]
-        assert result.latest_analysis is None and all(d.action != "guardrail" for d in result.decisions)
+        assert result.decisions[-1].action == "rolled back" and result.decisions[-1].by == "rollout:signal"
         assert chain.registry.get(CANDIDATE).stage == "rolled_back"
         # What Prometheus saw came from real incidents: the candidate resolved none, the baseline most.
         degraded, baseline = incidents.served(CANDIDATE), incidents.served(BASELINE)
         assert len(degraded) >= 10 and len(baseline) >= 10, (len(degraded), len(baseline))
         assert all(o.outcome != "resolved" for o in degraded)
-        assert sum(o.outcome == "resolved" for o in baseline) >= 0.8 * len(baseline)
+        assert sum(o.outcome == "resolved" for o in baseline) > 0.5 * len(baseline)
 
         # The routing table has switched: every new incident goes to the baseline, as route_model reads it.
         table = read_table(chain.registry.client, chain.settings.s3_bucket)
@@ -320,7 +325,7 @@ async def dashboard_shows_the_rollout(chain: Chain, http: aiohttp.ClientSession)
         return {",".join(r["metric"].values()): float(r["value"][1]) for r in await query(chain, http, expr)}
 
     split = await run("Traffic split")
-    assert set(split) == {CANDIDATE, BASELINE}, split
+    assert set(split) == {CANDIDATE, BASELINE} and abs(sum(split.values()) - 1) < 1e-9, split
     success = await run("Success rate by model version")
     assert success[CANDIDATE] == 0 and success[BASELINE] > 0.5, success
     assert await run("Time to mitigate"), "no time to mitigate recorded"

@@ -3,6 +3,8 @@ store and the official client (in-process), with the wording a real cluster uses
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from kubernetes.client import AppsV1Api, CoreV1Api
 
@@ -86,6 +88,32 @@ def test_installs_are_deterministic_per_seed() -> None:
     assert not {n for n, _ in names(a)} & {n for n, _ in names(c)}, "pod names should differ between seeds"
     assert a.get("secrets", "shop", "postgres-credentials")["data"] != \
         c.get("secrets", "shop", "postgres-credentials")["data"]
+
+
+def test_installs_share_the_template_and_nothing_leaks_between_them() -> None:
+    """Environments installed from one template share its objects until they write them: whatever one does (a
+    rollout, crash loops bumping event counts, a deleted pod, a cordoned node) must not show in another."""
+    simulator = Simulator(speed=0.0)
+
+    def dump(name: str) -> str:
+        return json.dumps({r: {"/".join(k): o for k, o in items.items()}
+                           for r, items in simulator.env(name).objects.items()}, sort_keys=True)
+
+    simulator.create_env("a", apps=["shop"], seed=4)
+    simulator.create_env("b", apps=["shop"], seed=4)
+    pristine = dump("b")
+    busy = Env(simulator, "a", "shop")
+    _inject(busy, "bad_env", "cart", env="REDIS_ADDR", value="redis-master:6379")
+    _inject(busy, "cordoned_node", "payment")
+    busy.advance(900)
+    CoreV1Api(busy.api).delete_namespaced_pod(busy.pods("catalog")[0]["metadata"]["name"], busy.ns)
+    for _ in range(2):  # back and forth: the second scale-down repeats an event of the template's history
+        busy.tools([ToolCall(tool="rollout_undo", args={"deployment": "checkout"})])
+        busy.advance(60)
+    assert busy.events("BackOff") and any(e["count"] > 1 for e in busy.events("ScalingReplicaSet", "checkout"))
+    assert dump("b") == pristine
+    simulator.create_env("c", apps=["shop"], seed=4)
+    assert dump("c") == pristine
 
 
 def test_two_apps_share_the_nodes_and_install_rejects_duplicates() -> None:

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from opentelemetry import trace
 from temporalio import activity
 
+from agent_sre.config import get_settings
 from agent_sre.models.policy import PolicyDecision
 from agent_sre.models.remediation import PolicyName, PolicyRequest
 from agent_sre.policy.base import Policy
 from agent_sre.policy.llm import LLMPolicy
 from agent_sre.policy.runbook import RunbookPolicy
 from agent_sre.policy.scripted import ScriptedPolicy
+from agent_sre.registry import Registry
 
-POLICIES: dict[PolicyName, Policy] = {"runbook": RunbookPolicy(), "scripted": ScriptedPolicy(), "llm": LLMPolicy()}
+
+def registered_model_dir(version: str) -> Path:
+    """A registered LLM version by name: the model registry's verified download cache."""
+    return Registry.from_settings(get_settings()).local_path(version)
+
+
+POLICIES: dict[PolicyName, Policy] = {"runbook": RunbookPolicy(), "scripted": ScriptedPolicy(),
+                                      "llm": LLMPolicy(registry=registered_model_dir)}
 tracer = trace.get_tracer("agent_sre.policy")
 
 

@@ -14,7 +14,7 @@ app = typer.Typer(
 
 def _register() -> None:
     """Attach every area's sub-app. Imported lazily so `agent-sre --help` stays quick."""
-    from agent_sre.cli import alerts, demo, dev, episodes, incident, models, rollout, scenarios, sim, worker
+    from agent_sre.cli import alerts, demo, dev, episodes, incident, models, rollout, scenarios, sim, train, worker
 
     app.add_typer(dev.app, name="dev")
     app.add_typer(sim.app, name="sim")
@@ -24,6 +24,8 @@ def _register() -> None:
     app.add_typer(episodes.app, name="episodes")
     app.add_typer(models.app, name="models")
     app.add_typer(rollout.app, name="rollout")
+    app.add_typer(train.app, name="train")
+    app.command("eval")(train.evaluate)
     app.command("worker")(worker.worker)
     app.command("demo")(demo.demo)
 

@@ -28,7 +28,7 @@ def serve(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not token:
         typer.echo("warning: no token configured (--token / AGENT_SRE_ALERTS_TOKEN); anyone who can reach "
-                   "the port can start remediations", err=True)
+                   "the port can start remediations and roll back model rollouts", err=True)
     setup_tracing(settings, service_name="agent-sre-alerts")
     typer.echo(f"alert receiver on http://{host}:{port}/alerts · Temporal {settings.temporal_address}")
     try:

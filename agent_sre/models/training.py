@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -288,6 +288,16 @@ class GateDecision(BaseModel):
     passed: bool
     reasons: list[str]
     stage: Stage = Field(description="the candidate's stage after the gate")
+
+
+class ArchiveRequest(BaseModel):
+    """Archive a candidate that a stopped or failed cycle registered but never judged. Only the version trained
+    for `training_request` is touched: a name taken by another training is left alone."""
+
+    version: str
+    training_request: dict[str, Any]
+    by: str
+    reason: str
 
 
 class TrainingStatus(BaseModel):

@@ -5,8 +5,9 @@ image from `images.py`; its manifest here wires the environment that image needs
 and config maps (the database password must match the one the database was initialised with).
 
 Installing builds the whole namespace once per (app, namespace, seed) - objects, rollout history, settled pod
-states and benign noise - and keeps it pickled; every further install of the same key is a `pickle.loads` and a
-merge, which is what lets thousands of episodes start per minute.
+states and benign noise - and keeps it; every further install of the same key shares its objects (they are never
+changed in place) and unpickles the controllers' memory, which is what lets thousands of episodes start per
+minute.
 """
 
 from __future__ import annotations
@@ -504,8 +505,8 @@ def _settle(cluster: Cluster, until: float) -> None:
     cluster.sync()
 
 
-def _build(app: AppSpec, namespace: str, seed: int) -> bytes:
-    """The namespace as it looks 5 minutes before the simulated epoch, pickled."""
+def _build(app: AppSpec, namespace: str, seed: int) -> _Template:
+    """The namespace as it looks 5 minutes before the simulated epoch."""
     cluster = Cluster("template", clock=SimClock(speed=0.0, start=FIRST_DEPLOY_AT - 3600))
     workload.attach(cluster)
     for name in ("default", "kube-system", "kube-public", "kube-node-lease"):
@@ -535,14 +536,28 @@ def _build(app: AppSpec, namespace: str, seed: int) -> bytes:
     noise.add(cluster, app, namespace, seed)
     _settle(cluster, TEMPLATE_AT)
     state = workload.export(cluster, namespace)
-    return pickle.dumps((cluster.objects, cluster.logs, state, instance), protocol=pickle.HIGHEST_PROTOCOL)
+    objects, logs = pickle.loads(pickle.dumps((cluster.objects, cluster.logs), protocol=pickle.HIGHEST_PROTOCOL))
+    highest = max(int(o["metadata"].get("resourceVersion", 0)) for items in objects.values() for o in items.values())
+    return _Template(objects, logs, highest, pickle.dumps((state, instance), protocol=pickle.HIGHEST_PROTOCOL))
 
 
-_templates: OrderedDict[tuple[str, str, int], bytes] = OrderedDict()
+@dataclass(frozen=True)
+class _Template:
+    """A built namespace. Its objects and logs are shared by every install of it: stored objects are never changed
+    in place (a write stores a new object, see `Cluster.replace`), so an install is a copy of the indexes, not of
+    the objects. The controllers' memory and the app instance change in place: each install unpickles its own."""
+
+    objects: dict[str, dict[tuple[str, str], Obj]]
+    logs: dict[tuple[str, str, str], Any]
+    highest: int  # the highest resourceVersion among the objects
+    state: bytes
+
+
+_templates: OrderedDict[tuple[str, str, int], _Template] = OrderedDict()
 _templates_lock = threading.Lock()
 
 
-def _template(app: AppSpec, namespace: str, seed: int) -> bytes:
+def _template(app: AppSpec, namespace: str, seed: int) -> _Template:
     key = (app.name, namespace, seed)
     with _templates_lock:
         blob = _templates.get(key)
@@ -566,17 +581,22 @@ def install(cluster: Cluster, app: str, namespace: str | None = None, seed: int 
     if cluster.get("namespaces", "", ns) is not None:
         raise ValueError(f'namespace "{ns}" already exists in cluster {cluster.name!r}; pick another namespace')
     workload.attach(cluster)
-    objects, logs, state, instance = pickle.loads(_template(spec, ns, seed))
-    highest = 0
-    for resource, items in objects.items():
+    template = _template(spec, ns, seed)
+    state, instance = pickle.loads(template.state)
+    for resource, items in template.objects.items():
         bucket = cluster.objects.setdefault(resource, {})
+        if not bucket:
+            bucket.update(items)
+            continue
         for key, obj in items.items():
             if key not in bucket:  # shared cluster-scoped objects (nodes, system namespaces) are kept as they are
                 bucket[key] = obj
-                highest = max(highest, int(obj["metadata"].get("resourceVersion", 0)))
-    cluster.continue_versions_after(highest)
-    for key, lines in logs.items():
-        cluster.logs.setdefault(key, lines)
+    cluster.continue_versions_after(template.highest)
+    if cluster.logs:
+        for key, lines in template.logs.items():
+            cluster.logs.setdefault(key, lines)
+    else:
+        cluster.logs.update(template.logs)
     workload.adopt(cluster, state)
     cluster.model.setdefault("apps", {})[ns] = instance
     cluster.revision += 1

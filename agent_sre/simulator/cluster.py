@@ -126,8 +126,12 @@ class Cluster:
         return obj
 
     def replace(self, resource: str, obj: Obj) -> Obj:
-        """Store a new version of an existing object, bumping resourceVersion (and generation on spec change)."""
-        meta = obj["metadata"]
+        """Store a new version of an existing object, bumping resourceVersion (and generation on spec change).
+
+        Stored objects are never changed in place - a new version is a new object - because environments installed
+        from one template share its objects until they write them; `obj` may share branches with the old version,
+        so its metadata is copied before being stamped."""
+        meta = obj["metadata"] = dict(obj["metadata"])
         key = (meta.get("namespace", "") if BY_KEY[resource].namespaced else "", meta["name"])
         old = self.objects.get(resource, {}).get(key)
         if old is None:
@@ -170,11 +174,12 @@ class Cluster:
         name = f'{meta["name"]}.{key or reason.lower()}'
         now = rfc3339(self.clock.now() if at is None else at)
         existing = self.get("events", ns, name)
-        if existing is not None:
-            existing["count"] = existing.get("count", 1) + count
-            existing["lastTimestamp"] = now
-            existing["message"] = message
-            return existing
+        if existing is not None:  # a new version (stored objects are never changed in place), its own to the caller
+            updated = {**existing, "count": existing.get("count", 1) + count, "lastTimestamp": now,
+                       "message": message, "involvedObject": dict(existing.get("involvedObject") or {}),
+                       "source": dict(existing.get("source") or {})}
+            self.objects["events"][(ns, name)] = updated
+            return updated
         return self.create("events", {
             "metadata": {"name": name, "namespace": ns},
             "involvedObject": {"kind": involved.get("kind"), "name": meta["name"], "namespace": ns,

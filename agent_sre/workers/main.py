@@ -1,7 +1,8 @@
 """`agent-sre worker`: runs workflows and activities on their task queues.
 
 One process may serve every queue (dev, demo, tests) or just one (production: tools near the cluster, policy on
-inference machines, training on GPUs). Activities are plain sync functions, run on a thread pool.
+inference machines, training on GPUs). Activities are plain sync functions, run on a thread pool, except the
+training job's (`train_policy`), which is async: it follows a child process.
 """
 
 from __future__ import annotations
@@ -9,16 +10,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from agent_sre.activities import observer, policy, rewards, rollout, routing, simulation, tools, trajectories
+from agent_sre.activities import observer, policy, rewards, rollout, routing, simulation, tools, training, trajectories
 from agent_sre.config import Settings
 from agent_sre.workflows.incident import IncidentRemediationWorkflow
 from agent_sre.workflows.rollout import ModelRolloutWorkflow
 from agent_sre.workflows.simulated import SimulatedIncidentWorkflow
+from agent_sre.workflows.training import TrainingCycleWorkflow
+
+HEARTBEAT_THROTTLE = timedelta(seconds=2)
 
 
 def queue_contents(settings: Settings) -> dict[str, tuple[list[type], list[Callable[..., Any]]]]:
@@ -33,6 +38,9 @@ def queue_contents(settings: Settings) -> dict[str, tuple[list[type], list[Calla
                                     simulation.create_environment, simulation.inject_and_wait_for_alert,
                                     simulation.delete_environment]),
         settings.queue_policy: ([], [policy.decide_next_action]),
+        settings.queue_training: ([TrainingCycleWorkflow],
+                                  [training.collect_training_data, training.train_policy, training.evaluate_version,
+                                   training.register_if_better, training.archive_version]),
     }
 
 
@@ -43,8 +51,11 @@ def build_workers(client: Client, settings: Settings, queues: Sequence[str] | No
     if unknown:
         raise ValueError(f"unknown task queue(s) {sorted(unknown)}; this worker serves {sorted(contents)}")
     executor = ThreadPoolExecutor(max_workers=max_concurrent_activities, thread_name_prefix="activity")
+    # A cancellation reaches an activity only in the reply to a heartbeat, and the SDK sends heartbeats at most
+    # once per throttle interval: a short one makes `stop` end a training job within seconds.
     return [Worker(client, task_queue=queue, workflows=workflows, activities=activities,
-                   activity_executor=executor, max_concurrent_activities=max_concurrent_activities)
+                   activity_executor=executor, max_concurrent_activities=max_concurrent_activities,
+                   max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE)
             for queue, (workflows, activities) in contents.items() if not queues or queue in queues]
 
 

@@ -90,16 +90,18 @@ class LLMPolicy:
     """The Policy protocol over a language model. Without arguments it configures itself from the settings on
     first use, so registering it costs nothing in a worker that never serves it."""
 
-    def __init__(self, backends: BackendProvider | None = None, sampling: SamplingConfig | None = None) -> None:
+    def __init__(self, backends: BackendProvider | None = None, sampling: SamplingConfig | None = None,
+                 registry: VersionResolver | None = None) -> None:
         self._backends = backends
         self._sampling = sampling
+        self._registry = registry  # for the backends configured from the settings: registered version names
         self._lock = threading.Lock()
 
     @property
     def backends(self) -> BackendProvider:
         with self._lock:
             if self._backends is None:
-                self._backends = backends_from_settings(get_settings())
+                self._backends = backends_from_settings(get_settings(), self._registry)
             return self._backends
 
     @property

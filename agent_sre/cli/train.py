@@ -1,0 +1,238 @@
+"""`agent-sre train`: start a training cycle (collect → train → evaluate → gate) and follow it;
+`agent-sre eval`: a version on an evaluation suite, here and now, with the results stored with the version.
+
+    agent-sre train --algorithm sft --base base --steps 30 --wait
+    agent-sre train status training-sft-base-20260314-092653
+    agent-sre train stop training-sft-base-20260314-092653 --reason "wrong data"
+    agent-sre eval --version sft-base-20260314-092653 --limit 10
+
+A cycle is a TrainingCycleWorkflow on the training task queue: run `agent-sre worker` (every queue) or
+`agent-sre worker -q training` on the machine that trains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+from collections.abc import Awaitable, Callable
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import NoReturn
+
+import typer
+from pydantic import ValidationError
+from rich.table import Table
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.service import RPCError, RPCStatusCode
+
+from agent_sre.cli.episodes import outcome_table
+from agent_sre.cli.models import console, registry_call
+from agent_sre.config import Settings, get_settings
+from agent_sre.models.training import EvalReport, EvalRequest, EvaluationConfig, TrainingRequest, TrainingStatus
+from agent_sre.temporal import connect
+
+app = typer.Typer(help="Train a model version: collect data, train, evaluate, gate (a Temporal workflow).",
+                  invoke_without_command=True, no_args_is_help=False)
+FOLLOW_EVERY_S = 2.0
+
+
+def _fail(message: str) -> NoReturn:
+    console.print(f"[red]error:[/] {message}")
+    raise typer.Exit(1)
+
+
+def _run(action: Callable[[Client, Settings], Awaitable[None]]) -> None:
+    settings = get_settings()
+
+    async def go() -> None:
+        try:
+            client = await connect(settings)
+        except RuntimeError as exc:
+            _fail(f"cannot reach Temporal at {settings.temporal_address} ({exc}); is `agent-sre dev up` running?")
+        await action(client, settings)
+
+    try:
+        asyncio.run(go())
+    except RPCError as exc:
+        _fail("no such training cycle" if exc.status == RPCStatusCode.NOT_FOUND else f"Temporal refused: {exc.message}")
+
+
+def build_request(algorithm: str, base: str, steps: int | None, compute: str, version: str | None,
+                  since: date | None, policies: list[str], scenarios: str | None, suite: str | None,
+                  limit: int | None, reason: str, by: str) -> TrainingRequest:
+    """The training.request.v1 the options describe; the version name defaults to algorithm, base and time."""
+    stages = ["sft", "grpo"] if algorithm == "sft+grpo" else [algorithm]
+    configs = {stage: {"max_steps": steps} for stage in stages if stage in ("sft", "grpo")} if steps else {}
+    name = version or f"{algorithm.replace('+', '-')}-{base}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    return TrainingRequest.model_validate({
+        "algorithm": algorithm, "base": base, "version": name, "compute": compute, "requested_by": by,
+        "reason": reason, **configs,
+        "data": {"trajectories": {"since": since, "policies": policies}, "simulated": {"scenarios": scenarios}},
+        "evaluation": {"suite": suite, "limit": limit}})
+
+
+def _errors(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'request'}: {e['msg']}" for e in exc.errors())
+
+
+@app.callback()
+def start(
+    ctx: typer.Context,
+    algorithm: str = typer.Option(None, "--algorithm", help="sft | grpo | sft+grpo"),
+    base: str = typer.Option(None, "--base", help="the version to train from: a registered model or 'base'"),
+    steps: int = typer.Option(None, "--steps", min=1, help="training steps of each stage (default: the configs')"),
+    compute: str = typer.Option("cpu", "--compute", help="cpu | gpu1 | multigpu-fsdp | multigpu-deepspeed"),
+    version: str = typer.Option(None, "--version", help="the candidate's name (default: algorithm-base-time)"),
+    since: datetime = typer.Option(None, "--since", formats=["%Y-%m-%d"], help="SFT: episodes from this date"),
+    policy: list[str] = typer.Option([], "--policy", help="SFT: episodes of this policy (repeatable; default any)"),
+    scenarios: str = typer.Option(None, "--scenarios", help="GRPO: scenario file or dir (default: the catalog)"),
+    suite: str = typer.Option(None, "--suite", help="evaluation suite (default: the held-out suite)"),
+    limit: int = typer.Option(None, "--limit", min=1, help="evaluate on the suite's first N scenarios"),
+    request_file: Path = typer.Option(None, "--request", help="a training.request.v1 JSON file instead"),
+    reason: str = typer.Option("", "--reason"),
+    by: str = typer.Option(None, "--by", help="who asks (recorded with the version); default: your login"),
+    wait: bool = typer.Option(False, "--wait", help="follow the cycle until it ends"),
+) -> None:
+    """Start a training cycle; `agent-sre train status ID` follows it."""
+    if ctx.invoked_subcommand is not None:
+        return
+    try:
+        if request_file is not None:
+            request = TrainingRequest.model_validate_json(request_file.read_text())
+        elif algorithm is None or base is None:
+            _fail("--algorithm and --base are required (or --request FILE); see `agent-sre train --help`")
+        else:
+            request = build_request(algorithm, base, steps, compute, version, since.date() if since else None,
+                                    policy, scenarios, suite, limit, reason, by or getpass.getuser())
+    except ValidationError as exc:
+        _fail(f"bad training request: {_errors(exc)}")
+    except OSError as exc:
+        _fail(f"cannot read {request_file}: {exc}")
+    workflow_id = f"training-{request.version}" if request.version else f"training-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+
+    async def go(client: Client, settings: Settings) -> None:
+        handle = await client.start_workflow(
+            "TrainingCycleWorkflow", request, id=workflow_id, task_queue=settings.queue_training,
+            result_type=TrainingStatus, static_summary=f"train {request.version}: {request.algorithm} from "
+                                                       f"{request.base} on {request.compute}")
+        console.print(f"training cycle {handle.id} started: {request.algorithm} from {request.base} → "
+                      f"{request.version} on {request.compute}")
+        console.print(f"follow it: agent-sre train status {handle.id} · {settings.temporal_ui_url}/namespaces/"
+                      f"{settings.temporal_namespace}/workflows/{handle.id}")
+        if wait:
+            await follow(client, handle.id)
+
+    _run(go)
+
+
+async def follow(client: Client, workflow_id: str) -> None:
+    """Print each change of phase and step until the cycle ends, then its status."""
+    handle = client.get_workflow_handle(workflow_id, result_type=TrainingStatus)
+    shown = None
+    while (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+        st = await handle.query("progress", result_type=TrainingStatus)
+        line = progress_line(st)
+        if line != shown:
+            console.print(line)
+            shown = line
+        await asyncio.sleep(FOLLOW_EVERY_S)
+    await show_final(handle)
+
+
+def progress_line(st: TrainingStatus) -> str:
+    m = st.metrics
+    if m is None:
+        return st.phase
+    figures = " · ".join(f"{k} {v:.4g}" for k, v in (("loss", m.loss), ("reward", m.reward), ("kl", m.kl))
+                         if v is not None)
+    return f"{st.phase} · {m.stage} step {m.step}/{m.max_steps or '?'}" + (f" · {figures}" if figures else "")
+
+
+async def show_final(handle) -> None:  # noqa: ANN001 - WorkflowHandle[Any, TrainingStatus]
+    try:
+        print_status(await handle.result())
+    except WorkflowFailureError as exc:
+        cause = exc.cause
+        _fail(f"the training cycle failed: {getattr(cause, 'message', None) or cause}")
+
+
+@app.command("status")
+def status(workflow_id: str = typer.Argument(..., metavar="ID")) -> None:
+    """Where a training cycle stands (running: phase, step, latest figures), or how it ended."""
+    async def show(client: Client, settings: Settings) -> None:
+        handle = client.get_workflow_handle(workflow_id, result_type=TrainingStatus)
+        if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+            print_status(await handle.query("progress", result_type=TrainingStatus))
+        else:
+            await show_final(handle)
+
+    _run(show)
+
+
+@app.command("stop")
+def stop(workflow_id: str = typer.Argument(..., metavar="ID"),
+         reason: str = typer.Option("", "--reason")) -> None:
+    """Stop a training cycle: its training job is terminated and the cycle ends as `stopped`."""
+    async def send(client: Client, settings: Settings) -> None:
+        await client.get_workflow_handle(workflow_id).signal("stop", reason or f"stopped by {getpass.getuser()}")
+        console.print(f"stop sent to {workflow_id}; `agent-sre train status {workflow_id}` shows when it has ended")
+
+    _run(send)
+
+
+def print_status(st: TrainingStatus) -> None:
+    table = Table(show_header=False, title=f"training cycle {st.workflow_id}")
+    table.add_row("phase", st.phase + (f": {st.stop_reason}" if st.stop_reason else ""))
+    table.add_row("training", f"{st.algorithm} from {st.base} → {st.candidate}")
+    if st.data is not None:
+        d = st.data
+        rejected = ", ".join(f"{k.removeprefix('rejected: ')} {v}" for k, v in sorted(d.counts.items())
+                             if k.startswith("rejected: "))
+        table.add_row("data", f"{d.episodes} episodes ({d.expert_episodes} expert) from {len(d.items)} object(s)"
+                              + (f"; rejected: {rejected}" if rejected else "")
+                              + (f"; {len(d.scenarios)} GRPO scenarios" if d.scenarios else ""))
+        for r in d.rejected[:5]:
+            table.add_row("", f"{r.key} line {r.line}: {'; '.join(r.reasons)}")
+    if st.metrics is not None:
+        table.add_row("progress", progress_line(st))
+    if st.trained is not None:
+        table.add_row("launched", st.trained.launcher + (f" (resumed from {st.trained.resumed_from})"
+                                                          if st.trained.resumed_from else ""))
+    if st.gate is not None:
+        table.add_row("gate", ("[green]passed[/]" if st.gate.passed else "[red]failed[/]")
+                      + f": {st.candidate} is {st.gate.stage}")
+        for reason in st.gate.reasons:
+            table.add_row("", reason)
+    console.print(table)
+    for report in st.evaluation:
+        print_report(report)
+
+
+def print_report(report: EvalReport) -> None:
+    note = "stored with the version" if report.stored else "not stored (not a registered version)"
+    console.print(outcome_table(report.rows, f"{report.version} on {report.suite} · {report.scenarios} scenarios · "
+                                             + ("reused stored results" if report.reused else note)))
+
+
+def evaluate(
+    version: str = typer.Option(..., "--version", help="a registered version, or 'base'"),
+    suite: str = typer.Option(None, "--suite", help="scenario file or directory (default: the held-out suite)"),
+    limit: int = typer.Option(None, "--limit", min=1, help="only the suite's first N scenarios"),
+    max_turns: int = typer.Option(8, "--max-turns", min=1, help="model turns per episode"),
+    store: bool = typer.Option(True, "--store/--no-store", help="store the results with the version"),
+) -> None:
+    """Evaluate a version on a scenario suite here (in-process) and print the outcome table."""
+    from agent_sre.activities.training import run_evaluation
+    from agent_sre.scenarios import ScenarioError
+
+    try:
+        req = EvalRequest(version=version, store=store,
+                          evaluation=EvaluationConfig(suite=suite, limit=limit, max_turns=max_turns))
+    except ValidationError as exc:
+        _fail(_errors(exc))
+    with console.status(f"evaluating {version}…"):
+        try:
+            report = registry_call(lambda r: run_evaluation(req, r, get_settings()))
+        except (ValueError, ScenarioError) as exc:
+            _fail(str(exc))
+    print_report(report)
