@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -18,8 +19,19 @@ from agent_sre.models.scenario import Scenario
 from agent_sre.temporal import task_queues
 
 
+async def run_episode(client: Client, settings: Settings, scenario: Scenario, policy: PolicyRef | None,
+                      workflow_id: str, limits: RemediationLimits | None = None) -> EpisodeResult:
+    """One episode. With `policy` None the remediation's routing activity picks the version, as it does for a real
+    incident, so rollouts see simulated traffic the way they see production's."""
+    return await client.execute_workflow(
+        "SimulatedIncidentWorkflow",
+        EpisodeRequest(scenario=scenario, policy=policy, queues=task_queues(settings),
+                       **({"limits": limits} if limits else {})),
+        id=workflow_id, task_queue=settings.queue_agent, result_type=EpisodeResult)
+
+
 async def run_episodes(client: Client, settings: Settings, scenarios: Sequence[Scenario], n: int,
-                       policy: PolicyRef, concurrency: int = 8,
+                       policy: PolicyRef | None, concurrency: int = 8,
                        on_done: Callable[[EpisodeResult], None] | None = None,
                        limits: RemediationLimits | None = None) -> list[EpisodeResult]:
     """Run `n` episodes cycling through `scenarios` fault type by fault type, at most `concurrency` at once."""
@@ -32,17 +44,42 @@ async def run_episodes(client: Client, settings: Settings, scenarios: Sequence[S
     async def one(i: int) -> EpisodeResult:
         scenario = scenarios[i % len(scenarios)]
         async with gate:
-            result: EpisodeResult = await client.execute_workflow(
-                "SimulatedIncidentWorkflow",
-                EpisodeRequest(scenario=scenario, policy=policy, queues=task_queues(settings),
-                               **({"limits": limits} if limits else {})),
-                id=f"episode-{batch}-{i:05d}-{scenario.name}", task_queue=settings.queue_agent,
-                result_type=EpisodeResult)
+            result = await run_episode(client, settings, scenario, policy, _episode_id(batch, i, scenario), limits)
         if on_done:
             on_done(result)
         return result
 
     return list(await asyncio.gather(*(one(i) for i in range(n))))
+
+
+async def run_episodes_until(client: Client, settings: Settings, scenarios: Sequence[Scenario],
+                             stop: asyncio.Event, policy: PolicyRef | None, concurrency: int = 8,
+                             on_done: Callable[[EpisodeResult], None] | None = None,
+                             limits: RemediationLimits | None = None) -> list[EpisodeResult]:
+    """Keep `concurrency` episodes running, cycling through `scenarios`, until `stop` is set; the episodes in flight
+    then finish and are returned with the rest. For traffic whose length is not known in advance (a rollout)."""
+    if not scenarios:
+        raise ValueError("no scenarios to run")
+    scenarios = interleave_by_fault(scenarios)
+    batch = uuid.uuid4().hex[:8]
+    results: list[EpisodeResult] = []
+    numbers = itertools.count()
+
+    async def lane() -> None:
+        while not stop.is_set():
+            i = next(numbers)
+            scenario = scenarios[i % len(scenarios)]
+            result = await run_episode(client, settings, scenario, policy, _episode_id(batch, i, scenario), limits)
+            results.append(result)
+            if on_done:
+                on_done(result)
+
+    await asyncio.gather(*(lane() for _ in range(concurrency)))
+    return results
+
+
+def _episode_id(batch: str, i: int, scenario: Scenario) -> str:
+    return f"episode-{batch}-{i:05d}-{scenario.name}"
 
 
 def interleave_by_fault(scenarios: Sequence[Scenario]) -> list[Scenario]:

@@ -5,10 +5,12 @@ signal ending the job's processes, and a retried `train_policy` resuming from it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import io
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,22 +19,30 @@ from typing import Any
 import pytest
 from isolated_workers import running_workers, terminate_running
 from llm_fixtures import runbook_episode, tiny_model_dir  # noqa: F401,F811 (fixture)
+from rich.console import Console
 from store_fixtures import settings_with_own_bucket
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 from temporalio.testing import ActivityEnvironment
+from typer.testing import CliRunner, Result
 
 from agent_sre import cas
 from agent_sre.activities import training as activities
 from agent_sre.activities.policy import registered_model_dir
-from agent_sre.config import Settings
+from agent_sre.cli import app
+from agent_sre.cli import models as models_cli
+from agent_sre.cli import train as train_cli
+from agent_sre.config import Settings, get_settings
 from agent_sre.models.episode import OutcomeStats
 from agent_sre.models.llm import SamplingConfig
 from agent_sre.models.remediation import PolicyRef
-from agent_sre.models.training import (DataManifest, EvalReport, EvaluationConfig, GateRequest, GateTolerances,
-                                       SFTConfig, TrainHeartbeat, TrainingRequest, TrainingStatus, TrainJob)
+from agent_sre.models.training import (ArchiveRequest, DataManifest, EvalReport, EvaluationConfig, GateRequest,
+                                       GateTolerances, SFTConfig, TrainHeartbeat, TrainingRequest, TrainingStatus,
+                                       TrainJob)
 from agent_sre.policy.llm import LLMPolicy
-from agent_sre.registry import Registry
+from agent_sre.registry import Registry, StageError
 from agent_sre.scenarios import heldout_suite
 from agent_sre.storage import object_store
 from agent_sre.temporal import connect
@@ -42,10 +52,11 @@ from agent_sre.trajectory_store import write_trajectory
 BASE = "tiny-v0"
 QUICK_EVAL = EvaluationConfig(suite=str(heldout_suite()), limit=2, max_turns=2, max_new_tokens=16)
 FAST_SFT = SFTConfig(max_steps=4, learning_rate=2e-3, lr_scheduler="constant", max_length=2048)
+Store = tuple[Settings, Registry]
 
 
 @pytest.fixture
-def store(s3_store: Settings, tiny_model_dir: Path) -> Iterator[tuple[Settings, Registry]]:  # noqa: F811
+def store(s3_store: Settings, tiny_model_dir: Path) -> Iterator[Store]:  # noqa: F811
     """A bucket of this test's own, with the tiny model registered as BASE."""
     with settings_with_own_bucket(s3_store, "train") as settings:
         registry = Registry.from_settings(settings)
@@ -70,6 +81,10 @@ def collect(req: TrainingRequest) -> DataManifest:
     return ActivityEnvironment().run(activities.collect_training_data, req)
 
 
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args))
+
+
 def gone(pid: int) -> bool:
     """The process and its whole process group have exited (and were reaped)."""
     for probe in (os.kill, os.killpg):
@@ -82,7 +97,7 @@ def gone(pid: int) -> bool:
 
 
 # --- data validation -----------------------------------------------------------------------------------------------
-def test_data_validation_rejects_duplicates_and_incomplete_episodes_with_reasons(store) -> None:  # noqa: ANN001
+def test_data_validation_rejects_duplicates_and_incomplete_episodes_with_reasons(store: Store) -> None:
     settings, _ = store
     client, bucket = object_store(settings), settings.s3_bucket
     good = seed_episodes(settings)
@@ -115,7 +130,7 @@ def test_data_validation_rejects_duplicates_and_incomplete_episodes_with_reasons
         assert (item.sha256, item.bytes, item.rows) == (hashlib.sha256(body).hexdigest(), len(body), 1)
 
 
-def test_sft_without_expert_episodes_and_grpo_on_the_evaluation_suite_are_refused(store) -> None:  # noqa: ANN001
+def test_sft_without_expert_episodes_and_grpo_on_the_evaluation_suite_are_refused(store: Store) -> None:
     settings, _ = store
     write_trajectory(object_store(settings), settings.s3_bucket, runbook_episode(outcome="unresolved"))
     with pytest.raises(ApplicationError, match="no expert episodes for SFT: 1 accepted") as refused:
@@ -145,7 +160,7 @@ def test_the_gate_allows_the_tolerances_and_nothing_more() -> None:
 
 
 def test_a_failing_gate_archives_the_candidate_with_the_reason_and_a_passing_one_stays_candidate(
-        store, tmp_path: Path) -> None:  # noqa: ANN001
+        store: Store, tmp_path: Path) -> None:
     _, registry = store
     (tmp_path / "w").mkdir()
     (tmp_path / "w" / "model.safetensors").write_bytes(b"weights")
@@ -175,6 +190,27 @@ def test_a_failing_gate_archives_the_candidate_with_the_reason_and_a_passing_one
             tolerances=GateTolerances(), by="gate"))
 
 
+def test_an_unjudged_candidate_of_this_training_is_archived_and_nothing_else(store: Store, tmp_path: Path) -> None:
+    _, registry = store
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "model.safetensors").write_bytes(b"weights")
+    ours, theirs = request(version="ours").model_dump(mode="json"), request(version="theirs").model_dump(mode="json")
+    registry.register("ours", policy="llm", by="test", weights_dir=tmp_path / "w", training_request=ours)
+    registry.register("theirs", policy="llm", by="test", weights_dir=tmp_path / "w", training_request=theirs)
+    env = ActivityEnvironment()
+
+    def archive(version: str, training_request: dict[str, Any]) -> str | None:
+        return env.run(activities.archive_version, ArchiveRequest(version=version, training_request=training_request,
+                                                                  by="cycle", reason="stopped before the gate"))
+
+    assert archive("ours", ours) == "archived"
+    assert registry.get("ours").history[-1].reason == "stopped before the gate"
+    assert archive("theirs", ours) is None and registry.get("theirs").stage == "candidate"
+    assert archive("never-registered", ours) is None
+    with pytest.raises(StageError, match="only a candidate can be archived"):
+        registry.archive("runbook-v1", by="test", reason="production is not archived this way")
+
+
 # --- the workflow --------------------------------------------------------------------------------------------------
 async def pending_heartbeat(client: Client, handle: WorkflowHandle) -> TrainHeartbeat | None:
     for pending in (await handle.describe()).raw_description.pending_activities:
@@ -184,24 +220,34 @@ async def pending_heartbeat(client: Client, handle: WorkflowHandle) -> TrainHear
     return None
 
 
-@pytest.mark.asyncio(loop_scope="session")
 async def test_a_training_cycle_trains_evaluates_gates_and_registers_with_lineage(
-        temporal_server: Settings, store) -> None:  # noqa: ANN001
+        temporal_server: Settings, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Started and followed through the CLI (`train --request FILE --wait`, `train status ID`), as an operator does."""
     settings, registry = store
     keys = seed_episodes(settings)
     client = await connect(settings)
     req = request(version=f"sft-{uuid.uuid4().hex[:6]}", checkpoint_steps=2,
                   evaluation={**QUICK_EVAL.model_dump(), "tolerances": {"success_rate": 1, "false_positive_rate": 1,
                                                                         "harmful_rate": 1, "invalid_action_rate": 1}})
+    (tmp_path / "request.json").write_text(req.model_dump_json())
+    monkeypatch.setattr(train_cli, "console", Console(width=250))
     async with running_workers(client, settings) as isolated:
-        handle = await client.start_workflow("TrainingCycleWorkflow", req, id=f"training-{req.version}",
-                                             task_queue=isolated.queue_training, result_type=TrainingStatus)
+        monkeypatch.setenv("AGENT_SRE_QUEUE_TRAINING", isolated.queue_training)
+        get_settings.cache_clear()
+        cli = asyncio.create_task(asyncio.to_thread(invoke, "train", "--request", str(tmp_path / "request.json"),
+                                                    "--wait"))
+        handle = client.get_workflow_handle(f"training-{req.version}", result_type=TrainingStatus)
         try:
             seen: list[TrainingStatus] = []
-            while not (await handle.describe()).close_time:
-                seen.append(await handle.query("progress", result_type=TrainingStatus))
+            while not cli.done():
+                with contextlib.suppress(RPCError):  # not started yet
+                    seen.append(await handle.query("progress", result_type=TrainingStatus))
                 await asyncio.sleep(0.3)
+            followed = await cli
             status = await handle.result()
+            shown = await asyncio.to_thread(invoke, "train", "status", handle.id)
+            details = (await handle.query("__temporal_workflow_metadata",
+                                          result_type=WorkflowMetadata)).current_details
         finally:
             await terminate_running(client, [handle.id])
 
@@ -219,6 +265,14 @@ async def test_a_training_cycle_trains_evaluates_gates_and_registers_with_lineag
     assert (candidate_eval.version, parent_eval.version) == (req.version, BASE)
     assert candidate_eval.suite == parent_eval.suite and candidate_eval.scenarios == 2
     assert candidate_eval.stored and parent_eval.stored
+    assert details.startswith("**registered**") and "passed the gate" in details
+    for output in (followed, shown):
+        assert output.exit_code == 0, output.output
+        text = re.sub(r"\s+", " ", output.output)
+        assert "phase │ registered" in text and f"{req.version} is candidate" in text
+        assert f"{req.version} on {candidate_eval.suite}" in text
+    assert f"training cycle training-{req.version} started" in followed.output
+    assert "training · sft step 4/4" in followed.output
 
     # the registry: a candidate with its lineage, its data pinned by hash, its results stored beside it
     version = registry.get(req.version)
@@ -242,9 +296,26 @@ async def test_a_training_cycle_trains_evaluates_gates_and_registers_with_lineag
     assert decision.model_version == req.version and decision.completion_token_ids
 
 
+def test_eval_prints_the_table_and_stores_the_results_with_the_version(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, registry = store
+    wide = Console(width=250)
+    monkeypatch.setattr(train_cli, "console", wide)
+    monkeypatch.setattr(models_cli, "console", wide)
+    first = invoke("eval", "--version", BASE, "--limit", "1", "--max-turns", "1")
+    assert first.exit_code == 0, first.output
+    [(suite, rows)] = registry.eval_results(BASE).items()
+    assert suite.startswith("heldout-1-") and [r.group for r in rows][-1] == "all" and rows[-1].episodes == 1
+    assert f"{BASE} on {suite} · 1 scenarios · stored with the version" in first.output
+    assert "reused stored results" in invoke("eval", "--version", BASE, "--limit", "1", "--max-turns", "1").output
+    assert f"evaluation · {suite}" in invoke("models", "show", BASE).output
+    unknown = invoke("eval", "--version", "nope")
+    assert unknown.exit_code == 1 and "unknown model version 'nope'" in unknown.output
+
+
 @pytest.mark.asyncio(loop_scope="session")
 async def test_stop_cancels_the_training_job_and_ends_the_cycle_stopped(temporal_server: Settings,
-                                                                        store) -> None:  # noqa: ANN001
+                                                                        store: Store) -> None:
     settings, registry = store
     seed_episodes(settings)
     client = await connect(settings)
@@ -274,7 +345,7 @@ async def test_stop_cancels_the_training_job_and_ends_the_cycle_stopped(temporal
 
 
 # --- resuming ------------------------------------------------------------------------------------------------------
-async def test_a_retried_train_activity_resumes_from_the_heartbeat_checkpoint(store) -> None:  # noqa: ANN001
+async def test_a_retried_train_activity_resumes_from_the_heartbeat_checkpoint(store: Store) -> None:
     """SFT then GRPO; the first attempt is cancelled in GRPO, once a GRPO checkpoint is stored. The retry gets the
     finished SFT model and that checkpoint from the object store and trains only the GRPO steps still to do."""
     settings, registry = store
@@ -312,6 +383,8 @@ async def test_a_retried_train_activity_resumes_from_the_heartbeat_checkpoint(st
     trained = await second.run(activities.train_policy, job)
 
     assert trained.resumed_from == saved
+    # until GRPO finishes, a retry of this attempt could resume too: the checkpoint stays in the heartbeat
+    assert all(b.checkpoint is not None for b in resumed if "grpo" not in b.finished)
     logged = sorted({(b.metrics.stage, b.metrics.step) for b in resumed
                      if b.metrics is not None and b.metrics != last.metrics})
     assert logged == [("grpo", n) for n in range(step + 1, 4)]  # no SFT again, GRPO after the checkpoint

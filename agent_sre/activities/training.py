@@ -191,12 +191,13 @@ class Follower:
         elif p.event == "stage_done" and p.path:
             stage: TrainingStage = "sft" if p.sft is not None else "grpo"
             self.results[stage] = p.sft or p.grpo
-            stages = self.job.request.stages
-            if stage not in self.state.finished and stages.index(stage) < len(stages) - 1:
+            if stage not in self.state.finished:  # kept until registered: a retry need not train it again
                 model = await asyncio.to_thread(upload_dir, self.client, self.bucket, Path(p.path),
                                                 f"{self.prefix}/{stage}/model")
                 self.state.finished[stage] = StoredStage(model=model, sft=p.sft, grpo=p.grpo)
-            await self._drop_checkpoint()
+            if self.state.checkpoint is not None and self.state.checkpoint.prefix.startswith(
+                    f"{self.prefix}/{stage}/"):  # not a restored stage's: the checkpoint being resumed from
+                await self._drop_checkpoint()
             self._signal_now = True
 
     async def _checkpoint(self, stage: TrainingStage, path: Path) -> None:
@@ -244,8 +245,9 @@ async def follow(process: TrainingProcess, follower: Follower) -> int:
                 return status
             await asyncio.sleep(POLL_S)
     finally:
-        if process.poll() is None:
-            stopped = await asyncio.to_thread(process.stop)
+        running = process.poll() is None
+        stopped = await asyncio.to_thread(process.stop)  # also whatever the launcher may have left behind
+        if running:
             log.info("training job %d stopped (exit status %s)", process.pid, stopped)
 
 
@@ -289,7 +291,8 @@ async def train_policy(job: TrainJob) -> TrainedModel:
                 args += ["--data", str(out / "episodes.jsonl")]
             if (checkpoint := await asyncio.to_thread(restore, client, bucket, state, out)) is not None:
                 args += ["--resume-from", str(checkpoint)]
-            launch = launch_command(request.compute, args, 0 if request.compute == "cpu" else visible_gpus())
+            gpus = 0 if request.compute == "cpu" else await asyncio.to_thread(visible_gpus)
+            launch = launch_command(request.compute, args, gpus)
         except (ValueError, UnknownVersionError, LaunchError) as exc:
             raise refuse(exc) from exc
         if launch.argv[1:3] != ["launch", "--config_file"]:

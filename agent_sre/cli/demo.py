@@ -4,25 +4,43 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from agent_sre.cli import dev
 from agent_sre.cli.episodes import console, outcome_table
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from agent_sre.config import Settings
+    from agent_sre.models.rollout import Decision
+    from agent_sre.models.scenario import Scenario
+    from agent_sre.registry import Registry
+    from agent_sre.rollout.demo import DemoRollout
 
 
 def demo(
     n: int = typer.Option(50, "--n", min=1, help="simulated incidents to run"),
     concurrency: int = typer.Option(10, "--concurrency", min=1),
+    rollouts: bool = typer.Option(True, "--rollouts/--no-rollouts",
+                                  help="end with a compressed rollout and a rollback (a few minutes)"),
 ) -> None:
-    """Bring up the stack, run a batch of simulated incidents with the runbook policy through Temporal,
-    print the outcome table and where to look in the Temporal UI. The stack is left running."""
+    """Bring up the stack, run a batch of simulated incidents with the runbook policy through Temporal, print the
+    outcome table; then roll a new version out in minutes and roll a degraded one back, with incidents routed by
+    the rollout. The stack is left running."""
     from agent_sre.config import get_settings
     from agent_sre.episodes import run_episodes, summarize
     from agent_sre.models.remediation import PolicyRef
+    from agent_sre.registry import Registry, RegistryError
+    from agent_sre.rollout.client import ROLLOUT_WORKFLOW_ID, RolloutRunningError
+    from agent_sre.rollout.demo import reliably_resolved
     from agent_sre.scenarios import default_catalog, load_scenarios
     from agent_sre.temporal import connect
     from agent_sre.workers.main import build_workers
@@ -33,23 +51,107 @@ def demo(
     console.print(f"\n[bold]1. Incident remediation[/] — {n} simulated incidents from {len(scenarios)} scenarios "
                   f"({len({s.fault for s in scenarios})} fault types), runbook policy, {concurrency} at a time")
 
-    async def run() -> list:
+    async def run() -> None:
         client = await connect(settings)
         async with AsyncExitStack() as workers:
             for worker in build_workers(client, settings):
                 await workers.enter_async_context(worker)
+            began = time.monotonic()
             with Progress(TextColumn("[bold]episodes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           console=console) as progress:
                 task = progress.add_task("episodes", total=n)
-                return await run_episodes(client, settings, scenarios, n, PolicyRef(name="runbook"), concurrency,
-                                          on_done=lambda _: progress.advance(task))
+                results = await run_episodes(client, settings, scenarios, n, PolicyRef(name="runbook"), concurrency,
+                                             on_done=lambda _: progress.advance(task))
+            stats = summarize(results)
+            console.print(outcome_table(stats, f"{n} incidents in {time.monotonic() - began:.0f}s · policy "
+                                               "runbook-v1"))
+            if rollouts:
+                try:
+                    await _rollouts(client, settings, Registry.from_settings(settings),
+                                    reliably_resolved(scenarios, stats), concurrency)
+                except (RolloutRunningError, RegistryError) as exc:
+                    console.print(f"[red]error:[/] the rollout demo cannot run: {exc}")
+                    raise typer.Exit(1) from exc
 
-    began = time.monotonic()
-    results = asyncio.run(run())
-    wall = time.monotonic() - began
-    console.print(outcome_table(summarize(results), f"{n} incidents in {wall:.0f}s · policy runbook-v1"))
-    query = quote('WorkflowType="SimulatedIncidentWorkflow"')
+    asyncio.run(run())
+    ui = f"{settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows"
     console.print(f"\nTrajectories: s3://{settings.s3_bucket}/trajectories/ at {settings.s3_endpoint}")
-    console.print(f"Temporal UI:  {settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows"
-                  f"?query={query}", soft_wrap=True)
+    console.print(f"Temporal UI:  {_listing(ui, 'SimulatedIncidentWorkflow')}", soft_wrap=True)
+    if rollouts:
+        console.print(f"Rollouts:     {_listing(ui, 'ModelRolloutWorkflow')} · the latest: {ui}/{ROLLOUT_WORKFLOW_ID}",
+                      soft_wrap=True)
     console.print("The stack is still running; stop it with `agent-sre dev down`.")
+
+
+def _listing(ui: str, workflow_type: str) -> str:
+    query = quote(f'WorkflowType="{workflow_type}"')
+    return f"{ui}?query={query}"
+
+
+async def _rollouts(client: Client, settings: Settings, registry: Registry, traffic: list[Scenario],
+                    concurrency: int) -> None:
+    from agent_sre.models.rollout import describe_step
+    from agent_sre.rollout.demo import (
+        DEMO_PLAN,
+        end_previous_demo_rollout,
+        register_candidate,
+        register_degraded,
+        run_rollout,
+    )
+    from agent_sre.rollout.routing import read_table
+
+    if (left := await end_previous_demo_rollout(client)) is not None:
+        console.print(f"(aborted rollout {left}, left running by an interrupted demo)")
+    plan, g, a = DEMO_PLAN, DEMO_PLAN.guardrails, DEMO_PLAN.analysis
+    console.print(
+        f"\nRollout plan [bold]{plan.name}[/] (weeks compressed into seconds): "
+        f"{' → '.join(describe_step(s) for s in plan.steps)}; guardrails every {g.interval.seconds}s (success ≥ "
+        f"{g.min_success_rate:.0%}, harmful ≤ {g.max_harmful_rate:.0%}, from {g.min_incidents} incidents); analysis "
+        f"needs {a.min_samples} incidents per arm and passes within {a.success_margin:.0%} of the baseline. "
+        f"Traffic: {len(traffic)} scenarios of the {len({s.fault for s in traffic})} fault types the runbook resolved "
+        f"every time above, {concurrency} at a time, each routed by the rollout (no policy named).")
+
+    candidate = await asyncio.to_thread(register_candidate, registry)
+    console.print(f"\n[bold]2. Rollout of a new version[/] — {candidate}: the runbook policy registered as a new "
+                  "version (a stand-in: no model is trained in the demo)")
+    good = await run_rollout(client, settings, registry, candidate, traffic, concurrency=concurrency,
+                             on_decision=_show_decision)
+    degraded = await asyncio.to_thread(register_degraded, registry)
+    console.print(f"\n[bold]3. Rollback of a degraded version[/] — {degraded}: the scripted policy without a script "
+                  "(claims a fix at once, fixes nothing)")
+    bad = await run_rollout(client, settings, registry, degraded, traffic, concurrency=concurrency,
+                            on_decision=_show_decision)
+
+    console.print(_rollout_table([good, bad]))
+    for r in (good, bad):
+        assert r.result is not None
+        console.print(f"{r.candidate}: [bold]{r.result.outcome.replace('_', ' ')}[/] — {r.result.reason}")
+    production = await asyncio.to_thread(registry.production)
+    table = await asyncio.to_thread(read_table, registry.client, registry.bucket)
+    split = (f"{table.weight:g}% to {table.candidate.version}" if table and table.candidate
+             else f"every new incident to the production version {production.version}")
+    console.print(f"Registry: production is {production.version} · routing: {split} · "
+                  "`agent-sre models list` shows every version's stage history")
+
+
+def _show_decision(decision: Decision, demo: DemoRollout) -> None:
+    served = Counter(r.outcome.model_version for r in demo.served)
+    step = f"step {decision.step + 1}" if decision.step is not None else "end"
+    console.print(f"  {decision.at:%H:%M:%S}  {step:<7} [bold]{decision.action}[/]: {decision.reason}  [dim]("
+                  f"served so far: {demo.candidate} {served[demo.candidate]} · {demo.baseline} "
+                  f"{served[demo.baseline]})[/]")
+
+
+def _rollout_table(rollouts: list[DemoRollout]) -> Table:
+    table = Table(title="rollouts", caption="c/b: candidate/baseline, over the incidents each served during the rollout")
+    for col in ("candidate", "baseline", "plan", "result", "took", "decisions", "served c/b", "success c/b"):
+        table.add_column(col, no_wrap=True, justify="right" if col in ("took", "decisions") else "left")
+    colour = {"succeeded": "green", "rolled_back": "red", "aborted": "yellow"}
+    for r in rollouts:
+        assert r.result is not None
+        rates = [r.success_rate(v) for v in (r.candidate, r.baseline)]
+        table.add_row(r.candidate, r.baseline, r.plan, f"[{colour[r.result.outcome]}]{r.result.outcome}[/]",
+                      f"{r.wall_s:.0f}s", str(len(r.result.decisions)),
+                      f"{len(r.served_by(r.candidate))} / {len(r.served_by(r.baseline))}",
+                      " / ".join("-" if x is None else f"{x:.0%}" for x in rates))
+    return table

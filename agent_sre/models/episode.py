@@ -18,7 +18,8 @@ class SimEnvironment(BaseModel):
 
 class EpisodeRequest(BaseModel):
     scenario: Scenario
-    policy: PolicyRef = Field(default_factory=PolicyRef)
+    policy: PolicyRef | None = Field(default_factory=PolicyRef,
+                                    description="None: the routing activity decides, as for a real incident")
     limits: RemediationLimits = Field(default_factory=lambda: RemediationLimits(settle_s=2.0, deadline_s=600.0))
     reward: RewardConfig = Field(default_factory=RewardConfig)
     with_user_report: bool = Field(default=True, description="a simulated user also describes the symptom")

@@ -6,7 +6,6 @@ Paths under `/envs/E/` address environment E; bare paths address the "default" e
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 from collections.abc import Mapping
@@ -16,7 +15,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from agent_sre.simulator import admission, derived, discovery, tables
-from agent_sre.simulator.cluster import ApiError, Cluster, Obj, rfc3339
+from agent_sre.simulator.cluster import ApiError, Cluster, Obj, clone, rfc3339
 from agent_sre.simulator.patching import apply_patch
 from agent_sre.simulator.resources import RESOURCE_TYPES, ResourceType
 from agent_sre.simulator.selectors import (
@@ -430,7 +429,7 @@ class Router:
         for server_field in ("uid", "resourceVersion", "creationTimestamp", "generation", "deletionTimestamp"):
             obj["metadata"].pop(server_field, None)
         if t.rt.key in STATUS_ON_CREATE:
-            obj["status"] = copy.deepcopy(STATUS_ON_CREATE[t.rt.key])
+            obj["status"] = clone(STATUS_ON_CREATE[t.rt.key])
         self._admit(t, obj)
         created = self.cluster.create(t.rt.key, obj)
         self._audit("create", t, created, self.req.body.decode(errors="replace"))
@@ -457,11 +456,11 @@ class Router:
         self._check_identity(t, new, old)
         if t.subresource == "status":
             status = new.get("status")
-            new = copy.deepcopy(old)
+            new = clone(old)
             new["status"] = status
         elif "status" in t.rt.subresources:
             if "status" in old:
-                new["status"] = copy.deepcopy(old["status"])
+                new["status"] = clone(old["status"])
             else:
                 new.pop("status", None)
         new.setdefault("apiVersion", t.rt.group_version)
@@ -499,7 +498,7 @@ class Router:
         cascaded = self._remove(t.rt, obj, orphan=self._propagation() == "Orphan")
         self._audit("delete", t, obj, f"cascade={cascaded}" if cascaded else "")
         if t.rt.key == "pods":
-            gone = copy.deepcopy(obj)
+            gone = clone(obj)
             gone["metadata"]["deletionTimestamp"] = rfc3339(self.cluster.clock.now())
             return _json(gone)
         return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
@@ -597,7 +596,7 @@ class Router:
             raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {t.rt.key} "{t.name}": the object '
                                             "has been modified; please apply your changes to the latest version and "
                                             "try again")
-        new = copy.deepcopy(obj)
+        new = clone(obj)
         new["spec"]["replicas"] = replicas
         stored = self.cluster.replace(t.rt.key, new)
         self._audit("patch" if method == "PATCH" else "update", t, stored, f"scale replicas={replicas}")

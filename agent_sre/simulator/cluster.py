@@ -7,7 +7,6 @@ always current for the simulated time of the request without a background thread
 
 from __future__ import annotations
 
-import copy
 import itertools
 import time
 import uuid
@@ -40,6 +39,15 @@ class SimClock:
         if seconds < 0:
             raise ValueError("the simulated clock cannot go backwards")
         self._offset += seconds
+
+
+def clone(value: Any) -> Any:
+    """A deep copy of JSON-like data (what the store holds), several times faster than copy.deepcopy."""
+    if isinstance(value, dict):
+        return {k: clone(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clone(v) for v in value]
+    return value
 
 
 def rfc3339(ts: float) -> str:
@@ -158,7 +166,7 @@ class Cluster:
     def snapshot(self, resource: str, namespace: str, name: str) -> Obj | None:
         """A deep copy, for callers that want to edit an object before `replace`."""
         obj = self.get(resource, namespace, name)
-        return copy.deepcopy(obj) if obj is not None else None
+        return clone(obj) if obj is not None else None
 
     # --- events, audit, time -----------------------------------------------------------------------------------
     def record_event(self, involved: Obj, reason: str, message: str, type_: str = "Normal", count: int = 1, *,

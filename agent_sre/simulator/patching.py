@@ -6,13 +6,12 @@ port number, ...); any other list is replaced whole, as the apiserver does for l
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
 import jsonpatch
 
-from agent_sre.simulator.cluster import ApiError
+from agent_sre.simulator.cluster import ApiError, clone
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -44,7 +43,7 @@ SET_LISTS = frozenset({"finalizers"})
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386: objects merge recursively, null deletes, anything else replaces."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return clone(patch)
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -66,10 +65,10 @@ def _strategic_list(field: str, original: list[Any], patch: list[Any]) -> list[A
         return list(dict.fromkeys([*original, *patch]))
     key = _merge_key(field, [*original, *patch])
     if key is None or not all(isinstance(i, dict) for i in patch):
-        return [strategic_merge_patch(None, i) if isinstance(i, dict) else copy.deepcopy(i) for i in patch]
+        return [strategic_merge_patch(None, i) if isinstance(i, dict) else clone(i) for i in patch]
     if any(i.get("$patch") == "replace" for i in patch):
         return [strategic_merge_patch(None, i) for i in patch if i.get("$patch") != "replace"]
-    result = [copy.deepcopy(i) for i in original]
+    result = [clone(i) for i in original]
     for item in patch:
         if key not in item:
             raise ApiError(422, "Invalid", f"{field}: every element of the patch needs the merge key {key!r}")
@@ -92,7 +91,7 @@ def strategic_merge_patch(target: Any, patch: Any) -> Any:
     `$patch: replace|delete` on maps and `$deleteFromPrimitiveList/...` are honoured.
     """
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return clone(patch)
     directive = patch.get("$patch")
     if directive == "delete":
         return None
@@ -132,7 +131,7 @@ def apply_patch(obj: dict[str, Any], content_type: str, body: bytes) -> dict[str
         patch = json.loads(body or b"null")
     except ValueError as exc:
         raise ApiError(400, "BadRequest", f"error decoding patch: {exc}") from None
-    obj = copy.deepcopy(obj)  # patched results share unpatched branches with their input
+    obj = clone(obj)  # patched results share unpatched branches with their input
     if patch_type == JSON_PATCH:
         if not isinstance(patch, list):
             raise ApiError(400, "BadRequest", "a JSON patch must be a list of operations")

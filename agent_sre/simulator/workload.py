@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_sre.simulator import chaos, deployments, kubelet, logs, scheduling, signals
-from agent_sre.simulator.cluster import Cluster, Obj
+from agent_sre.simulator.cluster import Cluster, Obj, clone
 from agent_sre.simulator.kubelet import INF, NamespaceView, PodState
 
 REVISION = deployments.REVISION
@@ -136,15 +136,6 @@ def _run_pass(cluster: Cluster, state: WorkloadState, at: float) -> _Pass:
 
 
 # --- helpers ----------------------------------------------------------------------------------------------------
-
-def _clone(value: Any) -> Any:
-    """A deep copy of JSON-like data, several times faster than copy.deepcopy."""
-    if isinstance(value, dict):
-        return {k: _clone(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clone(v) for v in value]
-    return value
-
 
 def _encode(digest: bytes, n: int) -> str:
     number = int.from_bytes(digest, "big")
@@ -609,9 +600,9 @@ class _Pass:
 
     def _create_replicaset(self, dep: Obj, pod_hash: str, olds: list[Obj]) -> Obj:
         meta, spec = dep["metadata"], dep["spec"]
-        template = _clone(spec["template"])
+        template = clone(spec["template"])
         template.setdefault("metadata", {}).setdefault("labels", {})[HASH_LABEL] = pod_hash
-        selector = _clone(spec["selector"])
+        selector = clone(spec["selector"])
         selector.setdefault("matchLabels", {})[HASH_LABEL] = pod_hash
         name = f"{meta['name']}-{pod_hash}"
         empty = deployments.ReplicaSetFigures(name, 0, 0, ("", name))
@@ -842,7 +833,7 @@ class _Pass:
         suffix = stable_suffix(instance.seed if instance else 0, meta["uid"], n)  # pod names follow the seed
         name = f"{meta['name']}-{suffix}"
         template = rs["spec"]["template"]
-        spec = _clone(template.get("spec") or {})
+        spec = clone(template.get("spec") or {})
         spec.setdefault("restartPolicy", "Always")
         spec.setdefault("dnsPolicy", "ClusterFirst")
         spec.setdefault("schedulerName", "default-scheduler")

@@ -136,9 +136,10 @@ class TrainingCycleWorkflow:
 
     @workflow.signal
     def report_progress(self, metrics: TrainingMetrics) -> None:
-        """From the training activity: the latest step and figures."""
-        self._status.metrics = metrics
-        self._show()
+        """From the training activity: the latest step and figures (a late one, after training, is dropped)."""
+        if self._status.phase == "training":
+            self._status.metrics = metrics
+            self._show()
 
     @workflow.query
     def progress(self) -> TrainingStatus:
