@@ -345,6 +345,7 @@ async def test_stop_cancels_the_training_job_and_ends_the_cycle_stopped(temporal
 
 
 # --- resuming ------------------------------------------------------------------------------------------------------
+@pytest.mark.slow  # ~2 min on 2 cores: SFT + GRPO twice
 async def test_a_retried_train_activity_resumes_from_the_heartbeat_checkpoint(store: Store) -> None:
     """SFT then GRPO; the first attempt is cancelled in GRPO, once a GRPO checkpoint is stored. The retry gets the
     finished SFT model and that checkpoint from the object store and trains only the GRPO steps still to do."""
