@@ -143,7 +143,8 @@ def _show_decision(decision: Decision, demo: DemoRollout) -> None:
 
 
 def _rollout_table(rollouts: list[DemoRollout]) -> Table:
-    table = Table(title="rollouts", caption="c/b: candidate/baseline, over the incidents each served during the rollout")
+    table = Table(title="rollouts",
+                  caption="c/b: candidate/baseline, over the incidents each served during the rollout")
     for col in ("candidate", "baseline", "plan", "result", "took", "decisions", "served c/b", "success c/b"):
         table.add_column(col, no_wrap=True, justify="right" if col in ("took", "decisions") else "left")
     colour = {"succeeded": "green", "rolled_back": "red", "aborted": "yellow"}
