@@ -81,7 +81,7 @@ def start(
             raise typer.BadParameter("a scenario runs in a fresh simulated environment of its own",
                                      param_hint="--kubeconfig")
         chosen = _load_scenario(scenario, name)
-        request = EpisodeRequest(scenario=chosen, **({"policy": ref} if ref else {}))
+        request = EpisodeRequest(scenario=chosen, policy=ref)  # None: the routing activity decides
         request.limits = _limits(request.limits, approval_risk, feedback_window)
         _run(lambda client, settings: _start_episode(client, settings, request, wait))
 
