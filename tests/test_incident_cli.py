@@ -24,6 +24,7 @@ from typer.testing import CliRunner, Result
 
 from agent_sre import config
 from agent_sre.cli import app
+from agent_sre.cli import common as cli_common
 from agent_sre.cli import incident as incident_cli
 from agent_sre.config import Settings
 from agent_sre.scenarios import default_catalog
@@ -87,7 +88,7 @@ def _until(ok: Callable[[], object], what: str, log: Path | None = None, timeout
 @pytest.fixture
 def cli(worker: Worker, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
     """Run `agent-sre ARGS` with settings naming the worker's queues."""
-    monkeypatch.setattr(incident_cli, "get_settings", lambda: worker.settings)
+    monkeypatch.setattr(cli_common, "get_settings", lambda: worker.settings)
     monkeypatch.setattr(incident_cli, "console", Console(width=200))  # no wrapped table cells to match across
     runner = CliRunner()
 

@@ -6,14 +6,13 @@ ID is the remediation's workflow id, as printed by `start`/`report` and shown in
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import json
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal, NoReturn, TypeVar
+from typing import Any, Literal, TypeVar
 
 import typer
 from pydantic import ValidationError
@@ -29,7 +28,9 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent_sre.config import Settings, get_settings
+from agent_sre.cli.common import fail as _fail
+from agent_sre.cli.common import run_with_client
+from agent_sre.config import Settings
 from agent_sre.models.alert import Alert, AlertmanagerWebhook
 from agent_sre.models.episode import EpisodeRequest, EpisodeResult
 from agent_sre.models.incident import Incident, RemediationLimits
@@ -37,7 +38,7 @@ from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, Poli
 from agent_sre.models.reward import HumanFeedback
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.tools import Risk
-from agent_sre.temporal import connect, start_incident, task_queues
+from agent_sre.temporal import start_incident, task_queues
 from agent_sre.validation import explain
 
 app = typer.Typer(help="Start, follow and answer remediations.", no_args_is_help=True)
@@ -331,24 +332,11 @@ def _bad_input(make: Callable[[], T], where: str = "") -> T:
         _fail(f"{prefix}{e}")
 
 
-def _fail(message: str) -> NoReturn:
-    console.print(f"[red]error:[/] {escape(message)}")
-    raise typer.Exit(1)
-
 
 def _run(action: Callable[[Client, Settings], Awaitable[None]]) -> None:
     """Connect, run, and report Temporal's refusals as errors rather than tracebacks."""
-    settings = get_settings()
-
-    async def go() -> None:
-        try:
-            client = await connect(settings)
-        except RuntimeError as e:
-            _fail(f"cannot reach Temporal at {settings.temporal_address} ({e}); is `agent-sre dev up` running?")
-        await action(client, settings)
-
     try:
-        asyncio.run(go())
+        run_with_client(action)
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             _fail(f"no such workflow, or it has ended and cannot take signals: {e.message}")

@@ -7,11 +7,9 @@ Alertmanager and `temporal workflow signal --workflow-id model-rollout --name ro
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import NoReturn
 
 import typer
 from rich.table import Table
@@ -20,11 +18,12 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agent_sre.cli.models import console as models_console
 from agent_sre.cli.models import registry_call
-from agent_sre.config import Settings, get_settings
+from agent_sre.cli.common import fail as _fail
+from agent_sre.cli.common import run_with_client
+from agent_sre.config import Settings
 from agent_sre.models.rollout import RolloutControl, RolloutRequest, RolloutStatus, describe_step, format_duration
 from agent_sre.rollout.client import ROLLOUT_WORKFLOW_ID, RolloutRunningError, preflight, start_rollout
 from agent_sre.rollout.plans import PlanError, load_plan
-from agent_sre.temporal import connect
 
 app = typer.Typer(help="Roll a model version out: A/B test, gradual traffic, automatic rollback.",
                   no_args_is_help=True)
@@ -32,24 +31,11 @@ console = models_console
 BY_HELP = "who decides (recorded in the rollout's history); default: your login name"
 
 
-def _fail(message: str) -> NoReturn:
-    console.print(f"[red]error:[/] {message}")
-    raise typer.Exit(1)
-
 
 def _run(action: Callable[[Client, Settings], Awaitable[None]]) -> None:
     """Connect, run, and turn Temporal's refusals into one-line errors."""
-    settings = get_settings()
-
-    async def go() -> None:
-        try:
-            client = await connect(settings)
-        except RuntimeError as exc:
-            _fail(f"cannot reach Temporal at {settings.temporal_address} ({exc}); is `agent-sre dev up` running?")
-        await action(client, settings)
-
     try:
-        asyncio.run(go())
+        run_with_client(action)
     except WorkflowUpdateFailedError as exc:
         _fail(f"refused: {exc.cause.message if hasattr(exc.cause, 'message') else exc.cause}")
     except RPCError as exc:

@@ -17,7 +17,6 @@ import getpass
 from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -27,32 +26,20 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agent_sre.cli.episodes import outcome_table
 from agent_sre.cli.models import console, registry_call
+from agent_sre.cli.common import fail as _fail
+from agent_sre.cli.common import run_with_client
 from agent_sre.config import Settings, get_settings
 from agent_sre.models.training import EvalReport, EvalRequest, EvaluationConfig, TrainingRequest, TrainingStatus
-from agent_sre.temporal import connect
 
 app = typer.Typer(help="Train a model version: collect data, train, evaluate, gate (a Temporal workflow).",
                   invoke_without_command=True, no_args_is_help=False)
 FOLLOW_EVERY_S = 2.0
 
 
-def _fail(message: str) -> NoReturn:
-    console.print(f"[red]error:[/] {message}")
-    raise typer.Exit(1)
-
 
 def _run(action: Callable[[Client, Settings], Awaitable[None]]) -> None:
-    settings = get_settings()
-
-    async def go() -> None:
-        try:
-            client = await connect(settings)
-        except RuntimeError as exc:
-            _fail(f"cannot reach Temporal at {settings.temporal_address} ({exc}); is `agent-sre dev up` running?")
-        await action(client, settings)
-
     try:
-        asyncio.run(go())
+        run_with_client(action)
     except RPCError as exc:
         _fail("no such training cycle" if exc.status == RPCStatusCode.NOT_FOUND else f"Temporal refused: {exc.message}")
 

@@ -1,0 +1,37 @@
+"""What the CLI areas that talk to Temporal share: one-line errors and a connected client."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from temporalio.client import Client
+
+from agent_sre.config import Settings, get_settings
+from agent_sre.temporal import connect
+
+errors = Console()
+
+
+def fail(message: str) -> NoReturn:
+    errors.print(f"[red]error:[/] {escape(message)}")
+    raise typer.Exit(1)
+
+
+def run_with_client(action: Callable[[Client, Settings], Awaitable[None]]) -> None:
+    """Connect to Temporal and run `action`; an unreachable server is a one-line error. Other errors propagate
+    for the caller to word in its own terms."""
+    settings = get_settings()
+
+    async def go() -> None:
+        try:
+            client = await connect(settings)
+        except RuntimeError as exc:
+            fail(f"cannot reach Temporal at {settings.temporal_address} ({exc}); is `agent-sre dev up` running?")
+        await action(client, settings)
+
+    asyncio.run(go())
