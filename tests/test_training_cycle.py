@@ -272,7 +272,9 @@ async def test_a_training_cycle_trains_evaluates_gates_and_registers_with_lineag
         assert "phase │ registered" in text and f"{req.version} is candidate" in text
         assert f"{req.version} on {candidate_eval.suite}" in text
     assert f"training cycle training-{req.version} started" in followed.output
-    assert "training · sft step 4/4" in followed.output
+    # The follower polls, so which phase it catches at the last step depends on timing; the final status
+    # it prints always carries the progress line.
+    assert "sft step 4/4" in re.sub(r"\s+", " ", followed.output)
 
     # the registry: a candidate with its lineage, its data pinned by hash, its results stored beside it
     version = registry.get(req.version)

@@ -132,7 +132,7 @@ def _periodic(sw: Software, ts: float, inbound: Sequence[Inbound]) -> list[str]:
             user = users[int(_fraction(ts, "who") * len(users))]
             return [f'FATAL:  password authentication failed for user "{user}"',
                     f'DETAIL:  Connection matched file "/var/lib/postgresql/data/pgdata/pg_hba.conf" line 128: '
-                    f'"host all all all scram-sha-256"']
+                    '"host all all all scram-sha-256"']
         if int(ts) % 300 < REQUEST_EVERY_S:
             return ["LOG:  checkpoint starting: time",
                     f"LOG:  checkpoint complete: wrote {int(_fraction(ts) * 400) + 20} buffers"]
