@@ -91,7 +91,8 @@ class RunbookPolicy(ActionPolicy):
             return None
         if ev.has("OOMKilled"):
             limit = MEMORY_LIMIT.search(ev.text)
-            new = f"{int(limit['value']) * 4}{limit['unit']}" if limit else "512Mi"
+            seen_mib = int(limit["value"]) * {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}[limit["unit"]] if limit else 0
+            new = f"{max(int(seen_mib * 4), 512)}Mi"  # the runbook's generous bump; the leak hunt comes later
             # The runbook's convention: a deployment's main container carries its name.
             return ToolCall(tool="set_resources", args={"deployment": deployment, "container": deployment,
                                                         "memory_limit": new})
