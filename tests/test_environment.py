@@ -37,6 +37,17 @@ def test_runbook_episode_resolves_and_is_scored_in_simulated_time(simulator: Sim
     assert simulator.envs == {}  # the environment is gone
 
 
+@pytest.mark.parametrize("fault", ["oom_limit", "bad_image", "scaled_to_zero"])
+def test_the_runbook_fixes_textbook_faults_on_a_manual_clock(simulator: Simulator, fault: str) -> None:
+    env = IncidentEnvironment(simulator, _scenario(fault), policy="runbook")
+    env.reset()
+    policy, ref = RunbookPolicy(), PolicyRef()
+    while not env.done:
+        env.record(policy.decide(ref, env.trajectory))
+    t = env.close()
+    assert t.verdict is not None and t.verdict.outcome == "resolved", (t.verdict, [s.action for s in t.steps])
+
+
 def test_bad_model_output_is_an_invalid_step_and_the_step_limit_ends_the_episode(simulator: Simulator) -> None:
     env = IncidentEnvironment(simulator, _scenario("oom_limit"), limits=RemediationLimits(max_steps=3))
     env.reset()

@@ -61,8 +61,10 @@ async def test_every_fault_type_runs_through_the_workflow_with_the_runbook(stack
     rows = {row.group: row for row in summarize(results)}
     resolved = {r.fault for r in results if r.outcome.outcome == "resolved"}
     # The runbook is a decent baseline, not an oracle: the textbook faults it fixes, its documented blind
-    # spots (NetworkPolicies, Service wiring, a corrupted Secret survives a rollback) it misses.
-    assert {"bad_image", "oom_limit", "chaos_network_delay", "node_selector_missing", "scaled_to_zero"} <= resolved
+    # spots (NetworkPolicies, Service wiring, a corrupted Secret survives a rollback) it misses. (OOM is checked
+    # on a manual clock in test_environment.py: here the simulated clock follows wall time, so whether the
+    # runbook sees OOMKilled or only a crash loop depends on the machine's load.)
+    assert {"bad_image", "chaos_network_delay", "node_selector_missing", "scaled_to_zero"} <= resolved
     assert not {"network_policy_deny", "service_selector", "secret_password"} & resolved
     assert 0.5 <= rows["all"].success_rate < 1.0, rows["all"]
     stored = list(iter_trajectories(object_store(stack), stack.s3_bucket, model_version="runbook-v1"))
