@@ -21,7 +21,8 @@ from agent_sre.simulator.selectors import (
     parse_field_selector, parse_label_selector, selector_matches, selector_to_string,
 )
 from agent_sre.simulator.simulator import Simulator
-from agent_sre.simulator.tables import human_duration, to_table
+from agent_sre.kubetime import human_duration
+from agent_sre.simulator.tables import to_table
 from agent_sre.simulator.transport import in_process_api_client
 from sim_fixtures import NS, Served, call, seed, served, workload_available  # noqa: F401 (fixture)
 

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import typer
 from pydantic import ValidationError
@@ -50,6 +50,16 @@ QUERY_TIMEOUT = timedelta(seconds=10)
 KUBECONFIG_HELP = ("the cluster to act on, as the worker sees it: a kubeconfig path or a simulator environment URL "
                    "(default: the worker's own)")
 
+# Options shared by every way of starting a remediation.
+PolicyOption = Annotated[str | None, typer.Option("--policy",
+                                                  help="runbook; default: the routing activity picks the model")]
+KubeconfigOption = Annotated[str | None, typer.Option("--kubeconfig", help=KUBECONFIG_HELP)]
+ApprovalRiskOption = Annotated[RiskName | None, typer.Option(
+    "--approval-risk", help="writes at or above this risk wait for `incident approve`")]
+FeedbackWindowOption = Annotated[float | None, typer.Option(
+    "--feedback-window", min=0, help="seconds after the verdict during which `incident feedback` counts")]
+WaitOption = Annotated[bool, typer.Option("--wait", help="wait for the outcome and print it")]
+
 
 # --- ways in ----------------------------------------------------------------------------------------------------
 
@@ -60,13 +70,11 @@ def start(
     scenario: Path = typer.Option(None, "--scenario", exists=True, dir_okay=False,
                                   help="a scenario YAML: injected into a fresh simulated environment, then remediated"),
     name: str = typer.Option(None, "--name", help="which scenario, when the file holds several"),
-    policy: str = typer.Option(None, "--policy", help="runbook; default: the routing activity picks the model"),
-    kubeconfig: str = typer.Option(None, "--kubeconfig", help=KUBECONFIG_HELP),
-    approval_risk: RiskName = typer.Option(None, "--approval-risk",
-                                           help="writes at or above this risk wait for `incident approve`"),
-    feedback_window: float = typer.Option(None, "--feedback-window", min=0,
-                                          help="seconds after the verdict during which `incident feedback` counts"),
-    wait: bool = typer.Option(False, "--wait", help="wait for the outcome and print it"),
+    policy: PolicyOption = None,
+    kubeconfig: KubeconfigOption = None,
+    approval_risk: ApprovalRiskOption = None,
+    feedback_window: FeedbackWindowOption = None,
+    wait: WaitOption = False,
 ) -> None:
     """Start a remediation from an alert file or a scenario file."""
     if (alert is None) == (scenario is None):
@@ -92,13 +100,11 @@ def report(
     text: str = typer.Argument(..., help='the problem in the user\'s words, e.g. "my checkout page keeps failing"'),
     namespace: str = typer.Option(..., "--namespace", "-n"),
     service: str = typer.Option(None, "--service", help="the service the user means, when known"),
-    policy: str = typer.Option(None, "--policy", help="runbook; default: the routing activity picks the model"),
-    kubeconfig: str = typer.Option(None, "--kubeconfig", help=KUBECONFIG_HELP),
-    approval_risk: RiskName = typer.Option(None, "--approval-risk",
-                                           help="writes at or above this risk wait for `incident approve`"),
-    feedback_window: float = typer.Option(None, "--feedback-window", min=0,
-                                          help="seconds after the verdict during which `incident feedback` counts"),
-    wait: bool = typer.Option(False, "--wait", help="wait for the outcome and print it"),
+    policy: PolicyOption = None,
+    kubeconfig: KubeconfigOption = None,
+    approval_risk: ApprovalRiskOption = None,
+    feedback_window: FeedbackWindowOption = None,
+    wait: WaitOption = False,
 ) -> None:
     """Start a remediation from a user's plain-language report (no alert needed)."""
     incident = _bad_input(lambda: Incident(

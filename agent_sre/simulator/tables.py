@@ -8,9 +8,9 @@ so output looks the same against the simulator and a real cluster; ages use the 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from datetime import datetime
 from typing import Any
 
+from agent_sre.kubetime import age, human_duration, parse_time
 from agent_sre.simulator.cluster import Obj
 from agent_sre.simulator.selectors import selector_to_string
 
@@ -18,49 +18,8 @@ Column = tuple[str, str, int]  # name, type, priority (1 = only with -o wide)
 Printer = Callable[[Obj, float], list[Any]]
 
 
-def human_duration(seconds: float) -> str:
-    """k8s.io/apimachinery duration.HumanDuration: the AGE format kubectl users know."""
-    s = int(seconds)
-    if s < -1:
-        return "<invalid>"
-    if s < 0:
-        return "0s"
-    if s < 120:
-        return f"{s}s"
-    minutes = s // 60
-    if minutes < 10:
-        return f"{minutes}m{s % 60}s" if s % 60 else f"{minutes}m"
-    if minutes < 180:
-        return f"{minutes}m"
-    hours = s // 3600
-    if hours < 8:
-        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
-    if hours < 48:
-        return f"{hours}h"
-    days = hours // 24
-    if hours < 24 * 8:
-        return f"{days}d{hours % 24}h" if hours % 24 else f"{days}d"
-    if hours < 24 * 365 * 2:
-        return f"{days}d"
-    if hours < 24 * 365 * 8:
-        return f"{days // 365}y{days % 365}d" if days % 365 else f"{days // 365}y"
-    return f"{days // 365}y"
-
-
-def parse_time(ts: str | None) -> float | None:
-    if not ts:
-        return None
-    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
-
-
-def since(ts: str | None, now: float) -> str:
-    """translateTimestampSince: the age of a timestamp at simulated time `now`."""
-    t = parse_time(ts)
-    return "<unknown>" if t is None else human_duration(now - t)
-
-
 def _age(obj: Obj, now: float) -> str:
-    return since(obj.get("metadata", {}).get("creationTimestamp"), now)
+    return age(obj.get("metadata", {}).get("creationTimestamp"), now)
 
 
 def _format_labels(labels: dict[str, str] | None) -> str:
@@ -273,8 +232,8 @@ def _node(node: Obj, now: float) -> list[Any]:
 
 
 def _event(ev: Obj, now: float) -> list[Any]:
-    first = since(ev.get("firstTimestamp") or ev.get("eventTime"), now)
-    last = since(ev.get("lastTimestamp"), now) if ev.get("lastTimestamp") else first
+    first = age(ev.get("firstTimestamp") or ev.get("eventTime"), now)
+    last = age(ev.get("lastTimestamp"), now) if ev.get("lastTimestamp") else first
     involved = ev.get("involvedObject") or {}
     source = ev.get("source") or {}
     source_cell = ", ".join(p for p in (source.get("component"), source.get("host")) if p) or \

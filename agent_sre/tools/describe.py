@@ -13,7 +13,8 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from agent_sre.tools.render import NONE, age, clean, labels, table
+from agent_sre.kubetime import age
+from agent_sre.tools.render import NONE, clean, labels, table
 from agent_sre.tools.status import pod_ready, pod_status
 
 Obj = dict[str, Any]

@@ -14,7 +14,8 @@ from agent_sre.models import tools as m
 from agent_sre.tools import describe as describers
 from agent_sre.tools.context import ToolContext
 from agent_sre.tools.kube import KINDS, Kube, KubeError, Obj
-from agent_sre.tools.render import NONE, age, clean, clip, fit, labels, table
+from agent_sre.kubetime import age
+from agent_sre.tools.render import NONE, clean, clip, fit, labels, table
 from agent_sre.tools.status import pod_ready, pod_restarts, pod_status
 
 REVISION = "deployment.kubernetes.io/revision"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 NONE = "<none>"
@@ -19,47 +18,6 @@ _CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
 def clean(text: str) -> str:
     """Drop terminal escapes and control characters (tabs and newlines stay)."""
     return _CONTROL.sub("", text)
-
-
-def parse_time(timestamp: str | None) -> float | None:
-    if not timestamp:
-        return None
-    try:
-        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def human_duration(seconds: float) -> str:
-    """kubectl's `duration.HumanDuration`: 45s, 3m20s, 47m, 5h12m, 30h, 3d4h, 120d, 2y30d."""
-    if seconds < -1:
-        return "<invalid>"
-    if seconds < 0:
-        return "0s"
-    if seconds < 120:
-        return f"{int(seconds)}s"
-    minutes = int(seconds // 60)
-    if minutes < 10:
-        rest = int(seconds) % 60
-        return f"{minutes}m{rest}s" if rest else f"{minutes}m"
-    if minutes < 180:
-        return f"{minutes}m"
-    hours = minutes // 60
-    if hours < 8:
-        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
-    if hours < 48:
-        return f"{hours}h"
-    if hours < 192:
-        return f"{hours // 24}d{hours % 24}h" if hours % 24 else f"{hours // 24}d"
-    if hours < 24 * 365 * 2:
-        return f"{hours // 24}d"
-    years, days = hours // (24 * 365), (hours // 24) % 365
-    return f"{years}y{days}d" if days and years < 8 else f"{years}y"
-
-
-def age(timestamp: str | None, now: float) -> str:
-    ts = parse_time(timestamp)
-    return "<unknown>" if ts is None else human_duration(now - ts)
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
