@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import quote
 
 from minio import Minio
+from minio.datatypes import Object
 from minio.error import S3Error
 
 from agent_sre.models.remediation import StoredTrajectory
@@ -116,6 +117,13 @@ def trajectory_keys(client: Minio, bucket: str, since: date | None = None,
                     model_version: str | None = None) -> Iterator[str]:
     """Keys of stored trajectories started on or after `since` (UTC date), served by `model_version`, in key
     order (date, then model, then workflow). Only the matching partitions are listed."""
+    for obj in trajectory_objects(client, bucket, since, model_version):
+        yield obj.object_name
+
+
+def trajectory_objects(client: Minio, bucket: str, since: date | None = None,
+                       model_version: str | None = None) -> Iterator[Object]:
+    """`trajectory_keys` with each object's listing entry (last modified, ETag, size)."""
     for day in client.list_objects(bucket, prefix=f"{TRAJECTORIES}/", recursive=False):
         match = _DAY_RE.match(day.object_name or "")
         if match is None:
@@ -126,7 +134,7 @@ def trajectory_keys(client: Minio, bucket: str, since: date | None = None,
         prefix = match.string + (f"model={_segment(model_version)}/" if model_version is not None else "")
         for obj in client.list_objects(bucket, prefix=prefix, recursive=True):
             if _KEY_RE.match(obj.object_name or ""):
-                yield obj.object_name
+                yield obj
             else:
                 log.warning("skipping s3://%s/%s: not a trajectory key", bucket, obj.object_name)
 

@@ -91,8 +91,8 @@ def collect_training_data(request: TrainingRequest) -> DataManifest:
             from agent_sre.training.sft import is_expert_episode
 
             wanted = request.data.trajectories
-            keys = chain.from_iterable(trajectory_keys(client, bucket, wanted.since, version)
-                                       for version in (wanted.model_versions or [None]))
+            keys = iter(wanted.objects) if wanted.objects else chain.from_iterable(
+                trajectory_keys(client, bucket, wanted.since, version) for version in (wanted.model_versions or [None]))
             selected = select_episodes(_objects(client, bucket, keys), wanted, bucket)
             manifest = selected.manifest
             assert request.sft is not None

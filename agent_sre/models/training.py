@@ -103,6 +103,8 @@ class TrajectoryFilter(BaseModel):
     model_versions: list[str] = Field(default_factory=list, description="served by these versions; empty: any")
     policies: list[str] = Field(default_factory=list, description="acted by these policies; empty: any")
     limit: int | None = Field(default=None, ge=1, description="at most this many accepted episodes (oldest first)")
+    objects: list[str] = Field(default_factory=list, description="read exactly these object keys instead of listing "
+                                                                 "the trajectory store (a learning cycle's dataset)")
 
 
 class SimulatedData(BaseModel):

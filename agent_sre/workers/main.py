@@ -16,9 +16,11 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from agent_sre.activities import observer, policy, rewards, rollout, routing, simulation, tools, training, trajectories
+from agent_sre.activities import (learning, observer, policy, rewards, rollout, routing, simulation, tools, training,
+                                  trajectories)
 from agent_sre.config import Settings
 from agent_sre.workflows.incident import IncidentRemediationWorkflow
+from agent_sre.workflows.learning import ContinuousLearningWorkflow
 from agent_sre.workflows.rollout import ModelRolloutWorkflow
 from agent_sre.workflows.simulated import SimulatedIncidentWorkflow
 from agent_sre.workflows.training import TrainingCycleWorkflow
@@ -38,9 +40,11 @@ def queue_contents(settings: Settings) -> dict[str, tuple[list[type], list[Calla
                                     simulation.create_environment, simulation.inject_and_wait_for_alert,
                                     simulation.delete_environment]),
         settings.queue_policy: ([], [policy.decide_next_action]),
-        settings.queue_training: ([TrainingCycleWorkflow],
+        settings.queue_training: ([TrainingCycleWorkflow, ContinuousLearningWorkflow],
                                   [training.collect_training_data, training.train_policy, training.evaluate_version,
-                                   training.register_if_better, training.archive_version]),
+                                   training.register_if_better, training.archive_version,
+                                   learning.begin_cycle, learning.gather_cycle_data, learning.prepare_rollout,
+                                   learning.finish_cycle]),
     }
 
 

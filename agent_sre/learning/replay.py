@@ -1,0 +1,89 @@
+"""Sim replay: a production incident whose scenario the simulator knows can be re-created there, so GRPO trains on
+"the incidents production saw" and a candidate is evaluated on recent ones offline, before it serves any.
+
+A simulated incident carries its scenario. A scenario from the catalog is re-created from the catalog (the stored
+copy went through redaction); another one only when its fault and app are the simulator's and redaction left it
+intact. An incident without a scenario (a real alert) has no known fault class and is not replayed.
+Scenarios are split by a hash of their name, so training and evaluation never share one and a rerun splits the
+same way; training leaves out the scenarios of the evaluation suite (held-out means never trained on).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cache
+
+import yaml
+
+from agent_sre.faults import FaultError, get_fault
+from agent_sre.models.scenario import Scenario
+from agent_sre.models.trajectory import Trajectory
+from agent_sre.redaction import PREFIX as REDACTED
+from agent_sre.scenarios import default_catalog, load_scenarios
+from agent_sre.simulator.apps import get_app
+
+
+@cache
+def _catalog() -> dict[str, Scenario]:
+    return {s.name: s for s in load_scenarios(default_catalog())}
+
+
+def replay_scenario(t: Trajectory) -> Scenario | str:
+    """The scenario that re-creates `t`'s incident, or why there is none."""
+    stored = t.incident.scenario
+    if stored is None:
+        return "no scenario: not a simulated incident, its fault class is unknown"
+    known = _catalog().get(stored.name)
+    if known is not None and known.fault == stored.fault:
+        return known
+    try:
+        get_fault(stored.fault)
+        get_app(stored.app)
+    except (FaultError, KeyError):
+        return f"unknown to the simulator: fault {stored.fault!r} of app {stored.app!r}"
+    if REDACTED in stored.model_dump_json():
+        return "redacted: the stored scenario lost values to redaction and is not in the catalog"
+    return stored
+
+
+def _position(name: str) -> float:
+    """The scenario's fixed point in [0, 1): which side of the split it falls on."""
+    return int(hashlib.sha256(name.encode()).hexdigest()[:12], 16) / 16 ** 12
+
+
+@dataclass
+class Replay:
+    train: list[Scenario] = field(default_factory=list)
+    evaluate: list[Scenario] = field(default_factory=list)
+    not_replayable: Counter[str] = field(default_factory=Counter)
+
+
+def replay_sets(episodes: Iterable[Trajectory], eval_share: float, eval_limit: int,
+                held_out: set[str]) -> Replay:
+    """Distinct scenarios of the episodes' incidents, split into training and evaluation (at most `eval_limit`;
+    the rest train). Training leaves out the scenarios named in `held_out`."""
+    out, scenarios, seen = Replay(), {}, Counter[str]()
+    for t in episodes:
+        found = replay_scenario(t)
+        if isinstance(found, str):
+            out.not_replayable[found] += 1
+        else:
+            scenarios[found.name] = found
+            seen[found.name] += 1
+    ordered = sorted(scenarios.values(), key=lambda s: _position(s.name))
+    chosen = [s for s in ordered if _position(s.name) < eval_share][:eval_limit]
+    out.evaluate = sorted(chosen, key=lambda s: s.name)
+    for s in sorted(set(scenarios) - {c.name for c in chosen}):
+        if s in held_out:
+            out.not_replayable["in the evaluation suite: never trained on"] += seen[s]
+        else:
+            out.train.append(scenarios[s])
+    return out
+
+
+def scenario_file(scenarios: Iterable[Scenario]) -> bytes:
+    """A scenario file `load_scenarios` reads back as the same scenarios (one YAML document each)."""
+    return yaml.safe_dump_all([s.model_dump(mode="json") for s in scenarios], sort_keys=False).encode()
