@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 from pydantic import BaseModel
 
+from agent_sre.models.learning import CycleRecord, LearningCycleInput, LearningState
 from agent_sre.models.reward import RewardRecord
 from agent_sre.models.training import TrainingRequest, TrainingStatus
 from agent_sre.models.trajectory import Trajectory
@@ -23,6 +24,9 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "reward.v1": RewardRecord,
     "training.request.v1": TrainingRequest,
     "training.status.v1": TrainingStatus,
+    "learning.input.v1": LearningCycleInput,
+    "learning.state.v1": LearningState,
+    "learning.cycle.v1": CycleRecord,
 }
 
 DEFAULT_DIR = Path(__file__).resolve().parents[1] / "docs" / "schemas"
