@@ -3,7 +3,8 @@
 Only the REST layer is swapped: serialization, typed models, `ApiException`s and watches are the client's own,
 so tool code cannot tell it apart from a real cluster, and training episodes skip the sockets. A JSON body is
 encoded only when the client reads it; `decoded(response)` gives readers that take plain documents the
-simulator's own objects without the JSON round trip (over HTTP it decodes the body).
+simulator's own objects without the JSON round trip (over HTTP it decodes the body), and urllib3's
+`response.json()` gives them a copy of their own, again without the round trip.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import inspect
 import io
 import json
+import marshal
 from collections.abc import Iterator
 from http import HTTPStatus
 from typing import Any
@@ -27,6 +29,12 @@ from agent_sre.simulator.simulator import Simulator
 IN_PROCESS_HOST = "http://simulator.in-process"
 STREAMED = ("watch", "follow")  # query flags of requests whose body clients read as a stream
 REASONS = {status.value: status.phrase for status in HTTPStatus}
+
+
+def _own(doc: Any) -> Any:
+    """A deep copy of a JSON document, a few times cheaper than encoding and decoding it; the same value decoding
+    gives, as the store holds only JSON types (str keys, lists, no object twice in one document)."""
+    return marshal.loads(marshal.dumps(doc))
 
 
 def _encode(body: Any, content_type: str) -> bytes:
@@ -105,7 +113,11 @@ class InProcessResponse:
         yield from (data[i:i + step] for i in range(0, len(data), step))
 
     def json(self) -> Any:
-        return json.loads(self.data)
+        """urllib3's decoded body: here a copy of the document, so the caller may change it."""
+        if self.document is None:
+            return json.loads(self.data)
+        with self._simulator.lock:
+            return _own(self.document.doc)
 
     def getheaders(self) -> HTTPHeaderDict:
         return self.headers

@@ -1,8 +1,9 @@
 """The tools' only door to the cluster: the official client's typed APIs, addressed by the tools' kind names.
 
-Responses are read raw (`_preload_content=False`) and json-decoded: the tools render plain dicts, and skipping
-the client's model classes makes calls far cheaper (listing the shop's pods in-process: about 2 ms typed, 0.1-0.2 ms
-raw; its services: 0.22 ms typed, 0.10 ms raw). Every mutating request passes
+Responses are read raw (`_preload_content=False`) and decoded by urllib3's `response.json()`: the tools render
+plain dicts, and skipping the client's model classes makes calls far cheaper (listing the shop's pods in-process:
+about 2 ms typed, 0.1-0.2 ms raw). In-process, `json()` copies the simulator's document instead of encoding and
+decoding it (see `simulator.transport`), so tools may treat what they read as their own. Every mutating request passes
 `guardrails.check_write` here, after the tool's own checks, so no code path can write outside the rules.
 """
 
@@ -102,7 +103,7 @@ class Kube:
         self._date: str | None = None
 
     # --- plumbing --------------------------------------------------------------------------------------------
-    def _call(self, kind: Kind, verb: str, name: str | None, namespace: str, *extra: Any, **kwargs: Any) -> bytes:
+    def _call(self, kind: Kind, verb: str, name: str | None, namespace: str, *extra: Any, **kwargs: Any) -> Any:
         """`verb` (read/list/patch/delete) on `kind`, with the positional arguments in the client's order."""
         api = self._apis[kind.api]
         named = (name,) if name is not None else ()
@@ -114,7 +115,8 @@ class Kube:
             args = (*named, *((namespace,) if kind.namespaced else ()), *extra)
         return self._raw(method, *args, **kwargs)
 
-    def _raw(self, method: Any, *args: Any, **kwargs: Any) -> bytes:
+    def _raw(self, method: Any, *args: Any, **kwargs: Any) -> Any:
+        """The raw urllib3 response (`.json()`, `.data`) of a successful request."""
         try:
             response = method(*args, _preload_content=False, **kwargs)
         except ApiException as exc:
@@ -126,11 +128,11 @@ class Kube:
                 self.server_time = parsedate_to_datetime(date).timestamp()
             except (TypeError, ValueError):
                 pass
-        return response.data
+        return response
 
     # --- reads -----------------------------------------------------------------------------------------------
     def get(self, kind: str, name: str, namespace: str | None = None) -> Obj:
-        return json.loads(self._call(KINDS[kind], "read", name, namespace or self.incident_namespace))
+        return self._call(KINDS[kind], "read", name, namespace or self.incident_namespace).json()
 
     def list(self, kind: str, namespace: str | None = None, label_selector: str | None = None,
              field_selector: str | None = None, all_namespaces: bool = False) -> list[Obj]:
@@ -141,10 +143,10 @@ class Kube:
         if field_selector:
             kwargs["field_selector"] = field_selector
         if all_namespaces and k.namespaced:
-            data = self._raw(getattr(self._apis[k.api], f"list_{k.method}_for_all_namespaces"), **kwargs)
+            response = self._raw(getattr(self._apis[k.api], f"list_{k.method}_for_all_namespaces"), **kwargs)
         else:
-            data = self._call(k, "list", None, namespace or self.incident_namespace, **kwargs)
-        return json.loads(data).get("items") or []
+            response = self._call(k, "list", None, namespace or self.incident_namespace, **kwargs)
+        return response.json().get("items") or []
 
     def logs(self, pod: str, namespace: str, container: str | None, tail: int, previous: bool) -> str:
         kwargs: dict[str, Any] = {"tail_lines": tail}
@@ -152,26 +154,25 @@ class Kube:
             kwargs["container"] = container
         if previous:
             kwargs["previous"] = True
-        return self._raw(self._apis["core"].read_namespaced_pod_log, pod, namespace, **kwargs).decode(
+        return self._raw(self._apis["core"].read_namespaced_pod_log, pod, namespace, **kwargs).data.decode(
             "utf-8", "replace")
 
     def metrics(self, kind: str, namespace: str) -> list[Obj]:
         """`metrics.k8s.io` usage: `kind` is "pods" (in `namespace`) or "nodes"."""
         custom = self._apis["custom"]
         if kind == "nodes":
-            data = self._raw(custom.list_cluster_custom_object, "metrics.k8s.io", "v1beta1", "nodes")
+            response = self._raw(custom.list_cluster_custom_object, "metrics.k8s.io", "v1beta1", "nodes")
         else:
-            data = self._raw(custom.list_namespaced_custom_object, "metrics.k8s.io", "v1beta1", namespace, "pods")
-        return json.loads(data).get("items") or []
+            response = self._raw(custom.list_namespaced_custom_object, "metrics.k8s.io", "v1beta1", namespace, "pods")
+        return response.json().get("items") or []
 
     # --- writes (always in the incident's namespace, always through the guardrail) -------------------------
     # The key also travels as a header: a real apiserver ignores it, the simulator's audit log records it
     # (a delete leaves no annotation behind to read it from).
     def patch(self, kind: str, name: str, body: Any, patch_type: str, idempotency_key: str) -> Obj:
         guardrails.check_write("patch", kind, name, self.incident_namespace, body)
-        return json.loads(self._call(KINDS[kind], "patch", name, self.incident_namespace, body,
-                                     _content_type=CONTENT_TYPES[patch_type],
-                                     _headers={IDEMPOTENCY_HEADER: idempotency_key}))
+        return self._call(KINDS[kind], "patch", name, self.incident_namespace, body,
+                          _content_type=CONTENT_TYPES[patch_type], _headers={IDEMPOTENCY_HEADER: idempotency_key}).json()
 
     def delete(self, kind: str, name: str, idempotency_key: str) -> None:
         guardrails.check_write("delete", kind, name, self.incident_namespace, None)
