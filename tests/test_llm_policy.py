@@ -39,7 +39,8 @@ from agent_sre.storage import object_store
 from agent_sre.temporal import connect, start_incident
 from agent_sre.tools.client import api_client
 from agent_sre.trajectory_store import read_trajectories
-from agent_sre.policy.llm.chat import CHATML_TEMPLATE, TOOL_RESULT_PREFIX
+from agent_sre.policy.llm.backends import PrefixCache, TransformersBackend
+from agent_sre.policy.llm.chat import CHATML_TEMPLATE, TOOL_RESULT_PREFIX, prompt_messages, prompt_token_ids
 
 SHORT = SamplingConfig(temperature=1.0, max_new_tokens=12)
 GREEDY = SamplingConfig(temperature=0.0, max_new_tokens=6)
@@ -116,6 +117,26 @@ def test_a_batch_decides_like_single_calls(tiny_model_dir: Path) -> None:
         single = policy.decide(ref(tiny_model_dir), t)
         assert batched.completion_token_ids == single.completion_token_ids
         assert batched.completion_logprobs == pytest.approx(single.completion_logprobs, abs=1e-3)
+
+
+def test_a_prefix_cached_conversation_generates_what_a_fresh_read_does(tiny_model_dir: Path) -> None:
+    """Turn by turn with the KV cache kept (the CPU rollout path), greedy answers equal reading the whole
+    conversation afresh; a rewritten history cuts the cache back instead of reusing stale keys."""
+    loaded = load_policy_model(tiny_model_dir)
+    backend, cache = TransformersBackend(loaded), PrefixCache()
+    sampling = SamplingConfig(temperature=0.0, max_new_tokens=6)
+    ids = prompt_token_ids(loaded.tokenizer, prompt_messages(opening(runbook_episode())))
+    for turn in range(3):
+        cached = backend.continue_conversation(ids, sampling, cache)
+        fresh = backend.continue_conversation(ids, sampling, PrefixCache())
+        assert cached.token_ids == fresh.token_ids
+        assert cached.logprobs == pytest.approx(fresh.logprobs, abs=1e-3)
+        assert cache.ids == ids + cached.token_ids[:len(cache.ids) - len(ids)]  # the cache holds this turn
+        ids = ids + (cached.token_ids or []) + loaded.tokenizer(f" tool answer {turn}")["input_ids"]
+    rewritten = ids[:5] + [ids[5] + 1] + ids[6:]
+    again = backend.continue_conversation(rewritten, sampling, cache)
+    assert again.token_ids == backend.continue_conversation(rewritten, sampling, PrefixCache()).token_ids
+    assert cache.ids[:6] == rewritten[:6]
 
 
 def test_a_conversation_longer_than_the_context_is_an_invalid_action_not_a_crash(tiny_model_dir: Path) -> None:

@@ -25,23 +25,31 @@ MAX_COMPLETION_CHARS = 4000
 RULES = """You are an on-call Site Reliability Engineer for a Kubernetes cluster. An alert fired. Investigate with \
 read-only tools, find the root cause, fix it with the smallest safe change in the incident's namespace, then call \
 finish. If nothing is actually wrong (a false alarm), change nothing and call finish saying so.
-Answer with exactly one JSON object and nothing else: {"tool": "<name>", "args": {...}}."""
+Answer with exactly one JSON object and nothing else: {"tool": "<name>", "args": {...}}. Arguments marked ? are \
+optional; the namespace defaults to the incident's."""
 
 
 @lru_cache
 def system_prompt() -> str:
+    """Rules plus one signature line per tool. Compact on purpose: a small model reads the prompt at every turn,
+    and training pays for every token of it (the JSON schemas themselves are ~3x longer)."""
     lines = [RULES, "", "Tools:"]
     for spec in TOOL_SPECS.values():
         schema = spec.args.model_json_schema()
-        args = {name: _brief(prop) for name, prop in schema.get("properties", {}).items()}
-        required = schema.get("required", [])
-        lines.append(f"- {spec.name}: {spec.description}. args={json.dumps(args, separators=(',', ':'))}"
-                     + (f" required={required}" if required else ""))
+        required = set(schema.get("required", []))
+        args = ", ".join(_signature(name, prop, name in required)
+                         for name, prop in schema.get("properties", {}).items())
+        lines.append(f"{spec.name}({args}): {spec.description}")
     return "\n".join(lines)
 
 
+def _signature(name: str, prop: dict, required: bool) -> str:
+    """`name` for a required string, `name?` for an optional one, with the type or choices when not a string."""
+    kind = _brief(prop)
+    return name + ("" if required else "?") + ("" if kind == "string" else f": {kind}")
+
+
 def _brief(prop: dict) -> str:
-    """A compact type for a JSON-schema property: keeps the prompt short for a small model."""
     if "enum" in prop:
         return "|".join(map(str, prop["enum"]))
     if "anyOf" in prop:

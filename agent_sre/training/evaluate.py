@@ -10,10 +10,20 @@ from agent_sre.episodes import summarize
 from agent_sre.models.episode import EpisodeResult, OutcomeStats
 from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.scenario import Scenario
+from agent_sre.models.trajectory import Trajectory
 from agent_sre.outcome import incident_outcome
 from agent_sre.policy.base import Policy
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.training.environment import IncidentEnvironment
+
+
+def play(policy: Policy, ref: PolicyRef, scenario: Scenario, simulator: Simulator) -> Trajectory:
+    """One whole episode of `policy` on `scenario`, in its own isolated environment: the judged trajectory."""
+    env = IncidentEnvironment(simulator, scenario, policy=ref.name, model_version=ref.version)
+    env.reset()
+    while not env.done:
+        env.record(policy.decide(ref, env.trajectory))
+    return env.close()
 
 
 def run_policy(policy: Policy, ref: PolicyRef, scenarios: Sequence[Scenario], *,
@@ -22,12 +32,9 @@ def run_policy(policy: Policy, ref: PolicyRef, scenarios: Sequence[Scenario], *,
     simulator = Simulator(speed=0)
     results = []
     for scenario in scenarios:
-        env = IncidentEnvironment(simulator, scenario, policy=ref.name, model_version=ref.version)
-        env.reset()
-        while not env.done:
-            env.record(policy.decide(ref, env.trajectory))
-        result = EpisodeResult(scenario=scenario.name, fault=scenario.fault, environment=env.trajectory.run_id,
-                               outcome=incident_outcome(env.close()))
+        trajectory = play(policy, ref, scenario, simulator)
+        result = EpisodeResult(scenario=scenario.name, fault=scenario.fault, environment=trajectory.run_id,
+                               outcome=incident_outcome(trajectory))
         results.append(result)
         if on_done:
             on_done(result)

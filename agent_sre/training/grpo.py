@@ -34,7 +34,7 @@ from agent_sre.models.reward import RewardConfig
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.training import GRPOResult, GRPOStepStats, GRPOTrainingConfig
 from agent_sre.models.trajectory import Trajectory
-from agent_sre.policy.llm.backends import TransformersBackend
+from agent_sre.policy.llm.backends import PrefixCache, TransformersBackend
 from agent_sre.policy.llm.chat import chat_messages, prompt_token_ids
 from agent_sre.policy.llm.checkpoint import LoadedModel
 from agent_sre.simulator.simulator import Simulator
@@ -86,8 +86,11 @@ def environment_tokens(tokenizer: PreTrainedTokenizerBase, before: list[ChatMess
 def run_rollouts(loaded: LoadedModel, scenarios: Sequence[Scenario], config: GRPOTrainingConfig,
                  simulator: Simulator, sampling: SamplingConfig | None = None,
                  model_version: str = "candidate") -> list[Rollout]:
-    """One rollout per scenario (repeat a scenario G times for a group), generated in batches turn by turn.
-    `sampling` defaults to the training temperature; evaluation passes greedy decoding."""
+    """One rollout per scenario (repeat a scenario G times for a group), generated turn by turn: in batches on an
+    accelerator; on a CPU one conversation at a time with its KV cache kept across turns, which reads each token
+    once instead of once per turn (4-5x less work for 9-turn episodes). The model continues exactly the token
+    sequence it will be trained on (prompt + completion ids). `sampling` defaults to the training temperature;
+    evaluation passes greedy decoding."""
     tokenizer = loaded.tokenizer
     backend = TransformersBackend(loaded)
     sampling = sampling or SamplingConfig(temperature=config.temperature, top_p=1.0,
@@ -100,8 +103,13 @@ def run_rollouts(loaded: LoadedModel, scenarios: Sequence[Scenario], config: GRP
     rollouts = [Rollout(prompt_ids=prompt_token_ids(tokenizer, p)) for p in prompts]
     conversations = [list(p) for p in prompts]
     active = list(range(len(envs)))
+    caches = [PrefixCache() for _ in envs] if loaded.device.type == "cpu" else None
     while active:
-        generations = backend.generate([conversations[i] for i in active], sampling)
+        if caches is not None:  # one conversation at a time, each reading only its new tokens
+            generations = [backend.continue_conversation(rollouts[i].prompt_ids + rollouts[i].completion_ids,
+                                                         sampling, caches[i]) for i in active]
+        else:  # an accelerator: one batch, every conversation re-read
+            generations = backend.generate([conversations[i] for i in active], sampling)
         still_active = []
         for i, g in zip(active, generations, strict=True):
             if g.problem is not None:  # the conversation outgrew the context: the episode ends here
@@ -157,7 +165,8 @@ def step_stats(step: int, rollouts: Sequence[Rollout], seconds: float) -> GRPOSt
         step=step, mean_group_reward=sum(episode_return(t) for t in trajectories) / len(trajectories),
         success_rate=sum(t.verdict.outcome == "resolved" for t in trajectories) / len(trajectories),
         invalid_rate=sum(s.action is None for t in trajectories for s in t.steps) / max(steps, 1),
-        generated_tokens=sum(sum(r.env_mask) for r in rollouts), rollout_s=seconds)
+        generated_tokens=sum(sum(r.env_mask) for r in rollouts),
+        sequence_tokens=sum(len(r.prompt_ids) + len(r.completion_ids) for r in rollouts), rollout_s=seconds)
 
 
 class SimulatorRollouts:

