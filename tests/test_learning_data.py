@@ -9,11 +9,12 @@ import io
 import json
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from learning_fixtures import recent
 from llm_fixtures import runbook_episode
 from store_fixtures import settings_with_own_bucket
 from temporalio.testing import ActivityEnvironment
@@ -43,15 +44,6 @@ def bucket_settings(s3_store: Settings) -> Iterator[Settings]:
 def config(**kw: Any) -> LearningConfig:
     return LearningConfig.model_validate({"name": f"t-{uuid.uuid4().hex[:8]}", "min_episodes": 1, "settle_s": 0,
                                           **kw})
-
-
-def recent(t: Trajectory, minutes_ago: float = 5) -> Trajectory:
-    """The episode moved to now: objects are partitioned by start date, and cycles list the recent partitions."""
-    shift = datetime.now(UTC) - timedelta(minutes=minutes_ago) - t.started_at
-    return t.model_copy(update={
-        "started_at": t.started_at + shift, "mitigated_at": t.mitigated_at and t.mitigated_at + shift,
-        "ended_at": t.ended_at and t.ended_at + shift,
-        "steps": [s.model_copy(update={"at": s.at + shift}) for s in t.steps]})
 
 
 def episode(run: int, **kw: Any) -> Trajectory:
