@@ -173,44 +173,48 @@ def _run_lines(sw: Software | None, run: Run, begin: float, end: float, pod: str
 
 
 class LazyLog(Mapping[str, list[str]]):
-    """A container's `{"current": [...], "previous": [...]}`, rendered when read.
+    """A container's `{"current": [...], "previous": [...]}`, each rendered when read.
 
-    Most logs are never read, and rendering them at every reconcile would cost more than the rest of the pass.
-    A read renders up to the clock's present: the state the lines come from holds until the next reconcile
-    pass, and the API syncs before serving a read.
+    Most logs are never read, and rendering them at every reconcile would cost more than the rest of the pass; a
+    read of the current log does not render the previous one. A read renders up to the clock's present: the state
+    the lines come from holds until the next reconcile pass, and the API syncs before serving a read.
     """
 
-    __slots__ = ("_args", "_at", "_clock", "_bucket", "_value")
+    __slots__ = ("_args", "_at", "_clock", "_bucket", "_end", "_value")
+    KEYS = ("current", "previous")
 
     def __init__(self, clock: SimClock | None, at: float, *args: object) -> None:
         self._clock, self._at, self._args = clock, at, args
         self._bucket: int | None = None
+        self._end = at
         self._value: dict[str, list[str]] = {}
 
-    def _rendered(self) -> dict[str, list[str]]:
+    def __getitem__(self, key: str) -> list[str]:
+        if key not in self.KEYS:
+            raise KeyError(key)
         end = max(self._at, self._clock.now()) if self._clock is not None else self._at
         bucket = int(end // REQUEST_EVERY_S)
-        if bucket != self._bucket:
+        if bucket != self._bucket:  # both logs of one bucket are rendered at the moment of its first read
+            self._bucket, self._end, self._value = bucket, end, {}
+        lines = self._value.get(key)
+        if lines is None:
             name, run, failing, paused, inbound = self._args
-            self._value = _render(name, run, end, failing, paused, inbound)  # type: ignore[arg-type]
-            self._bucket = bucket
-        return self._value
-
-    def __getitem__(self, key: str) -> list[str]:
-        return self._rendered()[key]
+            lines = self._value[key] = _render(name, run, self._end, failing, paused, inbound,  # type: ignore[arg-type]
+                                               previous=key == "previous")
+        return lines
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._rendered())
+        return iter(self.KEYS)
 
     def __len__(self) -> int:
-        return len(self._rendered())
+        return len(self.KEYS)
 
     def __getstate__(self) -> tuple[float, tuple[object, ...]]:
         return self._at, self._args  # a pickled log (an install template) no longer follows a clock
 
     def __setstate__(self, state: tuple[float, tuple[object, ...]]) -> None:
         self._at, self._args = state
-        self._clock, self._bucket, self._value = None, None, {}
+        self._clock, self._bucket, self._end, self._value = None, None, self._at, {}
 
 
 def render(pod: Obj, run: Run, now: float, failing: Sequence[FailingEdge], paused: bool,
@@ -222,28 +226,29 @@ def render(pod: Obj, run: Run, now: float, failing: Sequence[FailingEdge], pause
 
 
 def _render(name: str, run: Run, now: float, failing: Sequence[FailingEdge], paused: bool,
-            inbound: Sequence[Inbound]) -> dict[str, list[str]]:
+            inbound: Sequence[Inbound], previous: bool) -> list[str]:
+    """The current log of the container at `now`, or (`previous`) the log of its run before."""
     out = run.outcome
     sw, _ = lookup(run.image)
     if out.kind in ("crash", "start_error"):
         if out.kind == "start_error":
-            return {"current": [], "previous": []}
+            return []
         k, running, begin, _ = crash_timeline(now - run.since, out.run_s)
         start = run.since + begin
-        current = _run_lines(sw, run, start, now if running else start + out.run_s, name, failing, inbound,
-                             not running)
-        previous: list[str] = []
+        if not previous:
+            return _run_lines(sw, run, start, now if running else start + out.run_s, name, failing, inbound,
+                              not running)
         if k > 0:
             prev_start = start - backoff_of(k - 1) - out.run_s
-            previous = _run_lines(sw, run, prev_start, prev_start + out.run_s, name, failing, inbound, True)
-        elif running and run.restarts_before:
-            previous = _run_lines(sw, run, run.since - out.run_s - 10, run.since - 10, name, failing, inbound, True)
-        return {"current": current, "previous": previous if (k > 0 or run.restarts_before) else []}
-    current = _run_lines(sw, run, run.since, now, name, failing, inbound, out.kind == "complete")
-    previous = []
-    if run.last_term is not None:
-        last_end = run.since - 10
-        previous = _run_lines(sw, run, last_end - 3600, last_end, name, (), inbound, True)
-    if paused:
-        return {"current": [], "previous": current}
-    return {"current": current, "previous": previous}
+            return _run_lines(sw, run, prev_start, prev_start + out.run_s, name, failing, inbound, True)
+        if running and run.restarts_before:
+            return _run_lines(sw, run, run.since - out.run_s - 10, run.since - 10, name, failing, inbound, True)
+        return []
+    if paused:  # pod-failure chaos: the process's lines so far belong to the paused container, the previous one
+        return _run_lines(sw, run, run.since, now, name, failing, inbound, out.kind == "complete") if previous else []
+    if not previous:
+        return _run_lines(sw, run, run.since, now, name, failing, inbound, out.kind == "complete")
+    if run.last_term is None:
+        return []
+    last_end = run.since - 10
+    return _run_lines(sw, run, last_end - 3600, last_end, name, (), inbound, True)
