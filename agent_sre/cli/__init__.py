@@ -14,7 +14,8 @@ app = typer.Typer(
 
 def _register() -> None:
     """Attach every area's sub-app. Imported lazily so `agent-sre --help` stays quick."""
-    from agent_sre.cli import alerts, demo, dev, episodes, incident, models, rollout, scenarios, sim, train, worker
+    from agent_sre.cli import (alerts, demo, dev, episodes, incident, learn, models, rollout, scenarios, sim, train,
+                               worker)
 
     app.add_typer(dev.app, name="dev")
     app.add_typer(sim.app, name="sim")
@@ -25,6 +26,7 @@ def _register() -> None:
     app.add_typer(models.app, name="models")
     app.add_typer(rollout.app, name="rollout")
     app.add_typer(train.app, name="train")
+    app.add_typer(learn.app, name="learn")
     app.command("eval")(train.evaluate)
     app.command("worker")(worker.worker)
     app.command("demo")(demo.demo)
