@@ -313,7 +313,8 @@ class Router:
             candidates = [found_one] if found_one is not None else []
         else:
             candidates = self.cluster.list(t.rt.key, t.namespace if t.rt.namespaced else None)
-        found = [o for o in candidates if _labels_match(labels, o) and fields.matches(o)]
+        found = candidates if labels.empty and not fields.terms else \
+            [o for o in candidates if _labels_match(labels, o) and fields.matches(o)]
         found.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
         return found
 

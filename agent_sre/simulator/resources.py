@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 
 @dataclass(frozen=True)
@@ -16,12 +17,12 @@ class ResourceType:
     subresources: tuple[str, ...] = ()
     verbs: tuple[str, ...] = ("create", "delete", "get", "list", "patch", "update", "watch")
 
-    @property
+    @cached_property  # looked up on every request
     def key(self) -> str:
         """Storage key, as kubectl names a resource: `pods`, `deployments.apps`."""
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
-    @property
+    @cached_property
     def group_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 

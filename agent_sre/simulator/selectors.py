@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from functools import lru_cache
 from typing import Any
 
 from agent_sre.simulator.cluster import ApiError, Obj
@@ -52,6 +53,7 @@ def _check_key(key: str, text: str) -> str:
     return key
 
 
+@lru_cache(maxsize=1024)  # selectors repeat (a deployment's, an agent's); a parsed one is never changed
 def parse_label_selector(text: str | None) -> LabelSelector:
     """Parse `a=b,c!=d,e in (x,y),f notin (z),g,!h` (the apiserver's set-based syntax)."""
     text = text or ""
@@ -201,6 +203,7 @@ class FieldSelector:
         return next((v for f, eq, v in self.terms if f == field_path and eq), None)
 
 
+@lru_cache(maxsize=1024)
 def parse_field_selector(text: str | None, resource: str) -> FieldSelector:
     terms: list[tuple[str, bool, str]] = []
     allowed = _COMMON_FIELDS + SUPPORTED_FIELDS.get(resource, ())
