@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from minio import Minio
 from temporalio import activity
@@ -87,15 +87,19 @@ def collect_training_data(request: TrainingRequest) -> DataManifest:
     bucket = settings.s3_bucket
     try:
         manifest = DataManifest()
-        if "sft" in request.stages:
-            from agent_sre.training.sft import is_expert_episode
-
+        if request.needs_episodes:
             wanted = request.data.trajectories
             keys = iter(wanted.objects) if wanted.objects else chain.from_iterable(
                 trajectory_keys(client, bucket, wanted.since, version) for version in (wanted.model_versions or [None]))
             selected = select_episodes(_objects(client, bucket, keys), wanted, bucket)
             manifest = selected.manifest
-            assert request.sft is not None
+        if request.offpolicy is not None:
+            from agent_sre.training.offpolicy import check_learnable
+
+            check_learnable(selected.episodes, request.offpolicy)
+        if request.sft is not None:
+            from agent_sre.training.sft import is_expert_episode
+
             manifest.expert_episodes = sum(is_expert_episode(t, request.sft.expert_policies)
                                            for t in selected.episodes)
             if not manifest.expert_episodes:
@@ -161,7 +165,7 @@ def restore(client: Minio, bucket: str, state: TrainHeartbeat, out: Path) -> Pat
     """Put the previous attempt's finished stages where the job finds them; returns its checkpoint to resume."""
     for stage, stored in state.finished.items():
         download_dir(client, bucket, stored.model, out / stage / "model")
-        result = stored.sft or stored.grpo
+        result = stored.sft or stored.grpo or stored.offpolicy
         assert result is not None
         (out / stage / "result.json").write_text(result.model_dump_json())
     if state.checkpoint is None:
@@ -189,12 +193,12 @@ class Follower:
         if p.event == "checkpoint" and p.path and p.metrics:
             await self._checkpoint(p.metrics.stage, Path(p.path))
         elif p.event == "stage_done" and p.path:
-            stage: TrainingStage = "sft" if p.sft is not None else "grpo"
-            self.results[stage] = p.sft or p.grpo
+            stage: TrainingStage = next(s for s in get_args(TrainingStage) if getattr(p, s) is not None)
+            self.results[stage] = getattr(p, stage)
             if stage not in self.state.finished:  # kept until registered: a retry need not train it again
                 model = await asyncio.to_thread(upload_dir, self.client, self.bucket, Path(p.path),
                                                 f"{self.prefix}/{stage}/model")
-                self.state.finished[stage] = StoredStage(model=model, sft=p.sft, grpo=p.grpo)
+                self.state.finished[stage] = StoredStage(model=model, **{stage: self.results[stage]})
             if self.state.checkpoint is not None and self.state.checkpoint.prefix.startswith(
                     f"{self.prefix}/{stage}/"):  # not a restored stage's: the checkpoint being resumed from
                 await self._drop_checkpoint()
@@ -286,7 +290,7 @@ async def train_policy(job: TrainJob) -> TrainedModel:
             base_dir, parent = await asyncio.to_thread(resolve_base, versions, settings, request.base)
             args = ["--request", str(out / "request.json"), "--base", str(base_dir), "--out", str(out)]
             (out / "request.json").write_text(request.model_dump_json())
-            if "sft" in request.stages:
+            if request.needs_episodes:
                 await asyncio.to_thread(write_episodes, client, bucket, job, out / "episodes.jsonl")
                 args += ["--data", str(out / "episodes.jsonl")]
             if (checkpoint := await asyncio.to_thread(restore, client, bucket, state, out)) is not None:
@@ -316,7 +320,8 @@ async def train_policy(job: TrainJob) -> TrainedModel:
         await asyncio.to_thread(remove_prefix, client, bucket, f"{STORE_PREFIX}/{job.version}/")
         return TrainedModel(version=job.version, parent=parent, launcher=launch.description,
                             resumed_from=resumed_from, sft=follower.results.get("sft"),
-                            grpo=follower.results.get("grpo"), metrics=state.metrics)
+                            grpo=follower.results.get("grpo"), offpolicy=follower.results.get("offpolicy"),
+                            metrics=state.metrics)
     finally:
         shutil.rmtree(out, ignore_errors=True)
 

@@ -48,8 +48,7 @@ def build_request(algorithm: str, base: str, steps: int | None, compute: str, ve
                   since: date | None, policies: list[str], scenarios: str | None, suite: str | None,
                   limit: int | None, reason: str, by: str) -> TrainingRequest:
     """The training.request.v1 the options describe; the version name defaults to algorithm, base and time."""
-    stages = ["sft", "grpo"] if algorithm == "sft+grpo" else [algorithm]
-    configs = {stage: {"max_steps": steps} for stage in stages if stage in ("sft", "grpo")} if steps else {}
+    configs = {stage: {"max_steps": steps} for stage in algorithm.split("+")} if steps else {}
     name = version or f"{algorithm.replace('+', '-')}-{base}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     return TrainingRequest.model_validate({
         "algorithm": algorithm, "base": base, "version": name, "compute": compute, "requested_by": by,
@@ -65,13 +64,13 @@ def _errors(exc: ValidationError) -> str:
 @app.callback()
 def start(
     ctx: typer.Context,
-    algorithm: str = typer.Option(None, "--algorithm", help="sft | grpo | sft+grpo"),
+    algorithm: str = typer.Option(None, "--algorithm", help="sft | grpo | sft+grpo | offpolicy | offpolicy+grpo"),
     base: str = typer.Option(None, "--base", help="the version to train from: a registered model or 'base'"),
     steps: int = typer.Option(None, "--steps", min=1, help="training steps of each stage (default: the configs')"),
     compute: str = typer.Option("cpu", "--compute", help="cpu | gpu1 | multigpu-fsdp | multigpu-deepspeed"),
     version: str = typer.Option(None, "--version", help="the candidate's name (default: algorithm-base-time)"),
-    since: datetime = typer.Option(None, "--since", formats=["%Y-%m-%d"], help="SFT: episodes from this date"),
-    policy: list[str] = typer.Option([], "--policy", help="SFT: episodes of this policy (repeatable; default any)"),
+    since: datetime = typer.Option(None, "--since", formats=["%Y-%m-%d"], help="SFT, offpolicy: episodes since"),
+    policy: list[str] = typer.Option([], "--policy", help="SFT, offpolicy: this policy's episodes (repeatable)"),
     scenarios: str = typer.Option(None, "--scenarios", help="GRPO: scenario file or dir (default: the catalog)"),
     suite: str = typer.Option(None, "--suite", help="evaluation suite (default: the held-out suite)"),
     limit: int = typer.Option(None, "--limit", min=1, help="evaluate on the suite's first N scenarios"),
@@ -112,8 +111,8 @@ def start(
     _run(go)
 
 
-async def follow(client: Client, workflow_id: str) -> None:
-    """Print each change of phase and step until the cycle ends, then its status."""
+async def follow(client: Client, workflow_id: str, final: bool = True) -> None:
+    """Print each change of phase and step until the cycle ends, then (`final`) its whole status."""
     handle = client.get_workflow_handle(workflow_id, result_type=TrainingStatus)
     shown = None
     while (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
@@ -123,7 +122,8 @@ async def follow(client: Client, workflow_id: str) -> None:
             console.print(line)
             shown = line
         await asyncio.sleep(FOLLOW_EVERY_S)
-    await show_final(handle)
+    if final:
+        await show_final(handle)
 
 
 def progress_line(st: TrainingStatus) -> str:

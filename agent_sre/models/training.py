@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent_sre.models.episode import OutcomeStats
 from agent_sre.models.registry import VERSION_PATTERN, DataItem, FileEntry, Stage
+from agent_sre.models.reward import RewardFunctionName
 
 
 class SFTConfig(BaseModel):
@@ -86,16 +87,82 @@ class GRPOResult(BaseModel):
     losses: list[float] = Field(default_factory=list)
 
 
+class OffPolicyConfig(BaseModel):
+    """Off-policy RL on logged episodes: a production incident happens once, so it cannot be re-sampled in groups
+    as GRPO needs (docs/continuous-learning.md). Defaults fit a CPU run of minutes for the 135M model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: Literal["awpg", "kto"] = Field(
+        default="awpg", description="awpg: advantage-weighted policy gradient with truncated importance ratios "
+                                    "against the logged logprobs; kto: TRL's KTO on desirable/undesirable turns")
+    max_steps: int = Field(default=20, ge=1)
+    batch_size: int = Field(default=4, ge=2, description="episodes (awpg) or turns (kto) per device per step")
+    gradient_accumulation_steps: int = Field(default=1, ge=1)
+    learning_rate: float = Field(default=1e-6, gt=0)
+    beta: float = Field(default=0.1, ge=0, description="tie to the starting model: the KL penalty's weight (awpg), "
+                                                       "KTO's beta (kto)")
+    reward_function: RewardFunctionName = Field(default="sre", description="returns are recomputed with it, so "
+                                                                           "episodes scored at different times compare")
+    baseline: Literal["fault_class", "global"] = Field(
+        default="fault_class", description="an episode is compared with the other episodes of its fault class (the "
+                                           "alert's name when unknown), or with all other episodes")
+    min_class_episodes: int = Field(default=2, ge=2, description="a class with fewer episodes uses the global baseline")
+    scale_advantages: bool = Field(default=True, description="divide advantages by the returns' standard deviation")
+    ratio_min: float = Field(default=0.0, ge=0, le=1, description="awpg: importance ratios are truncated to "
+                                                                  "[ratio_min, ratio_max]")
+    ratio_max: float = Field(default=3.0, ge=1, description="awpg: see ratio_min (1 and 1: no correction)")
+    missing_logprobs: Literal["on_policy", "exclude"] = Field(
+        default="on_policy", description="awpg, for actions logged without logprobs (the runbook, an endpoint "
+                                         "without them): importance ratio 1, or leave their episodes out")
+    temperature: float = Field(default=1.0, gt=0, description="awpg: the temperature the behaviour policy sampled "
+                                                              "at (its logged logprobs are under it)")
+    max_length: int = Field(default=4096, ge=64, description="tokens per episode (awpg) or turn (kto); longer ones "
+                                                             "lose their end")
+    device: str = Field(default="auto", description="auto (a GPU when there is one) or cpu")
+    seed: int = 0
+
+
+class OffPolicyStepStats(BaseModel):
+    step: int
+    episodes: int
+    mean_return: float
+    importance_ratio_mean: float | None = Field(description="current/behaviour policy probability over the tokens "
+                                                            "with a logged logprob, before truncation")
+    clipped_fraction: float = Field(description="of those tokens, how many had their ratio truncated")
+    scored_tokens: int = Field(description="model tokens with a logged logprob")
+    trained_tokens: int = Field(description="model tokens (tool outputs excluded)")
+
+
+class OffPolicyResult(BaseModel):
+    output_dir: str
+    base_model: str
+    method: Literal["awpg", "kto"]
+    episodes: int = Field(description="logged episodes learnt from")
+    skipped: dict[str, int] = Field(default_factory=dict, description="episodes left out, by reason")
+    classes: dict[str, int] = Field(description="episodes per baseline class")
+    examples: int = Field(description="awpg: episodes; kto: turns")
+    desirable: int = Field(default=0, description="kto: turns to make likelier")
+    undesirable: int = Field(default=0, description="kto: turns to make less likely")
+    truncated: int = Field(description="examples longer than max_length, whose end was cut off")
+    steps: int
+    losses: list[float] = Field(description="training loss at each logged step")
+    step_stats: list[OffPolicyStepStats] = Field(default_factory=list, description="awpg: one row per batch")
+    train_runtime_s: float
+    train_tokens: int = Field(description="tokens the model read (padding excluded)")
+
+
 # --- the training cycle: training.request.v1 in, training.status.v1 out -----------------------------------------
 
-Algorithm = Literal["sft", "grpo", "sft+grpo"]
-TrainingStage = Literal["sft", "grpo"]
+Algorithm = Literal["sft", "grpo", "sft+grpo", "offpolicy", "offpolicy+grpo"]
+TrainingStage = Literal["sft", "grpo", "offpolicy"]
 Compute = Literal["cpu", "gpu1", "multigpu-fsdp", "multigpu-deepspeed"]
 TrainingPhase = Literal["collecting", "training", "evaluating", "gating", "registered", "archived", "stopped"]
 
 
 class TrajectoryFilter(BaseModel):
-    """Which stored episodes (trajectory store) SFT may learn from; the expert filter of `SFTConfig` applies after."""
+    """Which stored episodes (trajectory store) SFT and off-policy RL may learn from; the expert filter of
+    `SFTConfig` applies after."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -118,7 +185,7 @@ class SimulatedData(BaseModel):
 class DataSelection(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    trajectories: TrajectoryFilter = Field(default_factory=TrajectoryFilter, description="for SFT")
+    trajectories: TrajectoryFilter = Field(default_factory=TrajectoryFilter, description="for SFT and off-policy RL")
     simulated: SimulatedData = Field(default_factory=SimulatedData, description="for GRPO")
 
 
@@ -157,6 +224,7 @@ class TrainingRequest(BaseModel):
     data: DataSelection = Field(default_factory=DataSelection)
     sft: SFTConfig | None = Field(default=None, description="SFT hyperparameters (defaults when the algorithm has SFT)")
     grpo: GRPOTrainingConfig | None = Field(default=None, description="GRPO hyperparameters (likewise)")
+    offpolicy: OffPolicyConfig | None = Field(default=None, description="off-policy RL hyperparameters (likewise)")
     compute: Compute = Field(default="cpu", description="the accelerate config: infra/accelerate/<compute>.yaml")
     checkpoint_steps: int = Field(default=10, ge=1, description="save (and upload) a checkpoint every N steps")
     time_limit_h: float = Field(default=24.0, gt=0, description="the training activity's start-to-close timeout")
@@ -169,7 +237,7 @@ class TrainingRequest(BaseModel):
         """Each stage of the algorithm gets its config (defaults when left out); a config for a stage the
         algorithm does not run is a mistake worth reporting, not ignoring."""
         stages = self.stages
-        for stage, config_type in (("sft", SFTConfig), ("grpo", GRPOTrainingConfig)):
+        for stage, config_type in (("sft", SFTConfig), ("grpo", GRPOTrainingConfig), ("offpolicy", OffPolicyConfig)):
             if stage in stages and getattr(self, stage) is None:
                 setattr(self, stage, config_type())
             elif stage not in stages and getattr(self, stage) is not None:
@@ -178,7 +246,12 @@ class TrainingRequest(BaseModel):
 
     @property
     def stages(self) -> list[TrainingStage]:
-        return ["sft", "grpo"] if self.algorithm == "sft+grpo" else [self.algorithm]  # type: ignore[list-item]
+        return self.algorithm.split("+")  # type: ignore[return-value]
+
+    @property
+    def needs_episodes(self) -> bool:
+        """SFT and off-policy RL learn from stored episodes; GRPO generates its own."""
+        return "sft" in self.stages or "offpolicy" in self.stages
 
 
 class RejectedEpisode(BaseModel):
@@ -219,6 +292,7 @@ class TrainingProgress(BaseModel):
     path: str | None = Field(default=None, description="checkpoint: its directory; stage_done: the stage's model")
     sft: SFTResult | None = None
     grpo: GRPOResult | None = None
+    offpolicy: OffPolicyResult | None = None
 
 
 class StoredDir(BaseModel):
@@ -232,6 +306,7 @@ class StoredStage(BaseModel):
     model: StoredDir
     sft: SFTResult | None = None
     grpo: GRPOResult | None = None
+    offpolicy: OffPolicyResult | None = None
 
 
 class TrainHeartbeat(BaseModel):
@@ -257,6 +332,7 @@ class TrainedModel(BaseModel):
     resumed_from: str | None = Field(default=None, description="object prefix of the checkpoint resumed from")
     sft: SFTResult | None = None
     grpo: GRPOResult | None = None
+    offpolicy: OffPolicyResult | None = None
     metrics: TrainingMetrics | None = None
 
 

@@ -3,9 +3,10 @@
     accelerate launch --config_file infra/accelerate/<compute>.yaml -m agent_sre.training.run \\
         --request REQUEST.json --base MODEL_DIR --out DIR [--data EPISODES.jsonl] [--resume-from CHECKPOINT]
 
-It runs the request's stages in order (SFT on the episodes in `--data`, then GRPO from SFT's model) and reports
-as JSON lines (`training.TrainingProgress`: losses, rewards, KL, each saved checkpoint, each finished stage) to
-`DIR/progress.jsonl` and stdout. Layout of DIR, which also makes a rerun continue rather than start over:
+It runs the request's stages in order (SFT or off-policy RL on the episodes in `--data`, then GRPO from that
+model) and reports as JSON lines (`training.TrainingProgress`: losses, rewards, KL, each saved checkpoint, each
+finished stage) to `DIR/progress.jsonl` and stdout. Layout of DIR, which also makes a rerun continue rather than
+start over:
 
     DIR/<stage>/checkpoints/checkpoint-N   a checkpoint every `checkpoint_steps` (the last two kept)
     DIR/<stage>/model, DIR/<stage>/result.json   a finished stage: it is not run again
@@ -27,8 +28,8 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from agent_sre.models.training import (GRPOResult, SFTResult, TrainingMetrics, TrainingProgress, TrainingRequest,
-                                       TrainingStage)
+from agent_sre.models.training import (GRPOResult, OffPolicyResult, SFTResult, TrainingMetrics, TrainingProgress,
+                                       TrainingRequest, TrainingStage)
 from agent_sre.models.trajectory import Trajectory
 
 BAD_INPUT = 2
@@ -86,6 +87,7 @@ def run_stage(stage: TrainingStage, request: TrainingRequest, model_dir: Path, o
     """Train one stage from `model_dir`; returns (its model directory, whether it ran now)."""
     from agent_sre.scenarios import default_catalog, load_scenarios
     from agent_sre.training.grpo import train_grpo
+    from agent_sre.training.offpolicy import train_offpolicy
     from agent_sre.training.sft import train_sft
 
     stage_dir = out / stage
@@ -97,11 +99,15 @@ def run_stage(stage: TrainingStage, request: TrainingRequest, model_dir: Path, o
     shutil.rmtree(model, ignore_errors=True)  # saved just before a crash, without its result: train it again
     work = stage_dir / "checkpoints"
     callbacks = [progress_callback(stage, log)]
-    finished: SFTResult | GRPOResult
+    finished: SFTResult | GRPOResult | OffPolicyResult
     if stage == "sft":
         assert request.sft is not None and data is not None
         finished = train_sft(model_dir, read_episodes(data), model, request.sft, work_dir=work,
                              save_steps=request.checkpoint_steps, resume_from=resume_from, callbacks=callbacks)
+    elif stage == "offpolicy":
+        assert request.offpolicy is not None and data is not None
+        finished = train_offpolicy(model_dir, read_episodes(data), model, request.offpolicy, work,
+                                   save_steps=request.checkpoint_steps, resume_from=resume_from, callbacks=callbacks)
     else:
         assert request.grpo is not None
         scenarios = load_scenarios(Path(request.data.simulated.scenarios or default_catalog()))
@@ -116,7 +122,8 @@ def main(
     request: Annotated[Path, typer.Option(help="training.request.v1 JSON file")],
     base: Annotated[Path, typer.Option(help="the model directory training starts from")],
     out: Annotated[Path, typer.Option(help="output directory (checkpoints, stage models, progress.jsonl)")],
-    data: Annotated[Path | None, typer.Option(help="validated episodes, one trajectory.v1 per line (SFT)")] = None,
+    data: Annotated[Path | None, typer.Option(help="validated episodes, one trajectory.v1 per line (SFT, "
+                                                   "off-policy RL)")] = None,
     resume_from: Annotated[Path | None, typer.Option(help="a checkpoint of the first unfinished stage")] = None,
 ) -> None:
     from agent_sre.policy.llm.checkpoint import ModelDirError, check_model_dir
@@ -125,8 +132,8 @@ def main(
     try:
         req = TrainingRequest.model_validate_json(request.read_text())
         check_model_dir(base)
-        if "sft" in req.stages and (data is None or not data.is_file()):
-            raise ValueError(f"SFT needs --data (a file of episodes); got {data}")
+        if req.needs_episodes and (data is None or not data.is_file()):
+            raise ValueError(f"{req.algorithm} needs --data (a file of episodes); got {data}")
         if resume_from is not None and not (resume_from / "trainer_state.json").is_file():
             raise ValueError(f"{resume_from} is not a trainer checkpoint (no trainer_state.json)")
     except (OSError, ValidationError, ModelDirError, ValueError) as exc:
