@@ -10,7 +10,7 @@ Every stage writes its result under --out (a rerun reuses finished stages), and 
 `## Stage-1 training (bench/training.py)` section of docs/benchmarks.md: the GRPO learning curve, the held-out table,
 and wall time and tokens/s of each training stage on this machine.
 
-    .venv/bin/python bench/training.py [--sft-episodes 24] [--grpo-steps 6] [--eval 16] [--out .agent-sre/bench-training]
+    .venv/bin/python bench/training.py [--sft-episodes 24] [--grpo-steps 6] [--eval 16] [--out DIR]
 """
 
 from __future__ import annotations
@@ -187,8 +187,8 @@ def main() -> None:
     stage("SFT")
     sft = cached(out / "sft.json", SFTResult, lambda: train_sft(
         base, expert.trajectories, out / "sft-model",
-        SFTConfig(max_steps=args.sft_steps, learning_rate=args.sft_lr, lr_scheduler="linear", warmup_steps=2, max_length=6144,
-                  device="cpu")))
+        SFTConfig(max_steps=args.sft_steps, learning_rate=args.sft_lr, lr_scheduler="linear", warmup_steps=2,
+                  max_length=6144, device="cpu")))
     evaluations: dict[str, Evaluation] = {}
     stage("held-out: SFT")
     evaluations["SFT"] = cached(out / "eval-sft.json", Evaluation,

@@ -16,11 +16,16 @@ from rich.table import Table
 from agent_sre.cli import dev
 from agent_sre.cli.episodes import console, outcome_table
 
+DEMO_SFT_STEPS = 4
+DEMO_GRPO_STEPS = 1
+DEMO_EVAL_SCENARIOS = 4
+
 if TYPE_CHECKING:
     from temporalio.client import Client
 
     from agent_sre.config import Settings
     from agent_sre.models.rollout import Decision
+    from agent_sre.models.training import TrainingStatus
     from agent_sre.models.scenario import Scenario
     from agent_sre.registry import Registry
     from agent_sre.rollout.demo import DemoRollout
@@ -29,12 +34,16 @@ if TYPE_CHECKING:
 def demo(
     n: int = typer.Option(50, "--n", min=1, help="simulated incidents to run"),
     concurrency: int = typer.Option(10, "--concurrency", min=1),
+    training: bool = typer.Option(True, "--training/--no-training",
+                                  help="a short training cycle of SmolLM2 on those incidents (about 10 minutes "
+                                       "on 2 CPU cores)"),
     rollouts: bool = typer.Option(True, "--rollouts/--no-rollouts",
                                   help="end with a compressed rollout and a rollback (a few minutes)"),
 ) -> None:
     """Bring up the stack, run a batch of simulated incidents with the runbook policy through Temporal, print the
-    outcome table; then roll a new version out in minutes and roll a degraded one back, with incidents routed by
-    the rollout. The stack is left running."""
+    outcome table; train SmolLM2 on those episodes (a small SFT, a GRPO step) and compare it with the untrained
+    model; then roll a new version out in minutes and roll a degraded one back, with incidents routed by the
+    rollout. The stack is left running."""
     from agent_sre.config import get_settings
     from agent_sre.episodes import run_episodes, summarize
     from agent_sre.models.remediation import PolicyRef
@@ -65,6 +74,8 @@ def demo(
             stats = summarize(results)
             console.print(outcome_table(stats, f"{n} incidents in {time.monotonic() - began:.0f}s · policy "
                                                "runbook-v1"))
+            if training:
+                await _training(client, settings)
             if rollouts:
                 try:
                     await _rollouts(client, settings, Registry.from_settings(settings),
@@ -81,6 +92,59 @@ def demo(
         console.print(f"Rollouts:     {_listing(ui, 'ModelRolloutWorkflow')} · the latest: {ui}/{ROLLOUT_WORKFLOW_ID}",
                       soft_wrap=True)
     console.print("The stack is still running; stop it with `agent-sre dev down`.")
+
+
+async def _training(client: Client, settings: Settings) -> None:
+    """A training cycle on a budget of minutes, through the same TrainingCycleWorkflow as `agent-sre train`."""
+    from datetime import UTC, datetime
+
+    from temporalio.client import WorkflowFailureError
+
+    from agent_sre.cli.train import follow
+    from agent_sre.models.training import TrainingRequest, TrainingStatus
+
+    version = f"demo-sft-grpo-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    request = TrainingRequest.model_validate({
+        "algorithm": "sft+grpo", "base": "base", "version": version, "requested_by": "make demo",
+        "reason": "the demo's short training cycle",
+        "data": {"trajectories": {"since": datetime.now(UTC).date().isoformat(), "policies": ["runbook"],
+                                  "limit": 24}},
+        "sft": {"max_steps": DEMO_SFT_STEPS, "learning_rate": 1e-4, "max_length": 6144},
+        "grpo": {"max_steps": DEMO_GRPO_STEPS, "group_size": 2, "max_turns": 10, "max_new_tokens": 64,
+                 "learning_rate": 1e-5},
+        "evaluation": {"limit": DEMO_EVAL_SCENARIOS, "max_turns": 10, "max_new_tokens": 64}})
+    console.print(f"\n[bold]2. Training cycle[/] — SmolLM2-135M-Instruct → {version}: SFT ({DEMO_SFT_STEPS} "
+                  f"steps) on the runbook's resolved episodes above, then GRPO ({DEMO_GRPO_STEPS} step, 2 rollouts) "
+                  f"on the simulator, then both models on {DEMO_EVAL_SCENARIOS} held-out scenarios and the gate. A "
+                  "budget that fits minutes on a CPU: it shows the loop, not a trained agent (docs/benchmarks.md has "
+                  "the longer run).")
+    workflow_id = f"training-{version}"
+    await client.start_workflow("TrainingCycleWorkflow", request, id=workflow_id, task_queue=settings.queue_training,
+                                result_type=TrainingStatus, static_summary=f"make demo: train {version}")
+    await follow(client, workflow_id, final=False)
+    try:
+        status = await client.get_workflow_handle(workflow_id, result_type=TrainingStatus).result()
+    except WorkflowFailureError as exc:
+        console.print(f"[red]error:[/] the training cycle failed: {getattr(exc.cause, 'message', None) or exc.cause}")
+        raise typer.Exit(1) from exc
+    console.print(_before_after(status))
+
+
+def _before_after(status: TrainingStatus) -> Table:
+    gate = status.gate
+    verdict = (f"gate {'passed' if gate.passed else 'failed'}: {status.candidate} is {gate.stage}" if gate is not None
+               else f"ended {status.phase}" + (f": {status.stop_reason}" if status.stop_reason else ""))
+    table = Table(title=f"before / after training (held-out scenarios) · {verdict}")
+    for col in ("model", "episodes", "success", "TTM s", "steps", "false pos.", "harmful", "invalid", "reward"):
+        table.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
+    for label, report in zip(("after: " + (status.candidate or "?"), "before: " + status.base),
+                             status.evaluation, strict=False):
+        r = report.overall
+        table.add_row(label, str(r.episodes), f"{r.success_rate:.0%}",
+                      f"{r.mean_time_to_mitigate_s:.0f}" if r.mean_time_to_mitigate_s is not None else "-",
+                      f"{r.mean_steps:.1f}", f"{r.false_positive_rate:.0%}", f"{r.harmful_rate:.0%}",
+                      f"{r.invalid_action_rate:.0%}", f"{r.mean_reward:+.2f}")
+    return table
 
 
 def _listing(ui: str, workflow_type: str) -> str:

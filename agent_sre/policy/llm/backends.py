@@ -117,8 +117,8 @@ class TransformersBackend:
             max_new_tokens=sampling.max_new_tokens, eos_token_id=stops, pad_token_id=pad, use_cache=True,
             return_dict_in_generate=True, output_scores=True)
         with torch.inference_mode():
-            out = model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
-                                 **({"past_key_values": cache.kv} if cache is not None and cache.kv is not None else {}))
+            reuse = {"past_key_values": cache.kv} if cache is not None and cache.kv is not None else {}
+            out = model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config, **reuse)
         new = out.sequences[:, width:]
         if cache is not None:
             cache.kv = out.past_key_values
