@@ -127,8 +127,9 @@ class OffPolicyStepStats(BaseModel):
     step: int
     episodes: int
     mean_return: float
-    importance_ratio_mean: float | None = Field(description="current/behaviour policy probability over the tokens "
-                                                            "with a logged logprob, before truncation")
+    importance_ratio_mean: float | None = Field(default=None, description="current/behaviour policy probability "
+                                                                          "over the tokens with a logged logprob, "
+                                                                          "before truncation")
     clipped_fraction: float = Field(description="of those tokens, how many had their ratio truncated")
     scored_tokens: int = Field(description="model tokens with a logged logprob")
     trained_tokens: int = Field(description="model tokens (tool outputs excluded)")
