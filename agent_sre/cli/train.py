@@ -17,6 +17,7 @@ import getpass
 from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime
 from pathlib import Path
+from typing import get_args
 
 import typer
 from pydantic import ValidationError
@@ -29,7 +30,8 @@ from agent_sre.cli.models import console, registry_call
 from agent_sre.cli.common import fail as _fail
 from agent_sre.cli.common import run_with_client
 from agent_sre.config import Settings, get_settings
-from agent_sre.models.training import EvalReport, EvalRequest, EvaluationConfig, TrainingRequest, TrainingStatus
+from agent_sre.models.training import (EvalReport, EvalRequest, EvaluationConfig, TrainingRequest, TrainingStage,
+                                       TrainingStatus)
 
 app = typer.Typer(help="Train a model version: collect data, train, evaluate, gate (a Temporal workflow).",
                   invoke_without_command=True, no_args_is_help=False)
@@ -48,7 +50,8 @@ def build_request(algorithm: str, base: str, steps: int | None, compute: str, ve
                   since: date | None, policies: list[str], scenarios: str | None, suite: str | None,
                   limit: int | None, reason: str, by: str) -> TrainingRequest:
     """The training.request.v1 the options describe; the version name defaults to algorithm, base and time."""
-    configs = {stage: {"max_steps": steps} for stage in algorithm.split("+")} if steps else {}
+    stages = [s for s in algorithm.split("+") if s in get_args(TrainingStage)]  # an unknown one: the request says
+    configs = {stage: {"max_steps": steps} for stage in stages} if steps else {}
     name = version or f"{algorithm.replace('+', '-')}-{base}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     return TrainingRequest.model_validate({
         "algorithm": algorithm, "base": base, "version": name, "compute": compute, "requested_by": by,
