@@ -75,6 +75,7 @@ class GRPOStepStats(BaseModel):
     success_rate: float
     invalid_rate: float
     generated_tokens: int
+    sequence_tokens: int = Field(default=0, description="prompt + completion tokens the update reads")
     rollout_s: float
 
 
