@@ -73,7 +73,10 @@ class _Backend:
     loss: float = 0.0
     delay_s: float = 0.0
     cpu_factor: float = 1.0
-    pods: list[str] = field(default_factory=list)
+
+    def key(self) -> tuple[float, str, int, str, float, float, float, float]:
+        return (self.reachable, self.failure, self.serving, self.ip, self.abort, self.loss, self.delay_s,
+                self.cpu_factor)
 
 
 def _combine(*ratios: float) -> float:
@@ -108,7 +111,6 @@ def _backend(cluster: Cluster, ns: str, svc: ServiceSpec, pods: Mapping[tuple[st
             if not ports & listens:
                 continue
             listening += 1
-            backend.pods.append(name)
             fx = effects.get((ns, name))
             if fx is not None:
                 backend.abort += fx.abort
@@ -123,15 +125,51 @@ def _backend(cluster: Cluster, ns: str, svc: ServiceSpec, pods: Mapping[tuple[st
     return backend
 
 
-def _caller_effects(ns: str, caller: str, apps_of: Mapping[tuple[str, str], str],
-                    effects: Mapping[tuple[str, str], PodEffects]) -> tuple[float, float]:
+# (pod, app of the pod, packet loss, delay ms) of each pod of the namespace that chaos acts on, in effects order
+CallerEffects = tuple[tuple[str, str | None, float, float], ...]
+
+
+def _caller_effects(caller: str, chaos: CallerEffects) -> tuple[float, float]:
     """(loss, delay seconds) that chaos on the caller's own pods adds to its outgoing calls."""
     loss = delay = 0.0
-    mine = [fx for key, fx in effects.items() if key[0] == ns and apps_of.get(key) == caller]
+    mine = [(fx_loss, fx_delay) for _, app, fx_loss, fx_delay in chaos if app == caller]
     if mine:
-        loss = sum(fx.loss for fx in mine) / len(mine)
-        delay = max(fx.delay_ms for fx in mine) / 1000.0
+        loss = sum(fx_loss for fx_loss, _ in mine) / len(mine)
+        delay = max(fx_delay for _, fx_delay in mine) / 1000.0
     return loss, delay
+
+
+class _Inputs:
+    """Everything one namespace's signals follow from, beyond the pods' own states (which the backends sum up).
+
+    Equal inputs give equal signals, so they are computed once for all environments: episodes of one app pass
+    through the same few states. Objects count by identity and resourceVersion (stored objects are never changed
+    in place); the inputs keep them alive, so an identity is not reused while cached."""
+
+    __slots__ = ("app", "ns", "backends", "policies", "ns_labels", "chaos", "_key", "_hash")
+
+    def __init__(self, app: AppSpec, ns: str, backends: dict[str, _Backend], policies: list[Obj],
+                 ns_labels: Mapping[str, str], chaos: CallerEffects) -> None:
+        self.app, self.ns, self.backends, self.policies, self.ns_labels, self.chaos = \
+            app, ns, backends, policies, ns_labels, chaos
+        self._key = (id(app), ns, tuple((name, b.key()) for name, b in backends.items()),
+                     tuple((id(p), p["metadata"].get("resourceVersion")) for p in policies),
+                     tuple(ns_labels.items()), chaos)
+        self._hash = hash(self._key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Inputs) and self._key == other._key
+
+
+@dataclass(frozen=True)
+class _NamespaceSignals:
+    services: dict[tuple[str, str], GoldenSignals]
+    edges: dict[tuple[str, str, str], EdgeHealth]
+    failing_edges: dict[tuple[str, str], tuple[tuple[str, float, float, str, float, bool], ...]]
+    load: dict[tuple[str, str], float]
 
 
 def compute(cluster: Cluster, effects: Mapping[tuple[str, str], PodEffects],
@@ -144,72 +182,84 @@ def compute(cluster: Cluster, effects: Mapping[tuple[str, str], PodEffects],
     for ns, instance in cluster.model.get("apps", {}).items():
         app: AppSpec = instance.spec
         ns_obj = cluster.get("namespaces", "", ns) or {"metadata": {}}
-        ns_labels = ns_obj["metadata"].get("labels") or {}
-        policies = [p for p in all_policies if p["metadata"].get("namespace") == ns]
-        order = app.topological()
-        service_labels = app.service_labels()
-        backends = {s.name: _backend(cluster, ns, s, pods, effects) for s in order}
-        rps: dict[str, float] = {s.name: s.entry_rps for s in order}
-        for s in reversed(order):  # callers first: demand flows down the graph
-            for edge in s.deps:
-                rps[edge.callee] += rps[s.name] * edge.calls
-        internal_error: dict[str, float] = {}
-        internal_p99: dict[str, float] = {}
-        for s in order:  # callees first: failures flow up the graph
-            backend = backends[s.name]
-            sw = s.software
-            capacity = backend.serving * sw.capacity_rps
-            utilisation = rps[s.name] / capacity if capacity else 0.0
-            out.load[(ns, s.name)] = s.replicas / backend.serving if backend.serving else 0.0
-            overload = 1.0 - 1.0 / utilisation if utilisation > 1.0 else 0.0
-            slowdown = 1.0 if utilisation < 0.7 else 1.0 + min(20.0, (utilisation - 0.7) * 10.0)
-            own_p99 = sw.p99_ms / 1000.0 * slowdown * backend.cpu_factor + backend.delay_s
-            failures, dep_latency = [BASE_ERROR_RATIO, overload, backend.abort], 0.0
-            failing: list[tuple[str, float, float, str, float, bool]] = []
-            for edge in s.deps:
-                callee = app.service(edge.callee)
-                health = _edge(cluster, ns, s, callee, backends[callee.name], internal_error[callee.name],
-                               internal_p99[callee.name], policies, ns_labels, service_labels, apps_of, effects)
-                out.edges[(ns, s.name, callee.name)] = health
-                if edge.critical:
-                    p = health.error_ratio
-                    failures.append(edge.calls * p if edge.calls <= 1 else 1.0 - (1.0 - p) ** edge.calls)
-                    latency = health.latency_p99_seconds * (1.0 if edge.calls <= 1 else min(edge.calls, 2.0))
-                else:
-                    latency = min(health.latency_p99_seconds, SOFT_DEPENDENCY_TIMEOUT_S)
-                if edge.calls >= 0.01:
-                    dep_latency = max(dep_latency, latency)
-                if health.error_ratio >= 0.01 or health.latency_p99_seconds >= 1.0:
-                    failing.append((callee.name, edge.calls, round(health.error_ratio, 2), health.failure,
-                                    round(health.latency_p99_seconds, 1), edge.critical))
-            internal_error[s.name] = _combine(*failures)
-            internal_p99[s.name] = own_p99 + dep_latency
-            if failing:
-                out.failing_edges[(ns, s.name)] = tuple(failing)
-        for s in order:
-            backend = backends[s.name]
-            demand = [(s.entry_rps, _combine(1.0 - backend.reachable, internal_error[s.name]),
-                       internal_p99[s.name] if backend.serving else 0.0)]
-            for caller, edge in app.calls_to(s.name):
-                health = out.edges[(ns, caller.name, s.name)]
-                demand.append((rps[caller.name] * edge.calls, health.error_ratio, health.latency_p99_seconds))
-            total = sum(d for d, _, _ in demand)
-            error = sum(d * e for d, e, _ in demand) / total if total else 0.0
-            p99 = max((lat for d, _, lat in demand if d > 0), default=internal_p99[s.name])
-            out.services[(ns, s.name)] = GoldenSignals(round(rps[s.name], 3), round(error, 4), round(p99, 4))
+        chaos = tuple((key[1], apps_of.get(key), fx.loss, fx.delay_ms) for key, fx in effects.items() if key[0] == ns)
+        part = _namespace_signals(_Inputs(
+            app, ns, {s.name: _backend(cluster, ns, s, pods, effects) for s in app.topological()},
+            [p for p in all_policies if p["metadata"].get("namespace") == ns], ns_obj["metadata"].get("labels") or {},
+            chaos))
+        out.services.update(part.services)
+        out.edges.update(part.edges)
+        out.failing_edges.update(part.failing_edges)
+        out.load.update(part.load)
         out.auth_failures.update(_auth_failures(cluster, ns, app, pods))
     return out
 
 
-def _edge(cluster: Cluster, ns: str, caller: ServiceSpec, callee: ServiceSpec, backend: _Backend,
-          callee_error: float, callee_p99: float, policies: list[Obj], ns_labels: Mapping[str, str],
-          service_labels: Mapping[str, Mapping[str, str]], apps_of: Mapping[tuple[str, str], str],
-          effects: Mapping[tuple[str, str], PodEffects]) -> EdgeHealth:
+@lru_cache(maxsize=4096)
+def _namespace_signals(inputs: _Inputs) -> _NamespaceSignals:
+    out = _NamespaceSignals({}, {}, {}, {})
+    app, ns, backends, policies, ns_labels = inputs.app, inputs.ns, inputs.backends, inputs.policies, inputs.ns_labels
+    order = app.topological()
+    service_labels = app.service_labels()
+    rps: dict[str, float] = {s.name: s.entry_rps for s in order}
+    for s in reversed(order):  # callers first: demand flows down the graph
+        for edge in s.deps:
+            rps[edge.callee] += rps[s.name] * edge.calls
+    internal_error: dict[str, float] = {}
+    internal_p99: dict[str, float] = {}
+    for s in order:  # callees first: failures flow up the graph
+        backend = backends[s.name]
+        sw = s.software
+        capacity = backend.serving * sw.capacity_rps
+        utilisation = rps[s.name] / capacity if capacity else 0.0
+        out.load[(ns, s.name)] = s.replicas / backend.serving if backend.serving else 0.0
+        overload = 1.0 - 1.0 / utilisation if utilisation > 1.0 else 0.0
+        slowdown = 1.0 if utilisation < 0.7 else 1.0 + min(20.0, (utilisation - 0.7) * 10.0)
+        own_p99 = sw.p99_ms / 1000.0 * slowdown * backend.cpu_factor + backend.delay_s
+        failures, dep_latency = [BASE_ERROR_RATIO, overload, backend.abort], 0.0
+        failing: list[tuple[str, float, float, str, float, bool]] = []
+        for edge in s.deps:
+            callee = app.service(edge.callee)
+            health = _edge(ns, s, callee, backends[callee.name], internal_error[callee.name],
+                           internal_p99[callee.name], policies, ns_labels, service_labels, inputs.chaos)
+            out.edges[(ns, s.name, callee.name)] = health
+            if edge.critical:
+                p = health.error_ratio
+                failures.append(edge.calls * p if edge.calls <= 1 else 1.0 - (1.0 - p) ** edge.calls)
+                latency = health.latency_p99_seconds * (1.0 if edge.calls <= 1 else min(edge.calls, 2.0))
+            else:
+                latency = min(health.latency_p99_seconds, SOFT_DEPENDENCY_TIMEOUT_S)
+            if edge.calls >= 0.01:
+                dep_latency = max(dep_latency, latency)
+            if health.error_ratio >= 0.01 or health.latency_p99_seconds >= 1.0:
+                failing.append((callee.name, edge.calls, round(health.error_ratio, 2), health.failure,
+                                round(health.latency_p99_seconds, 1), edge.critical))
+        internal_error[s.name] = _combine(*failures)
+        internal_p99[s.name] = own_p99 + dep_latency
+        if failing:
+            out.failing_edges[(ns, s.name)] = tuple(failing)
+    for s in order:
+        backend = backends[s.name]
+        demand = [(s.entry_rps, _combine(1.0 - backend.reachable, internal_error[s.name]),
+                   internal_p99[s.name] if backend.serving else 0.0)]
+        for caller, edge in app.calls_to(s.name):
+            health = out.edges[(ns, caller.name, s.name)]
+            demand.append((rps[caller.name] * edge.calls, health.error_ratio, health.latency_p99_seconds))
+        total = sum(d for d, _, _ in demand)
+        error = sum(d * e for d, e, _ in demand) / total if total else 0.0
+        p99 = max((lat for d, _, lat in demand if d > 0), default=internal_p99[s.name])
+        out.services[(ns, s.name)] = GoldenSignals(round(rps[s.name], 3), round(error, 4), round(p99, 4))
+    return out
+
+
+def _edge(ns: str, caller: ServiceSpec, callee: ServiceSpec, backend: _Backend, callee_error: float,
+          callee_p99: float, policies: list[Obj], ns_labels: Mapping[str, str],
+          service_labels: Mapping[str, Mapping[str, str]], chaos: CallerEffects) -> EdgeHealth:
     blocked = policies and blocking_policy(policies, ns, service_labels[callee.name], ns, service_labels[caller.name],
                                            ns_labels, callee.port, "http" if callee.probe == "http" else callee.name)
     if blocked and backend.serving:
         return EdgeHealth(1.0, CLIENT_TIMEOUT_S, f"dial tcp {backend.ip}:{callee.port}: i/o timeout")
-    caller_loss, caller_delay = _caller_effects(ns, caller.name, apps_of, effects)
+    caller_loss, caller_delay = _caller_effects(caller.name, chaos)
     loss = _combine(backend.loss, caller_loss)
     loss_error = min(1.0, loss ** 1.5) if loss < 1.0 else 1.0
     unreachable = 1.0 - backend.reachable
@@ -232,10 +282,14 @@ def _edge(cluster: Cluster, ns: str, caller: ServiceSpec, callee: ServiceSpec, b
     return EdgeHealth(round(error, 4), round(latency, 4), failure)
 
 
-@lru_cache(maxsize=4096)
 def fails_to_log_in(outcome: Outcome) -> bool:
     """A crash on a rejected database password (the database logs each attempt)."""
-    return outcome.kind == "crash" and any("password authentication failed" in line for line in outcome.lines)
+    return outcome.kind == "crash" and _rejected_password(outcome.lines)
+
+
+@lru_cache(maxsize=4096)  # asked for every container at every reconcile pass
+def _rejected_password(lines: tuple[str, ...]) -> bool:
+    return any("password authentication failed" in line for line in lines)
 
 
 def _auth_failures(cluster: Cluster, ns: str, app: AppSpec,
