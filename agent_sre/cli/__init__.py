@@ -14,8 +14,8 @@ app = typer.Typer(
 
 def _register() -> None:
     """Attach every area's sub-app. Imported lazily so `agent-sre --help` stays quick."""
-    from agent_sre.cli import (alerts, demo, dev, episodes, incident, learn, models, rollout, scenarios, sim, train,
-                               worker)
+    from agent_sre.cli import (alerts, demo, dev, drill, episodes, incident, learn, models, rollout, scenarios, sim,
+                               train, worker)
 
     app.add_typer(dev.app, name="dev")
     app.add_typer(sim.app, name="sim")
@@ -30,6 +30,7 @@ def _register() -> None:
     app.command("eval")(train.evaluate)
     app.command("worker")(worker.worker)
     app.command("demo")(demo.demo)
+    app.command("drill")(drill.drill)
 
 
 _register()

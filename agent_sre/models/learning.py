@@ -4,14 +4,14 @@ the object store (learning.state.v1: the watermark and which episodes were learn
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent_sre.models.registry import DataItem
 from agent_sre.models.reward import RewardConfig
-from agent_sre.models.rollout import RolloutPlan, RolloutRequest
+from agent_sre.models.rollout import Duration, RolloutPlan, RolloutRequest
 from agent_sre.models.training import (EvalReport, GateDecision, RejectedEpisode, SFTConfig, TrainingRequest,
                                        TrainingStatus)
 
@@ -227,3 +227,65 @@ class FinishRequest(BaseModel):
     record: CycleRecord
     commit: bool = Field(description="move the watermark over the cycle's data; otherwise only let go of the stream")
     late_days: int
+
+
+# --- the production drill -------------------------------------------------------------------------------------------
+
+class DrillPlan(BaseModel):
+    """`agent-sre drill`: what production serves, how the mix shifts, and how much compute the drill may spend."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="the registered version put in production for the drill")
+    cycles: int = Field(default=3, ge=1, description="learning cycles that train, then one window to measure")
+    every: Duration = Field(default=timedelta(minutes=10), description="the learning schedule's interval")
+    incidents_per_cycle: int = Field(default=20, ge=1, description="incidents served between two cycles (more "
+                                                                   "while a rollout needs traffic)")
+    concurrency: int = Field(default=2, ge=1)
+    max_steps: int = Field(default=15, ge=1, le=100, description="actions per incident")
+    mix: list[str] = Field(min_length=1, description="scenario families served before the shift")
+    shifted: str = Field(description="the family the mix shifts to")
+    shift_after: int = Field(default=0, ge=0, description="incidents served before the shift")
+    shift_share: float = Field(default=0.5, gt=0, le=1, description="share of the shifted family afterwards")
+    time_limit: Duration = Field(default=timedelta(hours=3))
+    learning: LearningConfig
+
+
+class DrillIncident(BaseModel):
+    ended_at: datetime
+    scenario: str
+    shifted: bool
+    version: str = Field(description="the model version that served it")
+    outcome: Literal["resolved", "unresolved", "worse"]
+    false_positive: bool
+    time_to_mitigate_s: float | None
+
+
+class WindowStats(BaseModel):
+    """Production on the incidents that ended in one window of the drill."""
+
+    incidents: int
+    shifted: int
+    served_by: dict[str, int]
+    shifted_success: float | None
+    success: float | None
+    false_positive_rate: float | None
+    mean_ttm_s: float | None
+
+
+class DrillCycle(BaseModel):
+    record: CycleRecord
+    before: WindowStats = Field(description="production on the incidents since the previous cycle ended")
+    rollout_outcome: str | None = Field(default=None, description="succeeded, rolled_back or aborted, once over")
+    rollout_reason: str | None = None
+
+
+class DrillReport(BaseModel):
+    plan: DrillPlan
+    started_at: datetime
+    ended_at: datetime | None = None
+    shifted_at: datetime | None = None
+    cycles: list[DrillCycle] = Field(default_factory=list)
+    after: WindowStats | None = Field(default=None, description="production after the last cycle's rollout")
+    production_at_end: str | None = None
+    notes: list[str] = Field(default_factory=list)

@@ -1,0 +1,281 @@
+"""The production drill: simulated "production" served by the production model while the learning schedule runs.
+
+    traffic  ── incidents routed like production's (policy chosen by the routing activity) ──────────────────▶
+    mix      ── the usual families ──▶ shift: a share of a family the policy handles badly ────────────────────▶
+    schedule ── cycle ─── cycle ─── … (read the new episodes, train, gate, roll out; skipped while a rollout runs)
+    windows  ── production's figures between two cycles; the last window after the last rollout ended
+
+Serving never stops: incidents keep arriving while cycles train and while their rollouts shift traffic, and the
+workers serve each new version as soon as the routing table or the registry names it. Each window serves at most
+`incidents_per_cycle` incidents (the compute budget) unless a rollout needs traffic to be judged. The drill has no
+human: a rollout that pauses for one is aborted, with that reason in its history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from statistics import fmean
+
+from temporalio.client import (Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle,
+                               WorkflowUpdateFailedError)
+from temporalio.service import RPCError
+
+from agent_sre.config import Settings
+from agent_sre.episodes import interleave_by_fault, run_episode
+from agent_sre.learning import store as streams
+from agent_sre.learning.schedule import upsert_schedule
+from agent_sre.models.incident import RemediationLimits
+from agent_sre.models.learning import DrillCycle, DrillIncident, DrillPlan, DrillReport, WindowStats
+from agent_sre.models.rollout import (AbTestStep, AnalysisConfig, GuardrailConfig, RolloutControl, RolloutPlan,
+                                      RolloutResult, RolloutStatus, SetWeightStep)
+from agent_sre.models.scenario import Scenario
+from agent_sre.registry import Registry
+from agent_sre.registry import weights as stored_files
+from agent_sre.workflows.training import version_name
+
+log = logging.getLogger(__name__)
+
+BY = "agent-sre drill"
+POLL_S = 1.0
+
+
+def drill_plan(every: timedelta, incidents_per_cycle: int) -> RolloutPlan:
+    """A rollout compressed to the drill's pace: half the traffic for half a cycle interval, judged on a quarter of
+    a window's incidents per arm, then everything."""
+    samples = max(3, incidents_per_cycle // 4)
+    return RolloutPlan(
+        name="drill", steps=[AbTestStep(weight=50, duration=every / 2, min_samples=samples), SetWeightStep(weight=100)],
+        analysis=AnalysisConfig(min_samples=samples, min_ttm_samples=max(2, samples // 2), success_margin=0.2,
+                                false_positive_margin=0.2, harmful_margin=0.2, ttm_tolerance=0.5,
+                                extension=every / 4, max_extensions=4),
+        guardrails=GuardrailConfig(interval=every / 10, lookback=every, min_incidents=samples, max_harmful_rate=0.5))
+
+
+def families(scenarios: Sequence[Scenario], names: Sequence[str]) -> list[Scenario]:
+    """The scenarios of the named families (a family's name is among its scenarios' tags)."""
+    chosen = [s for s in scenarios if set(s.tags) & set(names)]
+    missing = sorted(set(names) - {t for s in chosen for t in s.tags})
+    if missing:
+        raise ValueError(f"no scenarios of the famil{'ies' if len(missing) > 1 else 'y'} {', '.join(missing)}")
+    return chosen
+
+
+def production_model(registry: Registry, model: str, models_dir: Path) -> str:
+    """The version to serve: a registered one, or a model directory (or 'base', the converted SmolLM2) registered
+    under a name derived from its files' hashes, so a rerun finds it registered."""
+    from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir
+
+    if model in registry.index().versions:
+        return model
+    path = local_version_dir(BASE_VERSION, models_dir) if model == BASE_VERSION else Path(model)
+    if not (path / "config.json").is_file():
+        raise ValueError(f"{model!r} is neither a registered version nor a model directory (no config.json)")
+    digest = hashlib.sha256("".join(f.sha256 for f in stored_files.manifest(path)).encode()).hexdigest()[:8]
+    name = version_name(f"drill-{path.name[:40]}-{digest}")
+    registry.register(name, policy="llm", by=BY, weights_dir=path, reason=f"the drill's production model, from {path}")
+    return name
+
+
+def window(incidents: Sequence[DrillIncident]) -> WindowStats:
+    def rate(flags: list[bool]) -> float | None:
+        return fmean(flags) if flags else None
+
+    ttm = [i.time_to_mitigate_s for i in incidents if i.time_to_mitigate_s is not None]
+    return WindowStats(incidents=len(incidents), shifted=sum(i.shifted for i in incidents),
+                       served_by=dict(Counter(i.version for i in incidents)),
+                       shifted_success=rate([i.outcome == "resolved" for i in incidents if i.shifted]),
+                       success=rate([i.outcome == "resolved" for i in incidents]),
+                       false_positive_rate=rate([i.false_positive for i in incidents]),
+                       mean_ttm_s=fmean(ttm) if ttm else None)
+
+
+@dataclass
+class Traffic:
+    """Production's incidents: `concurrency` lanes, the mix shifting after `shift_after` incidents, at most
+    `incidents_per_cycle` started per window unless a rollout is running."""
+
+    client: Client
+    settings: Settings
+    plan: DrillPlan
+    usual: list[Scenario]
+    shifted: list[Scenario]
+    served: list[DrillIncident] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # incidents whose workflow failed: reported, not fatal
+    started: int = 0
+    in_window: int = 0
+    rollout_running: bool = False
+    shifted_at: datetime | None = None
+
+    def _next(self) -> tuple[Scenario, bool]:
+        n, share = self.started, self.plan.shift_share
+        after = n - self.plan.shift_after
+        if after < 0:
+            return self.usual[n % len(self.usual)], False
+        if after == 0:
+            self.shifted_at = datetime.now(UTC)
+        if math.floor((after + 1) * share) > math.floor(after * share):  # every 1/share-th incident, evenly
+            return self.shifted[math.floor(after * share) % len(self.shifted)], True
+        return self.usual[n % len(self.usual)], False
+
+    async def lane(self, stop: asyncio.Event) -> None:
+        limits = RemediationLimits(max_steps=self.plan.max_steps, settle_s=2.0, deadline_s=600.0)
+        while not stop.is_set():
+            if not self.rollout_running and self.in_window >= self.plan.incidents_per_cycle:
+                await asyncio.sleep(POLL_S)
+                continue
+            scenario, shifted = self._next()
+            number = self.started
+            self.started += 1
+            self.in_window += 1
+            workflow_id = f"drill-{self.plan.learning.name}-{number:05d}-{scenario.name}"
+            try:
+                result = await run_episode(self.client, self.settings, scenario, None, workflow_id, limits)
+            except WorkflowFailureError as exc:
+                self.failed.append(f"{workflow_id}: {getattr(exc.cause, 'message', None) or exc.cause}")
+                continue
+            o = result.outcome
+            self.served.append(DrillIncident(ended_at=datetime.now(UTC), scenario=scenario.name, shifted=shifted,
+                                             version=o.model_version, outcome=o.outcome,
+                                             false_positive=o.false_positive, time_to_mitigate_s=o.time_to_mitigate_s))
+
+
+class Rollouts:
+    """The rollouts the cycles started: whether one runs, how each ended; one paused for a human is aborted."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.open: dict[str, tuple[DrillCycle, WorkflowHandle]] = {}
+
+    def track(self, cycle: DrillCycle) -> None:
+        started = cycle.record.rollout
+        if started is not None:
+            self.open[cycle.record.cycle_id] = (cycle, self.client.get_workflow_handle(
+                started.workflow_id, first_execution_run_id=started.first_execution_run_id, result_type=RolloutResult))
+
+    async def running(self) -> bool:
+        for cycle_id, (cycle, handle) in list(self.open.items()):
+            if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+                status = await handle.query("status", result_type=RolloutStatus)
+                if status.phase == "paused":
+                    await self._abort(handle, f"the drill has no human to decide: {status.pause_reason}")
+                continue
+            result: RolloutResult = await handle.result()
+            cycle.rollout_outcome, cycle.rollout_reason = result.outcome, result.reason
+            del self.open[cycle_id]
+        return bool(self.open)
+
+    @staticmethod
+    async def _abort(handle: WorkflowHandle, reason: str) -> None:
+        try:
+            await handle.execute_update("abort", RolloutControl(by=BY, reason=reason))
+        except (WorkflowUpdateFailedError, RPCError) as exc:  # ending already, or not abortable now: look again
+            log.info("the rollout did not take the abort (yet): %s", exc)
+
+
+async def run_drill(client: Client, settings: Settings, registry: Registry, plan: DrillPlan, usual: list[Scenario],
+                    shifted: list[Scenario], on_cycle: Callable[[DrillCycle], None] = lambda c: None) -> DrillReport:
+    """Serve production traffic, let the learning schedule run `plan.cycles` training cycles on it (and their
+    rollouts end), then serve one more window; the schedule is deleted at the end."""
+    report = DrillReport(plan=plan, started_at=datetime.now(UTC))
+    name = plan.learning.name
+    if registry.production().version != plan.model:
+        registry.promote(plan.model, by=BY, reason=f"drill {name}: production serves the drill's model")
+    traffic = Traffic(client, settings, plan, interleave_by_fault(usual), interleave_by_fault(shifted))
+    rollouts = Rollouts(client)
+    await upsert_schedule(client, plan.learning, plan.every, settings.queue_training, paused=False,
+                          note=f"drill {name}")
+    stop = asyncio.Event()
+    lanes = [asyncio.create_task(traffic.lane(stop)) for _ in range(plan.concurrency)]
+    deadline = time.monotonic() + plan.time_limit.total_seconds()
+    final_from: int | None = None  # index into traffic.served where the last window begins
+    try:
+        while True:
+            for lane in lanes:
+                if lane.done() and lane.exception() is not None:
+                    raise lane.exception()  # type: ignore[misc]
+            records = await asyncio.to_thread(streams.list_records, registry.client, registry.bucket, name)
+            for record in records[len(report.cycles):]:
+                since = report.cycles[-1].record.ended_at if report.cycles else report.started_at
+                cycle = DrillCycle(record=record, before=window([i for i in traffic.served
+                                                                 if since < i.ended_at <= record.ended_at]))
+                report.cycles.append(cycle)
+                rollouts.track(cycle)
+                traffic.in_window = 0
+                on_cycle(cycle)
+            traffic.rollout_running = await rollouts.running()
+            trained = sum(c.record.training is not None for c in report.cycles)
+            if final_from is None and trained >= plan.cycles and not traffic.rollout_running:
+                await client.get_schedule_handle(name).pause(note=f"drill {name}: {trained} cycles trained")
+                final_from, traffic.in_window = len(traffic.served), 0
+            if final_from is not None and len(traffic.served) - final_from >= plan.incidents_per_cycle:
+                break
+            if time.monotonic() > deadline:
+                report.notes.append(f"the time limit ({plan.time_limit}) passed with {trained} of {plan.cycles} "
+                                    "cycles trained" + ("; a rollout is still running" if rollouts.open else ""))
+                break
+            await asyncio.sleep(POLL_S)
+    finally:
+        stop.set()
+        await client.get_schedule_handle(name).delete()
+        await asyncio.gather(*lanes, return_exceptions=True)
+    if final_from is not None:
+        report.after = window(traffic.served[final_from:])
+    if traffic.failed:
+        report.notes.append(f"{len(traffic.failed)} incident workflows failed, e.g. {traffic.failed[0]}")
+    report.shifted_at, report.ended_at = traffic.shifted_at, datetime.now(UTC)
+    report.production_at_end = registry.production().version
+    return report
+
+
+# --- the report -----------------------------------------------------------------------------------------------------
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def _window_cells(w: WindowStats) -> list[str]:
+    served = ", ".join(f"{v} {n}" for v, n in sorted(w.served_by.items()))
+    return [f"{w.incidents} ({w.shifted} shifted)", served or "-", _pct(w.shifted_success), _pct(w.success),
+            _pct(w.false_positive_rate), "-" if w.mean_ttm_s is None else f"{w.mean_ttm_s:.0f}"]
+
+
+COLUMNS = ["cycle", "incidents before it", "served by", "success on the shifted family", "success", "false pos.",
+           "TTM s", "data used", "held-out success cand/parent", "production replay cand/prod", "decision"]
+
+
+def rows(report: DrillReport) -> list[list[str]]:
+    """One row per cycle (production in the window before it, what it learnt, how it was judged, what came of
+    it), and a last row for the window after the last rollout."""
+    out = []
+    for n, c in enumerate(report.cycles, start=1):
+        r, d = c.record, c.record.data
+        data = f"{d.episodes} episodes ({d.usable} usable), {len(d.replay.train)} replayed" if d else "-"
+        held = r.training.evaluation if r.training else []
+        decision = f"{r.status}" + (f", rollout {c.rollout_outcome or 'running'}" if r.rollout else "")
+        out.append([str(n), *_window_cells(c.before), data,
+                    " / ".join(_pct(e.overall.success_rate) for e in held) or "-",
+                    " / ".join(_pct(e.overall.success_rate) for e in r.production_eval) or "-",
+                    decision + (f": {c.rollout_reason or r.reason}" if r.status != "registered" or c.rollout_reason
+                                else "")])
+    if report.after is not None:
+        out.append(["after", *_window_cells(report.after), "", "", "", f"production {report.production_at_end}"])
+    return out
+
+
+def markdown(report: DrillReport) -> str:
+    table = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    table += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows(report)]
+    p = report.plan
+    head = (f"Production model {p.model}; mix {', '.join(p.mix)}, shifting to {p.shift_share:.0%} {p.shifted} after "
+            f"{p.shift_after} incidents; a learning cycle every {p.every} ({p.learning.training.algorithm}, at least "
+            f"{p.learning.min_episodes} usable episodes); {p.incidents_per_cycle} incidents per window, "
+            f"{p.concurrency} at a time.")
+    return "\n".join([head, "", *table, *(f"\nNote: {n}" for n in report.notes)]) + "\n"

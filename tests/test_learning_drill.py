@@ -1,0 +1,83 @@
+"""`agent-sre drill` with the tiny model and a small budget, against the session's real stack (Temporal, S3, the
+cluster simulator): production serves simulated incidents, the mix shifts, the learning schedule's cycles run on
+its interval and train on what production saw (GRPO on the re-created incidents), and every cycle is recorded in
+the drill's report. The mechanics only: a tiny random model resolves nothing, so no figure here says it learns."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from isolated_workers import running_workers, terminate_running
+from llm_fixtures import tiny_model_dir  # noqa: F401 (fixture)
+from rich.console import Console
+from store_fixtures import settings_with_own_bucket
+from temporalio.service import RPCError
+from typer.testing import CliRunner
+
+from agent_sre.cli import app
+from agent_sre.cli import drill as drill_cli
+from agent_sre.config import Settings, get_settings
+from agent_sre.learning import store as streams
+from agent_sre.models.learning import DrillReport
+from agent_sre.registry import Registry
+from agent_sre.storage import object_store
+from agent_sre.temporal import connect
+
+LENIENT = {"success_rate": 1, "false_positive_rate": 1, "harmful_rate": 1, "invalid_action_rate": 1}
+TINY_TRAINING = {"settle_s": 5, "training": {"algorithm": "grpo", "base": "base", "requested_by": "drill test",
+                              "grpo": {"max_steps": 1, "group_size": 2, "max_turns": 1, "max_new_tokens": 8,
+                                       "device": "cpu"},
+                              "evaluation": {"max_turns": 1, "max_new_tokens": 8, "tolerances": LENIENT}}}
+
+
+async def test_the_drill_serves_production_shifts_the_mix_and_records_the_scheduled_cycles(
+        stack: Settings, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    monkeypatch.setattr(drill_cli, "console", Console(width=250))
+    (tmp_path / "learning.json").write_text(json.dumps(TINY_TRAINING))
+    name = f"drill-{uuid.uuid4().hex[:6]}"
+    with settings_with_own_bucket(stack, "drill") as settings:
+        client = await connect(settings)
+        async with running_workers(client, settings) as isolated:
+            for queue in ("queue_agent", "queue_tools", "queue_policy", "queue_training"):
+                monkeypatch.setenv(f"AGENT_SRE_{queue.upper()}", getattr(isolated, queue))
+            get_settings.cache_clear()
+            try:
+                result = await asyncio.to_thread(CliRunner().invoke, app, [
+                    "drill", "--model", str(tiny_model_dir), "--cycles", "1", "--every", "15s",
+                    "--incidents-per-cycle", "4", "--concurrency", "2", "--max-steps", "2", "--mix", "bad-image",
+                    "--shifted", "bad-image-tag", "--shift-after", "2", "--min-episodes", "2", "--eval-limit", "1",
+                    "--plan", "none", "--config", str(tmp_path / "learning.json"), "--time-limit", "8m",
+                    "--name", name, "--no-stack", "--no-workers"])
+            finally:
+                query = 'ExecutionStatus="Running"'
+                await terminate_running(client, [w.id async for w in client.list_workflows(query)
+                                                 if name in w.id])
+                get_settings.cache_clear()
+        assert result.exit_code == 0, result.output
+        report = DrillReport.model_validate_json((settings.data_dir / "drill" / name / "report.json").read_text())
+        stored = streams.list_records(object_store(settings), settings.s3_bucket, name)
+        stages = {v: e.stage for v, e in Registry.from_settings(settings).index().versions.items()}
+        written = (settings.data_dir / "drill" / name / "report.md").read_text()
+
+    model = report.plan.model
+    assert model.startswith("drill-tiny-smollm2-") and report.production_at_end == model
+    # incidents were served by production throughout, and the mix shifted
+    windows = [c.before for c in report.cycles] + [report.after]
+    assert report.after is not None and report.after.incidents >= 4 and not report.notes
+    assert report.shifted_at is not None and sum(w.shifted for w in windows) >= 1
+    assert all(set(w.served_by) <= {model} for w in windows) and sum(w.incidents for w in windows) >= 6
+    # the cycles ran on the schedule (its runs' ids and interval-aligned times), one of them trained on production's
+    # incidents re-created in the simulator, and each is recorded in the report and in the store
+    assert [c.record for c in report.cycles] == stored and stored
+    assert all(r.cycle_id.startswith(f"learning-{name}-") and r.cutoff.timestamp() % 15 == 0 for r in stored)
+    [trained] = [c.record for c in report.cycles if c.record.training is not None]
+    assert trained.status == "registered" and trained.data is not None and trained.data.replay.train
+    assert stages[trained.version] == "candidate" and stages[model] == "production"
+    assert "| cycle | incidents before it |" in written
+    assert f"drill {name}" in result.output and "registered" in result.output
+    with pytest.raises(RPCError, match="not found"):  # the drill deletes its schedule
+        await client.get_schedule_handle(name).describe()
