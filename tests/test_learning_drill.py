@@ -1,13 +1,15 @@
 """`agent-sre drill` with the tiny model and a small budget, against the session's real stack (Temporal, S3, the
 cluster simulator): production serves simulated incidents, the mix shifts, the learning schedule's cycles run on
 its interval and train on what production saw (GRPO on the re-created incidents), and every cycle is recorded in
-the drill's report. The mechanics only: a tiny random model resolves nothing, so no figure here says it learns."""
+the drill's report. The mechanics only: a tiny random model resolves nothing, so no figure here says it learns.
+A rollout that waits for a human is aborted by the drill (it has none), and how it ended is recorded."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -22,8 +24,11 @@ from agent_sre.cli import app
 from agent_sre.cli import drill as drill_cli
 from agent_sre.config import Settings, get_settings
 from agent_sre.learning import store as streams
-from agent_sre.models.learning import DrillReport
+from agent_sre.learning.drill import Rollouts, window
+from agent_sre.models.learning import CycleRecord, DrillCycle, DrillReport, RolloutStarted
+from agent_sre.models.rollout import AbTestStep, PauseStep, RolloutPlan, RolloutRequest
 from agent_sre.registry import Registry
+from agent_sre.rollout.client import start_rollout
 from agent_sre.storage import object_store
 from agent_sre.temporal import connect
 
@@ -81,3 +86,31 @@ async def test_the_drill_serves_production_shifts_the_mix_and_records_the_schedu
     assert f"drill {name}" in result.output and "registered" in result.output
     with pytest.raises(RPCError, match="not found"):  # the drill deletes its schedule
         await client.get_schedule_handle(name).describe()
+
+
+async def test_the_drill_aborts_a_rollout_that_waits_for_a_human_and_records_how_it_ended(
+        temporal_server: Settings, s3_store: Settings) -> None:
+    with settings_with_own_bucket(s3_store, "drillrollout") as settings:
+        Registry.from_settings(settings).register("runbook-v2", policy="runbook", by="test", reason="a candidate")
+        client = await connect(settings)
+        async with running_workers(client, settings) as isolated:
+            plan = RolloutPlan(name="waits", steps=[PauseStep(reason="a human looks first"),
+                                                    AbTestStep(weight=50, duration=timedelta(hours=1))])
+            request = RolloutRequest(candidate="runbook-v2", baseline="runbook-v1", plan=plan, requested_by="test")
+            handle = await start_rollout(client, request, isolated, workflow_id=f"rollout-{uuid.uuid4().hex[:6]}")
+            now = datetime.now(UTC)
+            cycle = DrillCycle(before=window([]), record=CycleRecord(
+                name="d", cycle_id="c", run_id="r", cutoff=now, started_at=now, status="registered",
+                rollout=RolloutStarted(workflow_id=handle.id, first_execution_run_id=handle.first_execution_run_id,
+                                       request=request)))
+            rollouts = Rollouts(client)
+            rollouts.track(cycle)
+            try:
+                for _ in range(60):
+                    if not await rollouts.running():
+                        break
+                    await asyncio.sleep(0.5)
+            finally:
+                await terminate_running(client, [handle.id])
+    assert cycle.rollout_outcome == "aborted"
+    assert cycle.rollout_reason is not None and "the drill has no human to decide" in cycle.rollout_reason
