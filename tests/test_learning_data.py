@@ -22,6 +22,7 @@ from temporalio.testing import ActivityEnvironment
 from agent_sre import cas
 from agent_sre.activities import learning as activities
 from agent_sre.learning import store as streams
+from agent_sre.learning.data import usable_for
 from agent_sre.learning.replay import replay_scenario, replay_sets, scenario_file
 from agent_sre.models.learning import (BeginCycle, CycleClaim, CycleData, CycleRecord, FinishRequest, GatherRequest,
                                        LearningConfig)
@@ -42,8 +43,10 @@ def bucket_settings(s3_store: Settings) -> Iterator[Settings]:
 
 
 def config(**kw: Any) -> LearningConfig:
+    """SFT on the runbook's episodes: every resolved one is usable."""
     return LearningConfig.model_validate({"name": f"t-{uuid.uuid4().hex[:8]}", "min_episodes": 1, "settle_s": 0,
-                                          **kw})
+                                          "training": {"algorithm": "sft", "base": "base",
+                                                       "sft": {"expert_policies": ["runbook"]}}, **kw})
 
 
 def episode(run: int, **kw: Any) -> Trajectory:
@@ -210,3 +213,26 @@ def test_replay_sets_split_by_scenario_keep_the_evaluation_suite_out_and_read_ba
     # a stored scenario that redaction touched is not replayed unless the catalog has it
     redacted = catalog[0].model_copy(update={"name": "not-in-catalog", "symptom": "<redacted:secret>"})
     assert replay_scenario(served(redacted, 97)).startswith("redacted:")
+
+
+def test_what_each_algorithm_can_learn_from_decides_the_usable_count() -> None:
+    catalog = {s.name: s for s in load_scenarios(default_catalog())}
+
+    def served(outcome: str, run: int, scenario: str | None = None) -> Trajectory:
+        t = runbook_episode(outcome=outcome, run_id=f"run-{run}")
+        if scenario is not None:
+            t = t.model_copy(update={"incident": t.incident.model_copy(update={"scenario": catalog[scenario]})})
+        return t.model_copy(update={"reward": compute_reward(t, LearningConfig().reward)})
+
+    alike = [served("resolved", i) for i in range(3)]
+    mixed = [*alike, served("unresolved", 3, "bad-image-cart-s0")]
+
+    def count(training: dict[str, Any], episodes: list[Trajectory]) -> tuple[int, str | None]:
+        return usable_for(config(training={"base": "base", **training}).training)(episodes)
+
+    assert count({"algorithm": "offpolicy"}, mixed) == (4, None)  # every episode, returns differ
+    none, why = count({"algorithm": "offpolicy"}, alike)
+    assert none == 0 and why.startswith("off-policy RL: no learning signal: all 3 episodes have the same return")
+    assert count({"algorithm": "sft", "sft": {"expert_policies": ["runbook"]}}, mixed) == (3, None)  # clean successes
+    assert count({"algorithm": "grpo"}, mixed) == (1, None)  # the one incident the simulator can re-create
+    assert count({"algorithm": "offpolicy"}, []) == (0, None)

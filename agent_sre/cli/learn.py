@@ -126,7 +126,7 @@ def schedule(
     async def go(client: Client, settings: Settings) -> None:
         config = build_config(config_file, name, algorithm, base, steps, compute, min_episodes, plan, settings)
         done = await upsert_schedule(client, config, interval, settings.queue_training, paused, note)
-        console.print(f"learning schedule {name} {done}: a {config.training.algorithm} cycle every "
+        console.print(f"learning schedule {name} {done}: one {config.training.algorithm} cycle every "
                       f"{format_duration(interval)} on queue {settings.queue_training}, at least "
                       f"{config.min_episodes} new usable episodes, rollout plan "
                       f"{config.rollout_plan.name if config.rollout_plan else 'none'}")

@@ -87,7 +87,8 @@ def unreadable(selection_counts: dict[str, int], rejected: list[RejectedEpisode]
 
 
 def gather(client: Minio, bucket: str, config: LearningConfig, state: LearningState, window_end: datetime,
-           usable: Callable[[Trajectory], bool], on_object: Callable[[int], None] = lambda n: None) -> Gathered:
+           usable: Callable[[list[Trajectory]], tuple[int, str | None]],
+           on_object: Callable[[int], None] = lambda n: None) -> Gathered:
     """Read, validate, de-duplicate and score the episodes written in the window; quarantine bad objects."""
     start = window_start(config, state)
     out = Gathered(CycleData(window_start=start, window_end=window_end))
@@ -133,12 +134,12 @@ def gather(client: Minio, bucket: str, config: LearningConfig, state: LearningSt
             prepared, late = with_late_feedback(client, bucket, t, config)
             out.episodes.append(prepared)
             data.late_feedback += late
-            data.usable += usable(prepared)
             accepted_here += 1
         if accepted_here:
             data.sources.append(DataItem(uri=f"s3://{bucket}/{key}", sha256=hashlib.sha256(body).hexdigest(),
                                          bytes=len(body), rows=accepted_here))
     data.episodes = counts["accepted"] = len(out.episodes)
+    data.usable, data.nothing_to_learn = usable(out.episodes)
     data.counts = dict(counts)
     return out
 
@@ -170,14 +171,24 @@ def learnt_by_day(body: bytes) -> dict[str, list[str]]:
     return days
 
 
-def usable_for(request: TrainingRequest) -> Callable[[Trajectory], bool]:
-    """Whether the request's stages can learn from an accepted episode: off-policy RL from any, SFT from an expert
-    policy's clean success, GRPO from an incident the simulator can re-create."""
+def usable_for(request: TrainingRequest) -> Callable[[list[Trajectory]], tuple[int, str | None]]:
+    """How many accepted episodes the request's stages can learn from, and why none when the algorithm cannot
+    learn from them at all. Off-policy RL learns from every episode, provided their returns differ from their
+    baselines (its own check, the one its training cycle applies); SFT from an expert policy's clean successes;
+    GRPO from the incidents the simulator can re-create."""
     stages = request.stages
     experts = request.sft.expert_policies if request.sft is not None else []
 
-    def usable(t: Trajectory) -> bool:
-        return ("offpolicy" in stages or ("sft" in stages and is_expert_episode(t, experts))
-                or ("grpo" in stages and not isinstance(replay_scenario(t), str)))
+    def count(episodes: list[Trajectory]) -> tuple[int, str | None]:
+        if request.offpolicy is not None and episodes:
+            from agent_sre.training.offpolicy import check_learnable  # torch: only on the training workers
 
-    return usable
+            try:
+                check_learnable(episodes, request.offpolicy)
+            except ValueError as exc:
+                return 0, f"off-policy RL: {exc}"
+            return len(episodes), None
+        return sum(("sft" in stages and is_expert_episode(t, experts))
+                   or ("grpo" in stages and not isinstance(replay_scenario(t), str)) for t in episodes), None
+
+    return count

@@ -12,16 +12,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from agent_sre.models.registry import DataItem
 from agent_sre.models.reward import RewardConfig
 from agent_sre.models.rollout import Duration, RolloutPlan, RolloutRequest
-from agent_sre.models.training import (EvalReport, GateDecision, RejectedEpisode, SFTConfig, TrainingRequest,
+from agent_sre.models.training import (EvalReport, GateDecision, RejectedEpisode, TrainingRequest,
                                        TrainingStatus)
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 
 
 def default_training() -> TrainingRequest:
-    """SFT on the resolved episodes of the runbook and of the served model itself (its own successes)."""
-    return TrainingRequest(algorithm="sft", base="base", sft=SFTConfig(expert_policies=["runbook", "llm"]),
-                           requested_by="continuous-learning")
+    """Off-policy RL on the logged episodes, whichever version served them (docs/continuous-learning.md)."""
+    return TrainingRequest(algorithm="offpolicy", base="base", requested_by="continuous-learning")
 
 
 class LearningConfig(BaseModel):
@@ -144,6 +143,7 @@ class CycleData(BaseModel):
     sources: list[DataItem] = Field(default_factory=list, description="objects holding the accepted episodes")
     episodes: int = Field(default=0, description="accepted: valid, complete, new")
     usable: int = Field(default=0, description="accepted episodes the algorithm's stages can learn from")
+    nothing_to_learn: str | None = Field(default=None, description="why the algorithm can learn nothing from them")
     counts: dict[str, int] = Field(default_factory=dict, description="read, accepted, and refusals by reason")
     rejected: list[RejectedEpisode] = Field(default_factory=list, description="the first 100 refused episodes")
     quarantined: list[QuarantinedObject] = Field(default_factory=list)

@@ -84,6 +84,9 @@ class ContinuousLearningWorkflow:
             r.data = data = await self._activity(
                 "read the episodes written since the watermark", activities.gather_cycle_data,
                 GatherRequest(config=config, cycle_id=r.cycle_id, cutoff=r.cutoff), **COLLECT)
+            if data.nothing_to_learn is not None:
+                return await self._end("skipped", f"nothing to learn from the {data.episodes} new episodes "
+                                                  f"({data.nothing_to_learn}): the data waits", config)
             if data.usable < config.min_episodes:
                 return await self._end("skipped", f"{data.usable} usable new episodes ({data.episodes} accepted), "
                                                   f"fewer than {config.min_episodes}: the data waits", config)
