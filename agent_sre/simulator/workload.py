@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -575,8 +576,9 @@ class _Pass:
                 self.st.waking.update((rs["metadata"]["uid"], _owner_uid(rs) or ""))
         return count
 
-    def _pods_of(self, rs: Obj) -> list[Obj]:
-        return list(self._index().pods_of.get(rs["metadata"]["uid"], {}).values())
+    def _pods_of(self, rs: Obj) -> Collection[Obj]:
+        """The ReplicaSet's live pods: a view of the index, so take a list before changing them."""
+        return self._index().pods_of.get(rs["metadata"]["uid"], {}).values()
 
     def _figures(self, rs: Obj) -> deployments.ReplicaSetFigures:
         meta = rs["metadata"]
