@@ -233,8 +233,8 @@ def unpause(name: str = typer.Option("continuous-learning", "--name", help=NAME_
 
 
 @app.command("backfill")
-def backfill(start: datetime = typer.Option(..., "--start", help="UTC, exclusive: 2026-11-20T00:00"),
-             end: datetime = typer.Option(..., "--end", help="UTC, inclusive"),
+def backfill(start: datetime = typer.Option(..., "--start", help="UTC: 2026-11-20T00:00"),
+             end: datetime = typer.Option(..., "--end", help="UTC: 2026-11-21T00:00"),
              name: str = typer.Option("continuous-learning", "--name", help=NAME_HELP)) -> None:
     """Run the cycles the schedule would have run between --start and --end, one after another, each up to its
     own time."""

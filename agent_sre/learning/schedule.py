@@ -51,7 +51,7 @@ async def upsert_schedule(client: Client, config: LearningConfig, every: timedel
 
 
 async def backfill(client: Client, name: str, start: datetime, end: datetime) -> None:
-    """Run the cycles the schedule would have run between `start` (exclusive) and `end`, one after another (each
+    """Run the cycles the schedule would have run between `start` and `end`, one after another (each
     learns up to its own scheduled time, from the watermark the previous one left)."""
     if end <= start:
         raise ValueError(f"the backfill ends ({end:%F %T}) before it starts ({start:%F %T})")
