@@ -70,7 +70,8 @@ async def test_schedule_pause_trigger_backfill_and_delete_through_the_cli(
     client, settings, name = learning
     created = await asyncio.to_thread(invoke, "learn", "schedule", "--name", name, "--every", "1m", "--paused",
                                       "--note", "set up by a test", "--plan", "none", "--min-episodes", "1")
-    assert f"learning schedule {name} created: one offpolicy cycle every 1m on queue {settings.queue_training}" in text(created)
+    assert (f"learning schedule {name} created: one offpolicy cycle every 1m on queue {settings.queue_training}"
+            in text(created))
     handle = client.get_schedule_handle(name)
     described = await handle.describe()
     assert described.schedule.state.paused and described.schedule.state.note == "set up by a test"

@@ -19,7 +19,7 @@ import getpass
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import typer
 import yaml
@@ -37,6 +37,7 @@ from agent_sre.learning.schedule import backfill as backfill_schedule
 from agent_sre.learning.schedule import upsert_schedule
 from agent_sre.models.learning import CycleRecord, LearningConfig, LearningState
 from agent_sre.models.rollout import Duration, format_duration
+from agent_sre.models.training import TrainingStage
 from agent_sre.registry import Registry
 from agent_sre.rollout.plans import PlanError, load_plan
 from agent_sre.validation import explain
@@ -44,7 +45,7 @@ from agent_sre.validation import explain
 app = typer.Typer(help="Continuous learning: a Temporal Schedule runs one learning cycle per interval.",
                   no_args_is_help=True)
 T = TypeVar("T")
-STAGES = ("sft", "grpo", "offpolicy")
+STAGES = get_args(TrainingStage)
 POLL_S = 2.0
 NAME_HELP = "the learning stream: its schedule's id"
 

@@ -125,7 +125,8 @@ def gather(client: Minio, bucket: str, config: LearningConfig, state: LearningSt
         for t in selection.episodes:
             ident = episode_id(t)
             if ident in learnt or ident in seen:
-                where = f"learnt from in cycle {learnt[ident]}" if ident in learnt else f"already read from {seen[ident]}"
+                where = (f"learnt from in cycle {learnt[ident]}" if ident in learnt
+                         else f"already read from {seen[ident]}")
                 counts.update(["rejected", "rejected: duplicate"])
                 _listed(data, [RejectedEpisode(key=key, line=_line_of(body, ident), episode=ident, reasons=[
                     f"duplicate: incident {t.incident.id} run {t.run_id} {where}"])])
