@@ -6,7 +6,7 @@ and config maps (the database password must match the one the database was initi
 
 Installing builds the whole namespace once per (app, namespace, seed) - objects, rollout history, settled pod
 states and benign noise - and keeps it; every further install of the same key shares its objects (they are never
-changed in place) and unpickles the controllers' memory, which is what lets thousands of episodes start per
+changed in place) and forks the controllers' memory, which is what lets thousands of episodes start per
 minute.
 """
 
@@ -19,7 +19,7 @@ import pickle
 import re
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from agent_sre.simulator import admission, workload
@@ -535,22 +535,22 @@ def _build(app: AppSpec, namespace: str, seed: int) -> _Template:
 
     noise.add(cluster, app, namespace, seed)
     _settle(cluster, TEMPLATE_AT)
-    state = workload.export(cluster, namespace)
     objects, logs = pickle.loads(pickle.dumps((cluster.objects, cluster.logs), protocol=pickle.HIGHEST_PROTOCOL))
     highest = max(int(o["metadata"].get("resourceVersion", 0)) for items in objects.values() for o in items.values())
-    return _Template(objects, logs, highest, pickle.dumps((state, instance), protocol=pickle.HIGHEST_PROTOCOL))
+    return _Template(objects, logs, highest, workload.export(cluster, namespace).fork(), instance)
 
 
 @dataclass(frozen=True)
 class _Template:
     """A built namespace. Its objects and logs are shared by every install of it: stored objects are never changed
     in place (a write stores a new object, see `Cluster.replace`), so an install is a copy of the indexes, not of
-    the objects. The controllers' memory and the app instance change in place: each install unpickles its own."""
+    the objects. The controllers' memory and the app instance change in place: each install forks its own."""
 
     objects: dict[str, dict[tuple[str, str], Obj]]
     logs: dict[tuple[str, str, str], Any]
     highest: int  # the highest resourceVersion among the objects
-    state: bytes
+    state: workload.WorkloadState
+    instance: AppInstance
 
 
 _templates: OrderedDict[tuple[str, str, int], _Template] = OrderedDict()
@@ -582,7 +582,7 @@ def install(cluster: Cluster, app: str, namespace: str | None = None, seed: int 
         raise ValueError(f'namespace "{ns}" already exists in cluster {cluster.name!r}; pick another namespace')
     workload.attach(cluster)
     template = _template(spec, ns, seed)
-    state, instance = pickle.loads(template.state)
+    state, instance = template.state.fork(), replace(template.instance, passwords=dict(template.instance.passwords))
     for resource, items in template.objects.items():
         bucket = cluster.objects.setdefault(resource, {})
         if not bucket:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -114,6 +115,14 @@ class PodState:
     ready_since: float | None = None
     log_key: tuple[Any, ...] = ()
     quiet_rv: str | None = None  # the pod's resourceVersion when it was last seen running, ready and settled
+
+    def fork(self) -> PodState:
+        """A copy to change independently: the runs and tables are changed in place, the values they hold are not
+        (outcomes are frozen, a last terminated state is never edited)."""
+        out = copy.copy(self)
+        out.runs = {key: copy.copy(run) for key, run in self.runs.items()}
+        out.conditions, out.events = dict(self.conditions), dict(self.events)
+        return out
 
 
 @dataclass

@@ -69,6 +69,14 @@ class WorkloadState:
         if self.signals is None:  # keyed by everything it follows from: a cluster with more in it recomputes
             self.signals = other.signals
 
+    def fork(self) -> WorkloadState:
+        """A copy another cluster can change: pod states are changed in place, so each gets its own; the other
+        tables are replaced entry by entry, with values that are never changed, so copies of the tables do."""
+        out = WorkloadState()
+        out.merge(self)
+        out.pods = {key: ps.fork() for key, ps in self.pods.items()}
+        return out
+
 
 def attach(cluster: Cluster) -> None:
     """Register the workload model on `cluster` (idempotent)."""
