@@ -14,6 +14,7 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agent_sre.models.llm import SamplingConfig
+from agent_sre.models.remediation import ToolExecution
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 
@@ -56,6 +57,10 @@ class Settings(BaseSettings):
     queue_tools: str = "agent-tools"
     queue_policy: str = "agent-policy"
     queue_training: str = "training"
+    # Where the workflows this process starts run their tool calls (TaskQueues.tool_execution). `local` needs the
+    # worker of queue_agent to reach the cluster, as `agent-sre worker` serving every queue does; split deployments
+    # (tools on machines of their own) set `queue`.
+    tool_execution: ToolExecution = "local"
 
     otel_exporter: str = Field(default="none", pattern="^(none|console|otlp|file)$")
     otel_endpoint: str = "http://127.0.0.1:4318"

@@ -26,7 +26,7 @@ async def connect(settings: Settings | None = None) -> Client:
 
 
 def task_queues(settings: Settings) -> TaskQueues:
-    return TaskQueues(tools=settings.queue_tools, policy=settings.queue_policy)
+    return TaskQueues(tools=settings.queue_tools, policy=settings.queue_policy, tool_execution=settings.tool_execution)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,8 @@
-"""Activities of simulated episodes: an isolated environment per episode, fault injection, clean-up."""
+"""Activities of simulated episodes: an isolated environment per episode, fault injection, clean-up.
+
+Both are safe to run again (as a retried activity, or a local activity re-run after a crash): the environment's
+name comes from the episode, so a second attempt replaces what the first left instead of leaking it.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,6 @@ from agent_sre import faults
 from agent_sre.config import get_settings
 from agent_sre.faults import oracle
 from agent_sre.models.episode import InjectedFault, InjectRequest, SimEnvironment
-from agent_sre.models.scenario import Scenario
 from agent_sre.simulator.client import SimulatorClient, SimulatorError
 from agent_sre.tools.client import api_client
 
@@ -24,19 +27,27 @@ def _simulator() -> SimulatorClient:
     return SimulatorClient(get_settings().sim_url)
 
 
-@activity.defn
-def create_environment(scenario: Scenario) -> SimEnvironment:
-    env = _simulator().create_env(apps=[scenario.app], seed=scenario.seed)
+def _fresh_environment(req: InjectRequest) -> SimEnvironment:
+    sim, scenario = _simulator(), req.scenario
+    try:
+        env = sim.create_env(name=req.environment, apps=[scenario.app], seed=scenario.seed)
+    except SimulatorError as e:
+        if e.status != 409:
+            raise
+        sim.delete_env(req.environment)  # an earlier attempt's: it may be half injected
+        env = sim.create_env(name=req.environment, apps=[scenario.app], seed=scenario.seed)
     return SimEnvironment(name=env["name"], server=env["server"])
 
 
 @activity.defn
-def inject_and_wait_for_alert(req: InjectRequest) -> InjectedFault:
-    """Inject the fault, then wait until the app is visibly unhealthy — when its alert would fire.
+def create_and_inject(req: InjectRequest) -> InjectedFault:
+    """Create the environment, inject the fault, then wait until the app is visibly unhealthy — when its alert
+    would fire. One activity, not two: one round trip less per episode, and nothing to leak between them.
 
     A false alarm (`none`) fires at once. A fault that never shows is a broken scenario, not a retryable error.
     """
-    client = api_client(req.environment.server)
+    environment = _fresh_environment(req)
+    client = api_client(environment.server)
     scenario = req.scenario
     faults.inject(client, scenario)
     deadline = time.monotonic() + MANIFEST_TIMEOUT_S
@@ -46,16 +57,17 @@ def inject_and_wait_for_alert(req: InjectRequest) -> InjectedFault:
         if time.monotonic() > deadline:
             raise ApplicationError(f"scenario {scenario.name}: fault {scenario.fault} did not show within "
                                    f"{MANIFEST_TIMEOUT_S:.0f}s", non_retryable=True)
-        activity.heartbeat()
+        if not activity.info().is_local:  # a local activity cannot heartbeat: its timeout bounds it
+            activity.heartbeat()
         time.sleep(POLL_S)
     alert = scenario.alert.model_copy(update={"status": "firing", "startsAt": datetime.now(UTC)})
-    return InjectedFault(environment=req.environment, alert=alert)
+    return InjectedFault(environment=environment, alert=alert)
 
 
 @activity.defn
-def delete_environment(env: SimEnvironment) -> None:
+def delete_environment(name: str) -> None:
     try:
-        _simulator().delete_env(env.name)
+        _simulator().delete_env(name)
     except SimulatorError as e:
         if e.status != 404:  # already gone: deleting is idempotent
             raise

@@ -27,7 +27,7 @@ class EpisodeRequest(BaseModel):
 
 
 class InjectRequest(BaseModel):
-    environment: SimEnvironment
+    environment: str = Field(description="the name of the environment to create for the scenario")
     scenario: Scenario
 
 

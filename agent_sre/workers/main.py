@@ -29,23 +29,36 @@ HEARTBEAT_THROTTLE = timedelta(seconds=2)
 
 
 def queue_contents(settings: Settings) -> dict[str, tuple[list[type], list[Callable[..., Any]]]]:
-    """Which workflows and activities each task queue serves."""
-    return {
-        settings.queue_agent: ([IncidentRemediationWorkflow, SimulatedIncidentWorkflow, ModelRolloutWorkflow],
+    """Which workflows and activities each task queue serves. Queues configured with one name are one queue, with
+    the contents of each (tools on the workflows' queue then get eager dispatch)."""
+    # On the workflows' queue too: they run there as local activities (and writes as eager ones) when a request's
+    # tool_execution is `local`.
+    cluster = [tools.run_tool, observer.snapshot_cluster, observer.observe, simulation.create_and_inject,
+               simulation.delete_environment]
+    return _merged([
+        (settings.queue_agent, [IncidentRemediationWorkflow, SimulatedIncidentWorkflow, ModelRolloutWorkflow],
                                [routing.route_model, rewards.compute_reward, trajectories.store_trajectory,
-                                policy.decide_next_action,
+                                policy.decide_next_action, *cluster,
                                 rollout.update_stages, rollout.set_routing, rollout.analyze_rollout,
                                 rollout.check_guardrails, rollout.record_rollback, rollout.notify_rollback]),
-        settings.queue_tools: ([], [tools.run_tool, observer.snapshot_cluster, observer.observe,
-                                    simulation.create_environment, simulation.inject_and_wait_for_alert,
-                                    simulation.delete_environment]),
-        settings.queue_policy: ([], [policy.decide_next_action]),
-        settings.queue_training: ([TrainingCycleWorkflow, ContinuousLearningWorkflow],
+        (settings.queue_tools, [], cluster),
+        (settings.queue_policy, [], [policy.decide_next_action]),
+        (settings.queue_training, [TrainingCycleWorkflow, ContinuousLearningWorkflow],
                                   [training.collect_training_data, training.train_policy, training.evaluate_version,
                                    training.register_if_better, training.archive_version,
                                    learning.begin_cycle, learning.gather_cycle_data, learning.prepare_rollout,
                                    learning.finish_cycle]),
-    }
+    ])
+
+
+def _merged(served: list[tuple[str, list[type], list[Callable[..., Any]]]],
+            ) -> dict[str, tuple[list[type], list[Callable[..., Any]]]]:
+    contents: dict[str, tuple[list[type], list[Callable[..., Any]]]] = {}
+    for queue, workflows, activities in served:
+        known_workflows, known_activities = contents.setdefault(queue, ([], []))
+        known_workflows += [w for w in workflows if w not in known_workflows]
+        known_activities += [a for a in activities if a not in known_activities]
+    return contents
 
 
 def build_workers(client: Client, settings: Settings, queues: Sequence[str] | None = None,

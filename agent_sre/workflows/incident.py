@@ -4,11 +4,15 @@
                   │  policy: decide_next_action                                 │
                   │  tools:  run_tool (guardrails, idempotency key per step)    ▼
                   └─ until finish / step limit / deadline / cancel     (awaiting_feedback) ─▶ storing ─▶ done
+
+Where the activities that reach the cluster run is the request's `queues.tool_execution` (see `near_cluster`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
@@ -27,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         RemediationRequest,
         RemediationStatus,
         RewardRequest,
+        TaskQueues,
     )
     from agent_sre.models.reward import HumanFeedback
     from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolInvocation, ToolResult
@@ -42,6 +47,22 @@ QUICK = timedelta(seconds=30)
 RULE_BASED_POLICIES = frozenset({"runbook", "scripted"})
 STORE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
                           maximum_interval=timedelta(minutes=2))  # unlimited attempts: the trajectory must land
+Arg = TypeVar("Arg")
+Result = TypeVar("Result")
+
+
+def near_cluster(queues: TaskQueues, fn: Callable[[Arg], Result], arg: Arg, timeout: timedelta = QUICK,
+                 heartbeat_timeout: timedelta | None = None) -> Awaitable[Result]:
+    """An activity that reads the cluster (or sets up the simulator) and is safe to run again.
+
+    `local`: a local activity beside the workflow, no task-queue round trip; a worker that crashes before its
+    workflow task completes re-runs it. `queue`: an activity on the tools queue, for workers that cannot reach the
+    cluster. (Local activities cannot heartbeat: they are bounded by `timeout` alone.)
+    """
+    if queues.tool_execution == "local":
+        return workflow.execute_local_activity(fn, arg, start_to_close_timeout=timeout)
+    return workflow.execute_activity(fn, arg, start_to_close_timeout=timeout, heartbeat_timeout=heartbeat_timeout,
+                                     task_queue=queues.tools)
 
 
 @workflow.defn(name="IncidentRemediationWorkflow")
@@ -67,14 +88,13 @@ class IncidentRemediationWorkflow:
     async def run(self, request: RemediationRequest) -> IncidentOutcome:
         incident = request.incident
         info = workflow.info()
-        workflow.upsert_search_attributes([FAULT_CLASS.value_set(incident.fault_class),
-                                           SERVICE.value_set(incident.service or "unknown")])
-        policy_ref = request.policy or await workflow.execute_activity(
+        policy_ref = request.policy or await workflow.execute_local_activity(  # a read of the routing table
             routing.route_model, incident, start_to_close_timeout=QUICK)
         self._model_version = policy_ref.version
-        workflow.upsert_search_attributes([MODEL_VERSION.value_set(policy_ref.version)])
-        baseline = await workflow.execute_activity(
-            observer.snapshot_cluster, incident, start_to_close_timeout=QUICK, task_queue=self._queues.tools)
+        workflow.upsert_search_attributes([FAULT_CLASS.value_set(incident.fault_class),  # one event, not two
+                                           SERVICE.value_set(incident.service or "unknown"),
+                                           MODEL_VERSION.value_set(policy_ref.version)])
+        baseline = await near_cluster(self._queues, observer.snapshot_cluster, incident)
 
         self._trajectory = trajectory = Trajectory(
             incident=incident, workflow_id=info.workflow_id, run_id=info.run_id, policy=policy_ref.name,
@@ -82,12 +102,12 @@ class IncidentRemediationWorkflow:
         trajectory.termination = await self._investigate(policy_ref, trajectory)
         trajectory.mitigated_at = workflow.now()
 
-        self._set_phase("settling")
-        await workflow.sleep(timedelta(seconds=incident.limits.settle_s))
+        if incident.limits.settle_s > 0:  # a zero-length durable timer still costs a timer-queue round trip
+            self._set_phase("settling")
+            await workflow.sleep(timedelta(seconds=incident.limits.settle_s))
         self._set_phase("observing")
-        trajectory.verdict = await workflow.execute_activity(
-            observer.observe, ObserveRequest(incident=incident, baseline=baseline),
-            start_to_close_timeout=QUICK, task_queue=self._queues.tools)
+        trajectory.verdict = await near_cluster(self._queues, observer.observe,
+                                                ObserveRequest(incident=incident, baseline=baseline))
         self._outcome = trajectory.verdict.outcome
         workflow.upsert_search_attributes([OUTCOME.value_set(trajectory.verdict.outcome)])
 
@@ -109,7 +129,7 @@ class IncidentRemediationWorkflow:
         key = None
         if request.store_trajectory:
             self._set_phase("storing")
-            stored = await workflow.execute_activity(
+            stored = await workflow.execute_local_activity(  # re-running it rewrites the same object
                 trajectories.store_trajectory, trajectory, start_to_close_timeout=QUICK, retry_policy=STORE_RETRY)
             key = stored.key
         self._set_phase("done")
@@ -162,8 +182,15 @@ class IncidentRemediationWorkflow:
         info = workflow.info()
         invocation = ToolInvocation(call=action, namespace=incident.namespace, kubeconfig=incident.kubeconfig,
                                     idempotency_key=f"{info.workflow_id}/{info.run_id}/{index}")
+        if spec is None or not spec.write:
+            return await near_cluster(self._queues, tools.run_tool, invocation)
+        # A write is always an activity of its own, in history before the agent moves on: re-running a chain of
+        # local activities after a crash re-reads a cluster the write has changed, and the agent could then decide
+        # differently and lose the write from its trajectory. `local` puts it on the workflow's own queue, where
+        # eager dispatch hands it straight back to this worker.
+        queue = info.task_queue if self._queues.tool_execution == "local" else self._queues.tools
         return await workflow.execute_activity(tools.run_tool, invocation, start_to_close_timeout=QUICK,
-                                               task_queue=self._queues.tools)
+                                               task_queue=queue)
 
     async def _await_approval(self, action: ToolCall, index: int, timeout_s: float) -> str | None:
         """Block a risky write until a human approves it. Returns the reason it may not run, or None."""

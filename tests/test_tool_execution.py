@@ -1,0 +1,144 @@
+"""Where tool calls run (TaskQueues.tool_execution) and what a crash costs in each mode, against the real dev server,
+simulator and workers; and the worker wiring that lets tools share the workflows' queue."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from agent_sre import faults
+from agent_sre.config import Settings
+from agent_sre.models.episode import EpisodeRequest, EpisodeResult
+from agent_sre.models.incident import Incident, RemediationLimits
+from agent_sre.models.remediation import IncidentOutcome, PolicyRef, ToolExecution
+from agent_sre.models.tools import ToolCall
+from agent_sre.models.trajectory import Trajectory
+from agent_sre.scenarios import load_scenarios
+from agent_sre.simulator.client import SimulatorClient
+from agent_sre.temporal import connect, start_incident, task_queues
+from agent_sre.tools.client import api_client
+from agent_sre.workers.main import queue_contents
+from agent_sre.workflows.simulated import environment_name
+from crash_once_worker import CRASH_EXIT_CODE
+from isolated_workers import isolated_queues, running_workers
+from worker_process import start_worker, stop_worker
+
+SCENARIO = next(s for s in load_scenarios() if s.fault == "bad_image")
+
+
+def test_queues_configured_with_one_name_serve_the_contents_of_each(settings: Settings) -> None:
+    one = settings.model_copy(update={"queue_tools": settings.queue_agent, "queue_policy": settings.queue_agent})
+    contents = queue_contents(one)
+    assert set(contents) == {settings.queue_agent, settings.queue_training}
+    workflows, activities = contents[settings.queue_agent]
+    names = [fn.__name__ for fn in activities]
+    assert {"IncidentRemediationWorkflow", "SimulatedIncidentWorkflow"} <= {w.__name__ for w in workflows}
+    assert {"run_tool", "observe", "create_and_inject", "decide_next_action", "store_trajectory"} <= set(names)
+    assert len(names) == len(set(names))  # each registered once, or the worker refuses to start
+
+
+def test_the_workflows_queue_can_run_the_cluster_activities_locally(settings: Settings) -> None:
+    """`local` runs them as local activities: only activities registered on the workflow's worker can."""
+    contents = queue_contents(settings)
+    on_agent = {fn.__name__ for fn in contents[settings.queue_agent][1]}
+    assert {fn.__name__ for fn in contents[settings.queue_tools][1]} <= on_agent
+
+
+def _of_type(events: list, event_type: int) -> list:
+    return [e for e in events if e.event_type == event_type]
+
+
+async def _activities_and_markers(client: Client, workflow_id: str) -> tuple[Counter[tuple[str, str]], int]:
+    """(activity type, task queue) of every scheduled activity, and how many local-activity markers."""
+    events = (await client.get_workflow_handle(workflow_id).fetch_history()).events
+    scheduled = Counter((e.activity_task_scheduled_event_attributes.activity_type.name,
+                         e.activity_task_scheduled_event_attributes.task_queue.name)
+                        for e in _of_type(events, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED))
+    return scheduled, len(_of_type(events, EventType.EVENT_TYPE_MARKER_RECORDED))
+
+
+@pytest.mark.parametrize("mode", ["queue", "local"])
+async def test_each_mode_runs_the_episode_where_it_says(stack: Settings, mode: ToolExecution) -> None:
+    client = await connect(stack)
+    script = [ToolCall(tool="list_pods"), ToolCall(tool="rollout_undo", args={"deployment": SCENARIO.target})]
+    async with running_workers(client, stack) as settings:
+        queues = task_queues(settings).model_copy(update={"tool_execution": mode})
+        episode_id = f"episode-mode-{mode}-{uuid.uuid4().hex[:8]}"
+        result = await client.execute_workflow(
+            "SimulatedIncidentWorkflow",
+            EpisodeRequest(scenario=SCENARIO, policy=PolicyRef(name="scripted", script=script), queues=queues,
+                           limits=RemediationLimits(settle_s=0)),
+            id=episode_id, task_queue=settings.queue_agent, result_type=EpisodeResult)
+        parent, parent_markers = await _activities_and_markers(client, episode_id)
+        child, child_markers = await _activities_and_markers(client, result.outcome.workflow_id)
+    assert result.outcome.outcome == "resolved" and result.outcome.writes == 1 and result.outcome.steps == 3
+    assert result.environment == environment_name(episode_id)
+    assert result.environment not in {e["name"] for e in SimulatorClient(stack.sim_url).list_envs()}
+    tools = settings.queue_tools
+    if mode == "queue":
+        assert parent == Counter({("create_and_inject", tools): 1, ("delete_environment", tools): 1})
+        assert child == Counter({("snapshot_cluster", tools): 1, ("run_tool", tools): 2, ("observe", tools): 1})
+    else:  # reads beside the workflow; the one write an activity of its own, on the workflow's queue
+        assert parent == Counter() and parent_markers == 2
+        assert child == Counter({("run_tool", settings.queue_agent): 1})
+        assert child_markers == 8  # baseline, 3 decisions, the read, observe, reward, store
+
+
+def _crash_worker(settings: Settings, marker: Path, log: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, AGENT_SRE_QUEUE_AGENT=settings.queue_agent, AGENT_SRE_QUEUE_TOOLS=settings.queue_tools,
+               AGENT_SRE_QUEUE_POLICY=settings.queue_policy, AGENT_SRE_QUEUE_TRAINING=settings.queue_training)
+    script = Path(__file__).with_name("crash_once_worker.py")
+    return subprocess.Popen([sys.executable, str(script), str(marker)], env=env, stdout=log.open("wb"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+async def test_a_crash_after_a_local_read_re_runs_the_reads_and_writes_once(stack: Settings, tmp_path: Path) -> None:
+    """The worker dies after a local read ran but before its workflow task completed: the next worker re-runs the
+    reads since the last committed write, and every write still happens exactly once."""
+    settings = isolated_queues(stack).model_copy(update={"tool_execution": "local"})
+    sim = SimulatorClient(stack.sim_url)
+    env = sim.create_env(apps=[SCENARIO.app], seed=SCENARIO.seed)
+    faults.inject(api_client(env["server"]), SCENARIO)
+    audit_before = len(sim.audit(env["name"]))
+    bystander = next(name for name in ("frontend", "catalog") if name != SCENARIO.target)
+    script = [ToolCall(tool="list_pods"),
+              ToolCall(tool="rollout_restart", args={"deployment": bystander}),  # committed before the crash
+              ToolCall(tool="get_events"),  # the worker dies right after this one ran
+              ToolCall(tool="rollout_undo", args={"deployment": SCENARIO.target})]
+    incident = Incident(id=uuid.uuid4().hex[:12], alert=SCENARIO.alert, namespace=SCENARIO.namespace,
+                        kubeconfig=env["server"], scenario=SCENARIO, limits=RemediationLimits(settle_s=0))
+    client = await connect(settings)
+    marker = tmp_path / "crashed"
+    crashing = _crash_worker(settings, marker, tmp_path / "crash-worker.log")
+    try:
+        started = await start_incident(client, incident, policy=PolicyRef(name="scripted", script=script),
+                                       settings=settings)
+        code = await asyncio.to_thread(crashing.wait, 60)
+    finally:
+        if crashing.poll() is None:
+            crashing.kill()
+            crashing.wait()
+    assert code == CRASH_EXIT_CODE and marker.read_text() == started.workflow_id, (tmp_path / "crash-worker.log").read_text()
+    second = start_worker(tmp_path / "worker.log", AGENT_SRE_QUEUE_AGENT=settings.queue_agent,
+                          AGENT_SRE_QUEUE_TOOLS=settings.queue_tools, AGENT_SRE_QUEUE_POLICY=settings.queue_policy,
+                          AGENT_SRE_QUEUE_TRAINING=settings.queue_training)
+    try:
+        outcome: IncidentOutcome = await asyncio.wait_for(started.handle.result(), timeout=120)
+        trajectory = await started.handle.query("trajectory", result_type=Trajectory)
+    finally:
+        stop_worker(second)
+    assert outcome.outcome == "resolved" and outcome.writes == 2 and outcome.steps == 5, outcome
+    assert trajectory is not None and [s.action.tool for s in trajectory.steps if s.action] == [
+        "list_pods", "rollout_restart", "get_events", "rollout_undo", "finish"]
+    writes = [r for r in sim.audit(env["name"])[audit_before:] if r.get("idempotency_key")]
+    per_key = Counter(r["idempotency_key"] for r in writes)
+    assert len(per_key) == 2 and set(per_key.values()) == {1}, per_key
