@@ -6,6 +6,8 @@ starts no rollout and leaves the data for the next cycle."""
 
 from __future__ import annotations
 
+import asyncio
+import re
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -16,10 +18,14 @@ import pytest
 from isolated_workers import running_workers, terminate_running
 from learning_fixtures import recent
 from llm_fixtures import runbook_episode, tiny_model_dir  # noqa: F401 (fixture)
+from rich.console import Console
 from store_fixtures import settings_with_own_bucket
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
+from typer.testing import CliRunner
 
+from agent_sre.cli import app
+from agent_sre.cli import learn as learn_cli
 from agent_sre.config import Settings
 from agent_sre.learning import store as streams
 from agent_sre.models.learning import CycleRecord, LearningConfig, LearningCycleInput
@@ -107,7 +113,8 @@ async def test_a_cycle_below_the_data_threshold_is_skipped_and_commits_nothing(s
 
 
 async def test_a_passing_cycle_registers_commits_and_starts_a_rollout_that_the_next_cycle_waits_for(
-        stream: Stream) -> None:
+        stream: Stream, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(learn_cli, "console", Console(width=250))
     keys = stream.serve(3)
     config = stream.config(rollout_plan=HOLD.model_dump(mode="json"))
     record = await stream.cycle(config)
@@ -128,6 +135,11 @@ async def test_a_passing_cycle_registers_commits_and_starts_a_rollout_that_the_n
     assert [i.sha256 for i in card.data_manifest] == [data.dataset.sha256]
     stored = streams.record_of_dataset(stream.s3, stream.settings.s3_bucket, data.dataset_key)
     assert stored == record and stored.watermark is not None and stored.watermark.through == data.window_end
+    shown = await asyncio.to_thread(CliRunner().invoke, app, ["learn", "show", record.version, "--name", config.name])
+    assert shown.exit_code == 0, shown.output
+    text = re.sub(r"\s+", " ", shown.output)
+    assert f"status │ registered: {record.version} passed its gates" in text and "committed │ watermark" in text
+    assert all(f"{uri} sha256 {sha[:12]}" in text for uri, sha in ((i.uri, i.sha256) for i in data.sources))
     # the rollout outlives the cycle, and the next cycle waits for it
     assert record.rollout is not None and record.rollout.request.candidate == record.version
     rollout = stream.client.get_workflow_handle(record.rollout.workflow_id)
