@@ -123,7 +123,8 @@ async def test_a_passing_cycle_registers_commits_and_starts_a_rollout_that_the_n
     assert record.version is not None and record.base == BASE and record.production == "runbook-v1"
     data = record.data
     assert data is not None and (data.episodes, data.usable) == (3, 3)
-    assert sorted(i.uri for i in data.sources) == sorted(f"s3://{stream.settings.s3_bucket}/{k}" for k in keys)
+    sources = streams.read_sources(stream.s3, stream.settings.s3_bucket, data.sources)
+    assert sorted(i.uri for i in sources) == sorted(f"s3://{stream.settings.s3_bucket}/{k}" for k in keys)
     assert data.replay.evaluate == [REPLAYED] and data.replay.train == []
     assert record.training is not None and record.training.registered and record.training.data.episodes == 3
     candidate, production = record.production_eval
@@ -139,7 +140,7 @@ async def test_a_passing_cycle_registers_commits_and_starts_a_rollout_that_the_n
     assert shown.exit_code == 0, shown.output
     text = re.sub(r"\s+", " ", shown.output)
     assert f"status │ registered: {record.version} passed its gates" in text and "committed │ watermark" in text
-    assert all(f"{uri} sha256 {sha[:12]}" in text for uri, sha in ((i.uri, i.sha256) for i in data.sources))
+    assert all(f"{i.uri} sha256 {i.sha256[:12]}" in text for i in sources) and "sources │ 3 objects" in text
     # the rollout outlives the cycle, and the next cycle waits for it
     assert record.rollout is not None and record.rollout.request.candidate == record.version
     rollout = stream.client.get_workflow_handle(record.rollout.workflow_id)

@@ -5,6 +5,7 @@ nothing twice, late human feedback, quarantine of bad objects, and the sim-repla
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import json
 import uuid
@@ -93,7 +94,11 @@ async def test_the_watermark_and_the_learnt_episodes_make_every_episode_count_on
     assert (start.production, start.base) == ("runbook-v1", "base")  # production has no weights: the template's
     data = one.gather()
     assert (data.episodes, data.usable, data.new_objects) == (3, 3, 3)
-    assert sorted(i.uri for i in data.sources) == sorted(f"s3://{bucket}/{k}" for k in keys)
+    assert data.sources is not None and data.source_objects == 3
+    sources = streams.read_sources(client, bucket, data.sources)
+    assert sorted(i.uri for i in sources) == sorted(f"s3://{bucket}/{k}" for k in keys)
+    assert all(i.sha256 == hashlib.sha256(cas.read(client, bucket, k)[0]).hexdigest()
+               for i, k in zip(sorted(sources, key=lambda i: i.uri), sorted(keys)))
     assert data.dataset is not None and data.dataset.rows == 3
     again = one.gather()  # a retried activity reads the same objects and stores the same dataset
     assert again.dataset == data.dataset and again.sources == data.sources
@@ -171,7 +176,8 @@ async def test_bad_objects_are_quarantined_with_the_reason_and_the_cycle_goes_on
     await cycle.begin()
     data = cycle.gather()
 
-    assert data.episodes == 1 and [i.uri for i in data.sources] == [f"s3://{bucket}/{good}"]
+    assert data.episodes == 1 and [i.uri for i in streams.read_sources(client, bucket, data.sources)] \
+        == [f"s3://{bucket}/{good}"]
     quarantined = {q.key: q for q in data.quarantined}
     assert set(quarantined) == set(bad)
     assert quarantined[next(k for k in bad if "empty" in k)].reasons == ["empty: no trajectory line in the object"]

@@ -124,6 +124,7 @@ def gather_cycle_data(req: GatherRequest) -> CycleData:
             folder = streams.cycle_dir(config.name, req.cutoff, req.cycle_id)
             got.data.dataset = streams.put(client, bucket, folder + "episodes.jsonl", episodes_file(got.episodes),
                                            "application/x-ndjson", rows=len(got.episodes))
+            got.data.sources = streams.put_sources(client, bucket, folder + "sources.json", got.sources)
             if config.replay:
                 got.data.replay = write_replay(settings, folder, config, got.episodes)
     except (ValueError, ScenarioError) as exc:

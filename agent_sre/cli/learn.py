@@ -36,6 +36,7 @@ from agent_sre.learning import store as streams
 from agent_sre.learning.schedule import backfill as backfill_schedule
 from agent_sre.learning.schedule import upsert_schedule
 from agent_sre.models.learning import CycleRecord, LearningConfig, LearningState
+from agent_sre.models.registry import DataItem
 from agent_sre.models.rollout import Duration, format_duration
 from agent_sre.models.training import TrainingStage
 from agent_sre.registry import Registry
@@ -47,6 +48,7 @@ app = typer.Typer(help="Continuous learning: a Temporal Schedule runs one learni
 T = TypeVar("T")
 STAGES = get_args(TrainingStage)
 POLL_S = 2.0
+SHOWN = 20  # source objects `learn show` lists
 NAME_HELP = "the learning stream: its schedule's id"
 
 
@@ -208,7 +210,8 @@ def show(ident: str = typer.Argument(..., metavar="CYCLE_OR_VERSION"),
     record = _store(find)
     if record is None:
         fail(f"{ident} is neither a cycle of {name} nor a version trained by a learning cycle")
-    print_record(record)
+    stored = record.data.sources if record.data else None
+    print_record(record, _store(lambda r: streams.read_sources(r.client, r.bucket, stored)) if stored else None)
 
 
 @app.command("pause")
@@ -289,7 +292,8 @@ def records_table(records: list[CycleRecord], title: str) -> Table:
     return table
 
 
-def print_record(r: CycleRecord) -> None:
+def print_record(r: CycleRecord, sources: list[DataItem] | None = None) -> None:
+    """The record; with `sources` (read from the store), the objects the cycle learnt from as well."""
     table = Table(show_header=False, title=f"learning cycle {r.cycle_id}")
     table.add_row("status", f"{r.status}: {r.reason}")
     table.add_row("cutoff", f"{r.cutoff:%F %T} UTC · production {r.production} · trained from {r.base}")
@@ -300,10 +304,13 @@ def print_record(r: CycleRecord) -> None:
                               f"{d.usable} usable, {d.late_feedback} with late feedback; refusals: "
                               + (", ".join(f"{k} {v}" for k, v in sorted(d.counts.items()) if k.startswith("rej"))
                                  or "none"))
-        for item in d.sources[:10]:
+        if d.sources:
+            table.add_row("sources", f"{d.source_objects} objects, listed in {d.sources.uri} sha256 "
+                                     f"{d.sources.sha256[:12]}…")
+        for item in (sources or [])[:SHOWN]:
             table.add_row("", f"{item.uri} sha256 {item.sha256[:12]}… ({item.rows} episodes)")
-        if len(d.sources) > 10:
-            table.add_row("", f"… and {len(d.sources) - 10} more objects")
+        if sources and len(sources) > SHOWN:
+            table.add_row("", f"… and {len(sources) - SHOWN} more objects")
         if d.dataset:
             table.add_row("dataset", f"{d.dataset.uri} sha256 {d.dataset.sha256[:12]}…")
         for q in d.quarantined:

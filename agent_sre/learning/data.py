@@ -43,8 +43,11 @@ from agent_sre.trajectory_store import read_reward, trajectory_objects
 
 @dataclass
 class Gathered:
+    """The cycle's figures (small: they travel in the workflow's history) and what it stores beside them."""
+
     data: CycleData
     episodes: list[Trajectory] = field(default_factory=list)  # accepted, as trained on, in key order
+    sources: list[DataItem] = field(default_factory=list)  # the objects holding them, pinned by hash
 
 
 def window_start(config: LearningConfig, state: LearningState) -> datetime | None:
@@ -116,7 +119,8 @@ def gather(client: Minio, bucket: str, config: LearningConfig, state: LearningSt
         body = found[0]
         selection = select_episodes([(key, body)], policies, bucket)
         if reasons := unreadable(selection.manifest.counts, selection.manifest.rejected):
-            data.quarantined.append(quarantine(client, bucket, config.name, key, body, reasons))
+            entry = quarantine(client, bucket, config.name, key, body, reasons)
+            data.quarantined += [entry][:MAX_LISTED_REJECTIONS - len(data.quarantined)]
             counts["quarantined objects"] += 1
             continue
         counts.update({k: v for k, v in selection.manifest.counts.items() if k != "accepted"})
@@ -137,9 +141,10 @@ def gather(client: Minio, bucket: str, config: LearningConfig, state: LearningSt
             data.late_feedback += late
             accepted_here += 1
         if accepted_here:
-            data.sources.append(DataItem(uri=f"s3://{bucket}/{key}", sha256=hashlib.sha256(body).hexdigest(),
-                                         bytes=len(body), rows=accepted_here))
+            out.sources.append(DataItem(uri=f"s3://{bucket}/{key}", sha256=hashlib.sha256(body).hexdigest(),
+                                        bytes=len(body), rows=accepted_here))
     data.episodes = counts["accepted"] = len(out.episodes)
+    data.source_objects = len(out.sources)
     data.usable, data.nothing_to_learn = usable(out.episodes)
     data.counts = dict(counts)
     return out

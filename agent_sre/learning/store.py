@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 from collections.abc import Callable
 from datetime import date, datetime
 
@@ -129,6 +130,20 @@ def commit(client: Minio, bucket: str, name: str, watermark: Watermark, learnt: 
         return state
 
     return _update(client, bucket, name, change)
+
+
+def put_sources(client: Minio, bucket: str, key: str, items: list[DataItem]) -> DataItem:
+    body = json.dumps([i.model_dump() for i in items], indent=1).encode()
+    return put(client, bucket, key, body, "application/json", rows=len(items))
+
+
+def read_sources(client: Minio, bucket: str, stored: DataItem) -> list[DataItem]:
+    """A cycle's source objects, from the list pinned by `stored` (refused if its bytes changed)."""
+    key = stored.uri.split("/", 3)[3]
+    found = cas.read(client, bucket, key)
+    if found is None or hashlib.sha256(found[0]).hexdigest() != stored.sha256:
+        raise ValueError(f"{stored.uri} changed or disappeared since the cycle stored it")
+    return [DataItem.model_validate(i) for i in json.loads(found[0])]
 
 
 def write_record(client: Minio, bucket: str, record: CycleRecord) -> str:

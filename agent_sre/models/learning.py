@@ -140,13 +140,16 @@ class CycleData(BaseModel):
     window_end: datetime = Field(description="this cycle's watermark if it commits: the cutoff less settle_s")
     listed: int = Field(default=0, description="trajectory objects in the listed date partitions")
     new_objects: int = Field(default=0, description="of those, last modified inside the window")
-    sources: list[DataItem] = Field(default_factory=list, description="objects holding the accepted episodes")
+    source_objects: int = Field(default=0, description="objects holding the accepted episodes")
+    sources: DataItem | None = Field(default=None, description="their keys and hashes (a JSON list of data items "
+                                                               "beside the dataset), stored when the cycle trains")
     episodes: int = Field(default=0, description="accepted: valid, complete, new")
     usable: int = Field(default=0, description="accepted episodes the algorithm's stages can learn from")
     nothing_to_learn: str | None = Field(default=None, description="why the algorithm can learn nothing from them")
     counts: dict[str, int] = Field(default_factory=dict, description="read, accepted, and refusals by reason")
     rejected: list[RejectedEpisode] = Field(default_factory=list, description="the first 100 refused episodes")
-    quarantined: list[QuarantinedObject] = Field(default_factory=list)
+    quarantined: list[QuarantinedObject] = Field(default_factory=list, description="the first 100 (all are under "
+                                                                                   "learning/<name>/quarantine/)")
     late_feedback: int = Field(default=0, description="episodes whose reward took in feedback stored after them")
     dataset: DataItem | None = Field(default=None, description="the accepted episodes as trained on: redacted, "
                                                                "rewards recomputed (JSON lines)")

@@ -58,7 +58,7 @@ def training_request(config: LearningConfig, record: CycleRecord, data: CycleDat
     return TrainingRequest.model_validate({
         **template, "base": record.base, "version": record.version,
         "reason": f"continuous learning, cycle {record.cycle_id}: {data.episodes} episodes ({data.usable} usable) "
-                  f"from {len(data.sources)} objects written until {data.window_end:%F %T} UTC, "
+                  f"from {data.source_objects} objects written until {data.window_end:%F %T} UTC, "
                   f"{len(data.replay.train)} re-created incidents"})
 
 
@@ -174,7 +174,7 @@ class ContinuousLearningWorkflow:
         lines = [f"**{r.status}**" + (f": {doing}" if doing else f": {r.reason}" if r.reason else ""),
                  f"cutoff {r.cutoff:%F %T} UTC · production {r.production or '?'} · base {r.base or '?'}"]
         if (d := r.data) is not None:
-            lines.append(f"{d.episodes} new episodes ({d.usable} usable) from {len(d.sources)} objects; "
+            lines.append(f"{d.episodes} new episodes ({d.usable} usable) from {d.source_objects} objects; "
                          f"{len(d.quarantined)} quarantined; {d.late_feedback} with late feedback; "
                          f"{len(d.replay.train)}/{len(d.replay.evaluate)} re-created incidents to train/evaluate")
         if r.rollout is not None:
