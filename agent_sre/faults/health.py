@@ -12,10 +12,10 @@ import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from agent_sre.faults.k8s import K8s, Obj
+from agent_sre.kubetime import parse_time
 from agent_sre.simulator.apps import AppSpec, labels
 from agent_sre.simulator.chaos import PAUSE_ANNOTATION, parse_duration
 from agent_sre.simulator.netpol import blocking_policy, matches
@@ -27,15 +27,6 @@ WAITING_PROBLEMS = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "Cre
 # what must survive an incident (deleting one of these is "worse"); network policies and chaos experiments are
 # deliberately absent: deleting them is how some incidents are fixed
 KEPT_KINDS = ("deployment", "service", "configmap", "secret", "persistentvolumeclaim", "resourcequota", "node")
-
-
-def _time(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S%z").timestamp()
-    except ValueError:
-        return None
 
 
 def _pod_problem(pod: Obj, now: float | None) -> str | None:
@@ -58,7 +49,7 @@ def _pod_problem(pod: Obj, now: float | None) -> str | None:
             problems.append(f"pod {name}: container {cs.get('name')} is {waiting} "
                             f"({cs.get('restartCount', 0)} restarts{detail})")
             continue
-        finished = _time(last.get("finishedAt"))
+        finished = parse_time(last.get("finishedAt"))
         if now is not None and finished is not None and now - finished < RECENT_RESTART_S:
             problems.append(f"pod {name}: container {cs.get('name')} restarted {int(now - finished)}s ago "
                             f"(exit: {last.get('reason', 'Error')})")
@@ -79,7 +70,7 @@ def _chaos_active(obj: Obj, now: float | None) -> bool:
     conditions = {c.get("type"): c.get("status") for c in (obj.get("status") or {}).get("conditions") or []}
     if conditions.get("AllRecovered") == "True":
         return False
-    duration, created = parse_duration(spec.get("duration")), _time(meta.get("creationTimestamp"))
+    duration, created = parse_duration(spec.get("duration")), parse_time(meta.get("creationTimestamp"))
     return not (duration is not None and created is not None and now is not None and now - created >= duration)
 
 
