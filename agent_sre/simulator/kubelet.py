@@ -478,18 +478,19 @@ def _restart_state(run: Run, now: float, uid: str, name: str) -> tuple[int, Obj 
     return restarts + 1, _terminated(run, run.since + begin, end, _container_id(uid, name, restarts))
 
 
-def _run_for(ps: PodState, key: str, container: Obj, pod: Obj, view: NamespaceView, start_at: float,
-             now: float) -> Run | None:
+def _run_for(ps: PodState, key: str, container: Obj, pod: Obj, view: Callable[[], NamespaceView], start_at: float,
+             now: float, reread: bool) -> Run | None:
     """The container's current run, starting it at `start_at` (None while that is still in the future). A failing
-    run re-reads its configuration: when the outcome would now differ, the container restarts with it."""
+    run re-reads its configuration: when the outcome would now differ, the container restarts with it. Without
+    `reread` only the endpoints it waits for can have changed since it last read it."""
     run = ps.runs.get(key)
     if run is None:
         if now < start_at:
             return None
-        run = ps.runs[key] = _new_run(container, pod, view, ps.ip, start_at)
+        run = ps.runs[key] = _new_run(container, pod, view(), ps.ip, start_at)
         return run
-    if run.outcome.kind in FAILING and run.liveness_failure is None:
-        fresh = _new_run(container, pod, view, ps.ip, now)
+    if run.outcome.kind in FAILING and run.liveness_failure is None and (reread or run.outcome.wait_for is not None):
+        fresh = _new_run(container, pod, view(), ps.ip, now)
         if fresh.outcome != run.outcome:
             restarts, last = _restart_state(run, now, pod["metadata"]["uid"], container["name"])
             fresh.restarts_before, fresh.last_term = restarts, last
@@ -514,10 +515,11 @@ def _apply_pod_failure(ps: PodState, failing: bool, now: float) -> None:
     ps.failure_since = now if failing else None
 
 
-def sync_pod(pod: Obj, ps: PodState, view: NamespaceView, now: float, emit: Emit,
-             pod_failure: bool = False) -> tuple[Obj, bool, float, float]:
+def sync_pod(pod: Obj, ps: PodState, view: Callable[[], NamespaceView], now: float, emit: Emit,
+             pod_failure: bool = False, reread: bool = True) -> tuple[Obj, bool, float, float]:
     """The status of a scheduled pod at `now`: (status, ready, next change others depend on, next change of
-    what the status shows only)."""
+    what the status shows only). `view` gives the namespace as a starting container sees it; `reread`: its
+    configuration (objects only API requests write) may have changed since the last sync."""
     spec = pod["spec"]
     _apply_pod_failure(ps, pod_failure, now)
     next_change = next_display = INF
@@ -525,8 +527,8 @@ def sync_pod(pod: Obj, ps: PodState, view: NamespaceView, now: float, emit: Emit
     initialized, pending = now >= t, []
     init_statuses: list[Obj] = []
     for container in spec.get("initContainers") or []:
-        run = _run_for(ps, "init/" + container["name"], container, pod, view, t + PULL_S, now) if initialized \
-            else None
+        run = _run_for(ps, "init/" + container["name"], container, pod, view, t + PULL_S, now, reread) \
+            if initialized else None
         if run is None:
             init_statuses.append(_waiting(container, "PodInitializing"))
             next_change = min(next_change, t + PULL_S) if initialized else next_change
@@ -544,8 +546,8 @@ def sync_pod(pod: Obj, ps: PodState, view: NamespaceView, now: float, emit: Emit
     statuses: list[Obj] = []
     all_ready, any_started = True, False
     for container in spec.get("containers") or []:
-        run = _run_for(ps, "main/" + container["name"], container, pod, view, t + PULL_S, now) if initialized \
-            else None
+        run = _run_for(ps, "main/" + container["name"], container, pod, view, t + PULL_S, now, reread) \
+            if initialized else None
         if run is None:
             statuses.append(_waiting(container, "ContainerCreating" if initialized or now < t else "PodInitializing"))
             if initialized:

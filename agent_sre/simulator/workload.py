@@ -19,6 +19,7 @@ import json
 from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from agent_sre.simulator import chaos, deployments, kubelet, logs, scheduling, signals
@@ -936,9 +937,10 @@ class _Pass:
             effects = self.effects.get(key)
             if effects is None and ps.quiet_rv == meta.get("resourceVersion"):
                 continue  # running, ready and untouched since the last pass: nothing about it can have changed
-            status, ready, nxt, display = kubelet.sync_pod(pod, ps, self._view(key[0]), self.now,
+            status, ready, nxt, display = kubelet.sync_pod(pod, ps, partial(self._view, key[0]), self.now,
                                                            self._kubelet_event,
-                                                           pod_failure=effects is not None and effects.failure)
+                                                           pod_failure=effects is not None and effects.failure,
+                                                           reread=self._full)
             self._later(nxt)
             self._later(display, display=True)
             if pod.get("status") != status:
