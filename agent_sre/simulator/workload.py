@@ -1083,8 +1083,8 @@ class _Pass:
         return out
 
     def _endpoints(self) -> None:
-        """The endpoints controller, per namespace, skipped while its Services, Endpoints and the pods' readiness,
-        placement and labels are as they were last time."""
+        """The endpoints controller, per Service, skipped while the Service, its Endpoints and the readiness,
+        placement and labels of the pods it may select are as they were last time."""
         services: dict[str, list[Obj]] = defaultdict(list)
         for svc in self.c.list("services"):
             services[svc["metadata"]["namespace"]].append(svc)
@@ -1094,21 +1094,29 @@ class _Pass:
         for ns, items in services.items():
             if not self._full and ns not in self._touched_ns:
                 continue  # no API write and none of its pods changed: its endpoints cannot have
-            if self.st.settled.get(("endpoints", ns)) == self._endpoint_inputs(ns, items):
-                continue
             by_app = self._by_label(ns, "app")
             for svc in items:
+                key = ("endpoints", ns, svc["metadata"]["name"])
+                if self.st.settled.get(key) == self._endpoint_inputs(svc, by_app):
+                    continue
                 self._endpoints_of(svc, by_app)
-            self.st.settled[("endpoints", ns)] = self._endpoint_inputs(ns, items)
+                self.st.settled[key] = self._endpoint_inputs(svc, by_app)
 
-    def _endpoint_inputs(self, ns: str, services: list[Obj]) -> tuple[Any, ...]:
+    def _candidates(self, svc: Obj, by_app: dict[str, list[Obj]]) -> list[Obj]:
+        """The pods a Service's selector may select: those of its app, or all of its namespace's."""
+        selector = (svc.get("spec") or {}).get("selector") or {}
+        return by_app.get(selector["app"], []) if "app" in selector else self._pods(svc["metadata"]["namespace"])
+
+    def _endpoint_inputs(self, svc: Obj, by_app: dict[str, list[Obj]]) -> tuple[Any, ...]:
+        meta = svc["metadata"]
+        ns = meta["namespace"]
         pods = []
-        for pod in self._pods(ns):
+        for pod in self._candidates(svc, by_app):
             ps = self.st.pods.get((ns, pod["metadata"]["name"]))
             pods.append((pod["metadata"]["name"], pod["spec"].get("nodeName"), ps.ready if ps else None,
                          pod["metadata"].get("labels")))
-        return (tuple(s["metadata"].get("resourceVersion") for s in services), tuple(pods),
-                tuple(e["metadata"].get("resourceVersion") for e in self.c.list("endpoints", ns)))
+        endpoints = self.c.get("endpoints", ns, meta["name"])
+        return meta.get("resourceVersion"), tuple(pods), endpoints and endpoints["metadata"].get("resourceVersion")
 
     def _endpoints_of(self, svc: Obj, by_app: dict[str, list[Obj]]) -> None:
         meta, spec = svc["metadata"], svc.get("spec") or {}
@@ -1117,8 +1125,7 @@ class _Pass:
             return
         ns = meta["namespace"]
         groups: dict[tuple[tuple[str, int, str], ...], dict[str, list[Obj]]] = {}
-        candidates = by_app.get(selector["app"], []) if "app" in selector else self._pods(ns)
-        for pod in candidates:
+        for pod in self._candidates(svc, by_app):
             ps = self.st.pods.get((ns, pod["metadata"]["name"]))
             if ps is None or not pod["spec"].get("nodeName"):
                 continue
