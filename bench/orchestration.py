@@ -1,15 +1,18 @@
 """Orchestration benchmark: the same simulated episodes with the activities called directly, and through Temporal.
 
-Both modes run exactly the same activity functions (create environment, inject and wait, baseline, policy
-decisions, tool calls, observe, reward, store) against the same embedded stack (simulator over HTTP, SeaweedFS);
-the difference is Temporal: workflow tasks, history, (de)serialisation, task-queue dispatch. Settle windows are
-zero so waiting does not hide the overhead.
+Both run exactly the same activity functions (create environment and inject, baseline, policy decisions, tool
+calls, observe, reward, store) against the same embedded stack (simulator over HTTP, SeaweedFS); the difference
+is Temporal: workflow tasks, history, (de)serialisation, task-queue dispatch. Settle windows are zero so waiting
+does not hide the overhead.
 
-  direct    one episode at a time, activities called in-process (ActivityEnvironment)
-  temporal  SimulatedIncidentWorkflow + child IncidentRemediationWorkflow, workers in this process;
-            sequential (for per-step overhead) and concurrent (for throughput)
+  direct    activities called in-process (ActivityEnvironment), in the workflows' order
+  temporal  SimulatedIncidentWorkflow + child IncidentRemediationWorkflow, workers in this process, for each
+            tool execution mode (TaskQueues.tool_execution: `queue`, `local`)
 
-Per-step overhead = (temporal episode time - direct episode time) / steps, median over episodes.
+Sequential: each scenario directly and then through Temporal in each mode, back to back, so that the load other
+work puts on the machine weighs on all alike. Per-step overhead = (temporal episode time - direct episode time of
+the same scenario) / steps, median over episodes. Concurrent (for throughput): all episodes at once, at most
+--concurrency in flight; CPU time per episode by process says where the throughput goes.
 Targets (issue 3): overhead <= 10 ms per step median, >= 20 episodes/s on 2 cores.
 
     .venv/bin/python bench/orchestration.py [--episodes 50] [--concurrency 32] [--no-docs]
@@ -25,10 +28,12 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import get_args
 
 from rich.console import Console
 from rich.table import Table
@@ -42,8 +47,9 @@ from benchdocs import provenance, write_section  # noqa: E402
 from agent_sre import stack  # noqa: E402
 from agent_sre.activities import observer, policy, rewards, simulation, tools, trajectories  # noqa: E402
 from agent_sre.config import Settings, get_settings  # noqa: E402
-from agent_sre.episodes import interleave_by_fault, run_episodes  # noqa: E402
+from agent_sre.episodes import interleave_by_fault, run_episode, run_episodes  # noqa: E402
 from agent_sre.models.episode import EpisodeRequest, InjectRequest  # noqa: E402
+from agent_sre.models.remediation import ToolExecution  # noqa: E402
 from agent_sre.models.incident import Incident, RemediationLimits  # noqa: E402
 from agent_sre.models.policy import ChatMessage  # noqa: E402
 from agent_sre.models.remediation import ObserveRequest, PolicyRef, PolicyRequest, RewardRequest  # noqa: E402
@@ -52,11 +58,20 @@ from agent_sre.models.tools import ToolInvocation  # noqa: E402
 from agent_sre.models.trajectory import Step, Trajectory  # noqa: E402
 from agent_sre.scenarios import load_scenarios  # noqa: E402
 from agent_sre.stack.isolated import isolated_env  # noqa: E402
+from agent_sre.stack.manager import pid_file  # noqa: E402
 from agent_sre.temporal import connect  # noqa: E402
 from agent_sre.workers.main import build_workers  # noqa: E402
+from agent_sre.workflows.simulated import environment_name  # noqa: E402
 
 LIMITS = RemediationLimits(settle_s=0.0)
+WARM_UP = 5
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 FLOOR_ACTIVITIES = 20
+FLOOR_QUEUE, FLOOR_OTHER_QUEUE = "bench-floor", "bench-floor-other"
+# How a workflow can run an activity, cheapest last: through matching to another queue's worker, on its own queue
+# (eager dispatch: handed back with the workflow task's reply), as a local activity (no server round trip).
+FLOOR_KINDS = {"activity on another queue": FLOOR_OTHER_QUEUE, "activity on its own queue (eager)": FLOOR_QUEUE,
+               "local activity": None}
 
 
 @activity.defn
@@ -69,32 +84,52 @@ class FloorWorkflow:
     """The dev server's own floor: a workflow of no-op activities, nothing of ours in it."""
 
     @workflow.run
-    async def run(self, n: int) -> int:
+    async def run(self, n: int, queue: str | None) -> int:
         for i in range(n):
-            await workflow.execute_activity(noop, i, start_to_close_timeout=timedelta(seconds=30))
+            if queue is None:
+                await workflow.execute_local_activity(noop, i, start_to_close_timeout=timedelta(seconds=30))
+            else:
+                await workflow.execute_activity(noop, i, start_to_close_timeout=timedelta(seconds=30),
+                                                task_queue=queue)
         return n
 
 
-async def activity_round_trip_ms(settings: Settings, runs: int = 3) -> float:
+async def round_trips_ms(settings: Settings, runs: int = 3) -> dict[str, float]:
+    """Per kind of activity, the median over `runs` workflows of FLOOR_ACTIVITIES no-ops of the time per activity."""
     client = await connect(settings)
-    async with Worker(client, task_queue="bench-floor", workflows=[FloorWorkflow], activities=[noop],
-                      activity_executor=ThreadPoolExecutor(4)):
-        times = []
-        for _ in range(runs):
-            began = time.perf_counter()
-            await client.execute_workflow(FloorWorkflow.run, FLOOR_ACTIVITIES, id=f"floor-{uuid.uuid4().hex}",
-                                          task_queue="bench-floor")
-            times.append((time.perf_counter() - began) * 1000 / FLOOR_ACTIVITIES)
-    return statistics.median(times)
+    executor = ThreadPoolExecutor(4)
+    async with (Worker(client, task_queue=FLOOR_QUEUE, workflows=[FloorWorkflow], activities=[noop],
+                       activity_executor=executor),
+                Worker(client, task_queue=FLOOR_OTHER_QUEUE, activities=[noop], activity_executor=executor)):
+        floor = {}
+        for kind, queue in FLOOR_KINDS.items():
+            times = []
+            for _ in range(runs):
+                began = time.perf_counter()
+                await client.execute_workflow(FloorWorkflow.run, args=[FLOOR_ACTIVITIES, queue],
+                                              id=f"floor-{uuid.uuid4().hex}", task_queue=FLOOR_QUEUE)
+                times.append((time.perf_counter() - began) * 1000 / FLOOR_ACTIVITIES)
+            floor[kind] = statistics.median(times)
+    return floor
 HEADING = "## Orchestration (bench/orchestration.py)"
+NOTES = """- `queue`: every tool call, the baseline and the observation are activities on `agent-tools`, two matching hops
+  each. `local`: reads run as local activities beside the workflow (results recorded as markers when the workflow
+  task completes), writes as activities on the workflow's own queue (eager dispatch: one hop), so a rule-based
+  policy's investigation costs no server round trip until it writes. Rule-based decisions, reward, routing and
+  storing are local activities in both modes; a zero settle window sets no timer (a durable timer costs a
+  timer-queue round trip even at zero length).
+- The dev server (agent_sre/stack/temporal.py) raises `history.transferProcessorMaxPollRPS` from its default, 20,
+  which delayed every hop once a workflow got going, and runs SQLite in WAL mode with synchronous=normal.
+"""
 
 
 def direct_episode(scenario: Scenario, ref: PolicyRef) -> tuple[float, int]:
     """One episode with every activity called in-process, in the workflow's order. Returns (seconds, steps)."""
     run = ActivityEnvironment().run
     began = time.perf_counter()
-    env = run(simulation.create_environment, scenario)
-    injected = run(simulation.inject_and_wait_for_alert, InjectRequest(environment=env, scenario=scenario))
+    name = environment_name(f"direct-{uuid.uuid4().hex}")
+    injected = run(simulation.create_and_inject, InjectRequest(environment=name, scenario=scenario))
+    env = injected.environment
     incident = Incident(id=uuid.uuid4().hex[:12], source="simulation", alert=injected.alert,
                         namespace=scenario.namespace, kubeconfig=env.server, scenario=scenario, limits=LIMITS)
     baseline = run(observer.snapshot_cluster, incident)
@@ -116,37 +151,64 @@ def direct_episode(scenario: Scenario, ref: PolicyRef) -> tuple[float, int]:
     t.ended_at = datetime.now(UTC)
     t.reward = run(rewards.compute_reward, RewardRequest(trajectory=t, config=EpisodeRequest(scenario=scenario).reward))
     run(trajectories.store_trajectory, t)
-    run(simulation.delete_environment, env)
+    run(simulation.delete_environment, env.name)
     return time.perf_counter() - began, len(t.steps)
 
 
-async def temporal_episodes(settings: Settings, scenarios: list[Scenario], n: int, concurrency: int,
-                            ref: PolicyRef) -> tuple[float, list[tuple[float, int]]]:
+def cpu_seconds(settings: Settings) -> dict[str, float]:
+    """CPU time used so far by this process (workers, client, direct episodes) and by each stack process."""
+    used = {"bench process": time.process_time()}
+    for component in stack.select(None):
+        pid = pid_file(settings, component).live_pid()
+        if pid is not None:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            used[component.name] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+    return used
+
+
+async def cpu_per_episode(settings: Settings, n: int, run: Callable[[], Awaitable[object]],
+                          ) -> tuple[float, dict[str, float]]:
+    """Wall seconds of `run` and the CPU milliseconds per episode it cost each process."""
+    before, began = cpu_seconds(settings), time.perf_counter()
+    await run()
+    wall, after = time.perf_counter() - began, cpu_seconds(settings)
+    return wall, {name: (after[name] - before[name]) * 1000 / n for name in before}
+
+
+async def measure(settings: Settings, picked: list[Scenario], ref: PolicyRef, concurrency: int,
+                  ) -> tuple[dict[str, list[tuple[float, int]]], dict[str, tuple[float, dict[str, float]]]]:
+    """Sequential (seconds, steps) per episode and mode, and concurrent (wall s, CPU ms per episode) per mode."""
+    modes = {mode: settings.model_copy(update={"tool_execution": mode}) for mode in get_args(ToolExecution)}
     client = await connect(settings)
-    per_episode: list[tuple[float, int]] = []
     async with AsyncExitStack() as workers:
-        for worker in build_workers(client, settings):
+        for worker in build_workers(client, settings):  # one set of workers serves both modes: it is per request
             await workers.enter_async_context(worker)
-        began = time.perf_counter()
 
-        async def timed(i: int) -> None:
-            scenario = scenarios[i % len(scenarios)]
-            t0 = time.perf_counter()
-            res = await run_episodes(client, settings, [scenario], 1, ref, 1, limits=LIMITS)
-            per_episode.append((time.perf_counter() - t0, res[0].outcome.steps))
+        async def temporal(mode: ToolExecution, scenario: Scenario) -> tuple[float, int]:
+            began = time.perf_counter()
+            result = await run_episode(client, modes[mode], scenario, ref, f"bench-{mode}-{uuid.uuid4().hex}", LIMITS)
+            return time.perf_counter() - began, result.outcome.steps
 
-        if concurrency == 1:
-            for i in range(n):
-                await timed(i)
-        else:
-            gate = asyncio.Semaphore(concurrency)
+        for scenario in picked[:WARM_UP]:  # imports, connection pools, the sandbox's module cache
+            await asyncio.to_thread(direct_episode, scenario, ref)
+            for mode in modes:
+                await temporal(mode, scenario)
+        sequential: dict[str, list[tuple[float, int]]] = {"direct": [], **{mode: [] for mode in modes}}
+        for scenario in picked:
+            sequential["direct"].append(await asyncio.to_thread(direct_episode, scenario, ref))
+            for mode in modes:
+                sequential[mode].append(await temporal(mode, scenario))
 
-            async def gated(i: int) -> None:
-                async with gate:
-                    await timed(i)
+        def direct_threads() -> None:
+            with ThreadPoolExecutor(concurrency) as pool:
+                list(pool.map(lambda s: direct_episode(s, ref), picked))
 
-            await asyncio.gather(*(gated(i) for i in range(n)))
-        return time.perf_counter() - began, per_episode
+        n = len(picked)
+        concurrent = {"direct": await cpu_per_episode(settings, n, lambda: asyncio.to_thread(direct_threads))}
+        for mode, mode_settings in modes.items():
+            concurrent[mode] = await cpu_per_episode(settings, n, lambda s=mode_settings: run_episodes(
+                client, s, picked, n, ref, concurrency, limits=LIMITS))
+    return sequential, concurrent
 
 
 def main() -> None:
@@ -158,47 +220,78 @@ def main() -> None:
     console = Console(width=140)
     ref = PolicyRef(name="runbook")
     scenarios = interleave_by_fault(load_scenarios())
+    picked = [scenarios[i % len(scenarios)] for i in range(args.episodes)]
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as data_dir:
         os.environ.update(isolated_env(Path(data_dir)))
         get_settings.cache_clear()
         settings = get_settings()
         asyncio.run(stack.up(settings))
         try:
-            for s in scenarios[:5]:
-                direct_episode(s, ref)  # warm-up: imports, connection pools
-            began = time.perf_counter()
-            direct = [direct_episode(scenarios[i % len(scenarios)], ref) for i in range(args.episodes)]
-            direct_wall = time.perf_counter() - began
-            floor_ms = asyncio.run(activity_round_trip_ms(settings))
-            seq_wall, seq = asyncio.run(temporal_episodes(settings, scenarios, args.episodes, 1, ref))
-            con_wall, con = asyncio.run(temporal_episodes(settings, scenarios, args.episodes, args.concurrency, ref))
+            floor = asyncio.run(round_trips_ms(settings))
+            sequential, concurrent = asyncio.run(measure(settings, picked, ref, args.concurrency))
         finally:
             asyncio.run(stack.down(settings))
-    overhead = [max(0.0, (ts - ds) / max(steps, 1)) * 1000 for (ts, steps), (ds, _) in zip(seq, direct)]
-    rows = [
-        ("direct (sequential)", args.episodes, direct_wall, args.episodes / direct_wall, None),
-        ("temporal (sequential)", args.episodes, seq_wall, args.episodes / seq_wall, statistics.median(overhead)),
-        (f"temporal ({args.concurrency} concurrent)", args.episodes, con_wall, args.episodes / con_wall, None),
-    ]
+    load_after = os.getloadavg()[0]
+
+    n, direct = args.episodes, sequential["direct"]
+    rows: list[tuple[str, float, float | None]] = []  # mode, wall s, median overhead ms/step
+    for mode, runs in sequential.items():
+        overhead = None if mode == "direct" else statistics.median(
+            max(0.0, (t - d) / max(steps, 1)) * 1000 for (t, steps), (d, _) in zip(runs, direct))
+        rows.append((label(mode, "sequential"), sum(t for t, _ in runs), overhead))
+    for mode, (wall, _) in concurrent.items():
+        rows.append((label(mode, f"{args.concurrency} threads" if mode == "direct" else
+                           f"{args.concurrency} concurrent"), wall, None))
+    processes = list(next(iter(concurrent.values()))[1])
+
     table = Table("mode", "episodes", "wall s", "episodes/s", "overhead ms/step (median)", title="Orchestration")
-    for mode, n, wall, rate, ovh in rows:
-        table.add_row(mode, str(n), f"{wall:.1f}", f"{rate:.2f}", f"{ovh:.1f}" if ovh is not None else "")
+    for mode, wall, ovh in rows:
+        table.add_row(mode, str(n), f"{wall:.1f}", f"{n / wall:.2f}", f"{ovh:.1f}" if ovh is not None else "")
     console.print(table)
-    console.print(f"dev-server floor: a no-op activity round trip takes {floor_ms:.1f} ms (median of 3 x "
-                  f"{FLOOR_ACTIVITIES})")
+    cpu = Table("concurrent run", *processes, "total", title="CPU ms per episode")
+    for mode, (_, used) in concurrent.items():
+        cpu.add_row(label(mode, ""), *(f"{used[p]:.1f}" for p in processes), f"{sum(used.values()):.1f}")
+    console.print(cpu)
+    for kind, ms in floor.items():
+        console.print(f"dev-server floor, {kind}: {ms:.1f} ms per activity")
+    console.print(f"1-minute load average {load_before:.2f} before, {load_after:.2f} after")
+
+    best_overhead = min(o for _, _, o in rows if o is not None)
+    cores = os.cpu_count() or 1
+    best_rate = max(n / wall for mode, (wall, _) in concurrent.items() if mode != "direct")
     steps = statistics.mean(s for _, s in direct)
     body = provenance() + (
+        f"1-minute load average {load_before:.2f} before and {load_after:.2f} after the run: other work shares the "
+        "2 cores, so every figure here is pessimistic.\n"
         f"\nEpisodes: the runbook policy on the training catalog (interleaved by fault type), settle windows 0, "
-        f"{steps:.1f} steps per episode on average; everything on the embedded stack of this machine.\n\n"
+        f"{steps:.1f} steps per episode on average; everything on the embedded stack of this machine (Temporal dev "
+        "server, SeaweedFS, the simulator over HTTP; workers and client in the bench's process). Sequential rows: "
+        "each scenario directly and then in each mode, back to back; wall s is the sum of that mode's episodes.\n\n"
         "| mode | episodes | wall s | episodes/s | orchestration overhead, ms/step (median) |\n|---|---:|---:|---:|---:|\n"
-        + "".join(f"| {m} | {n} | {w:.1f} | {r:.2f} | {f'{o:.1f}' if o is not None else ''} |\n"
-                  for m, n, w, r, o in rows)
-        + f"\nThe dev server's own floor on this machine: a no-op activity round trip (workflow of "
-          f"{FLOOR_ACTIVITIES} no-op activities, median of 3) takes {floor_ms:.1f} ms.\n"
-        + f"\n- Overhead target <= 10 ms/step: {'met' if rows[1][4] <= 10 else 'NOT met'} ({rows[1][4]:.1f}).\n"
-        + f"- Throughput target >= 20 episodes/s: {'met' if rows[2][3] >= 20 else 'NOT met'} ({rows[2][3]:.2f}).\n")
+        + "".join(f"| {m} | {n} | {w:.1f} | {n / w:.2f} | {f'{o:.1f}' if o is not None else ''} |\n"
+                  for m, w, o in rows)
+        + "\nCPU time per episode in the concurrent runs, by process (ms):\n\n"
+        + f"| run | {' | '.join(processes)} | total |\n|---|{'---:|' * (len(processes) + 1)}\n"
+        + "".join(f"| {label(mode, '')} | {' | '.join(f'{used[p]:.1f}' for p in processes)} | "
+                  f"{sum(used.values()):.1f} |\n" for mode, (_, used) in concurrent.items())
+        + f"\nThe dev server's floor on this machine (a workflow of {FLOOR_ACTIVITIES} no-op activities, median of "
+          "3, per activity):\n\n| how the workflow runs an activity | ms |\n|---|---:|\n"
+        + "".join(f"| {kind} | {ms:.1f} |\n" for kind, ms in floor.items())
+        + f"\n- Overhead target <= 10 ms/step: {'met' if best_overhead <= 10 else 'NOT met'} ({best_overhead:.1f}).\n"
+        + f"- Throughput target >= 20 episodes/s: {'met' if best_rate >= 20 else 'NOT met'} ({best_rate:.2f}).\n"
+        + "- At the CPU time per episode measured here (contention inflates it), even with every core free the "
+          "rate could not exceed cores x 1000 / CPU ms: "
+        + ", ".join(f"{label(mode, '')} {cores * 1000 / sum(used.values()):.1f}"
+                    for mode, (_, used) in concurrent.items()) + f" episodes/s on {cores} cores.\n"
+        + NOTES)
     if not args.no_docs:
         write_section(HEADING, body)
+
+
+def label(mode: str, how: str) -> str:
+    name = "direct" if mode == "direct" else f"temporal, tools `{mode}`"
+    return f"{name} ({how})" if how else name
 
 
 if __name__ == "__main__":
