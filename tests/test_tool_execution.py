@@ -127,7 +127,8 @@ async def test_a_crash_after_a_local_read_re_runs_the_reads_and_writes_once(stac
         if crashing.poll() is None:
             crashing.kill()
             crashing.wait()
-    assert code == CRASH_EXIT_CODE and marker.read_text() == started.workflow_id, (tmp_path / "crash-worker.log").read_text()
+    crash_log = (tmp_path / "crash-worker.log").read_text()
+    assert code == CRASH_EXIT_CODE and marker.read_text() == started.workflow_id, crash_log
     second = start_worker(tmp_path / "worker.log", AGENT_SRE_QUEUE_AGENT=settings.queue_agent,
                           AGENT_SRE_QUEUE_TOOLS=settings.queue_tools, AGENT_SRE_QUEUE_POLICY=settings.queue_policy,
                           AGENT_SRE_QUEUE_TRAINING=settings.queue_training)

@@ -31,9 +31,9 @@ class TaskQueues(BaseModel):
     tools: str = "agent-tools"
     policy: str = "agent-policy"
     tool_execution: ToolExecution = Field(
-        default="queue", description="queue: tool calls, snapshots and observations on `tools`, for workers that cannot "
-        "reach the cluster. local: reads as local activities beside the workflow and writes on the workflow's own "
-        "queue, for a workflow worker that reaches the cluster (the embedded stack, one worker for every queue)")
+        default="queue", description="queue: tool calls, snapshots and observations on `tools`, for workers that "
+        "cannot reach the cluster. local: reads as local activities beside the workflow and writes on the workflow's "
+        "own queue, for a workflow worker that reaches the cluster (the embedded stack, one worker for every queue)")
 
 
 class RemediationRequest(BaseModel):
