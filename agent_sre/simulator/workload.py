@@ -17,9 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 from agent_sre.simulator import chaos, deployments, kubelet, logs, scheduling, signals
@@ -199,6 +199,30 @@ class Index:
             if resource == "replicasets.apps":
                 self.set_owner[meta["uid"]] = owner
         return owner
+
+
+class _Deferred(Mapping[Any, Any]):
+    """A read-only table worked out when first read."""
+
+    __slots__ = ("_work", "_table")
+
+    def __init__(self, work: Callable[[], dict[Any, Any]]) -> None:
+        self._work: Callable[[], dict[Any, Any]] | None = work
+        self._table: dict[Any, Any] = {}
+
+    def _get(self) -> dict[Any, Any]:
+        if self._work is not None:
+            self._table, self._work = self._work(), None
+        return self._table
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._get()[key]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
 
 
 def _max_revision(sets: list[Obj]) -> int:
@@ -443,8 +467,12 @@ class _Pass:
 
     def finish(self) -> None:
         """What only readers see - usage for `kubectl top` and logs - for the last pass of a sync: passes in
-        between (a clock jump stepping through state changes) skip it."""
-        self._usage(self.computed.load)
+        between (a clock jump stepping through state changes) skip it. Usage is worked out when first read: the
+        next pass replaces it, and any read follows that pass (the API syncs first), so the state it comes from
+        is still this pass's then."""
+        usage = cache(partial(self._usage, self.computed.load))
+        self.c.model["usage"] = _Deferred(lambda: usage()[0])
+        self.c.model["node_usage"] = _Deferred(lambda: usage()[1])
         self._logs(*self.failing)
 
     # --- Chaos Mesh --------------------------------------------------------------------------------------------
@@ -1190,7 +1218,9 @@ class _Pass:
             self.st.settled[key] = (quota["metadata"].get("resourceVersion"), uids)
 
     # --- usage (metrics-server) --------------------------------------------------------------------------------
-    def _usage(self, load: dict[tuple[str, str], float]) -> None:
+    def _usage(self, load: dict[tuple[str, str], float]) -> tuple[dict[tuple[str, str], dict[str, tuple[float, float]]],
+                                                                  dict[str, tuple[float, float]]]:
+        """(pod -> container -> (CPU, memory), node -> (CPU, memory)), as metrics-server reports them."""
         usage: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
         node_usage: dict[str, list[float]] = {n["metadata"]["name"]: [SYSTEM_CPU_M, SYSTEM_MEMORY]
                                               for n in self.c.list("nodes")}
@@ -1208,8 +1238,7 @@ class _Pass:
                 for cpu, memory in figures.values():
                     totals[0] += cpu
                     totals[1] += memory
-        self.c.model["usage"] = usage
-        self.c.model["node_usage"] = {n: (cpu, mem) for n, (cpu, mem) in node_usage.items()}
+        return usage, {n: (cpu, mem) for n, (cpu, mem) in node_usage.items()}
 
     # --- logs --------------------------------------------------------------------------------------------------
     def _failing_since(self, computed: signals.Computed) -> tuple[dict[Any, Any], dict[Any, Any]]:
