@@ -125,6 +125,9 @@ def service_health(k8s: K8s, app: AppSpec | None, ns: str) -> dict[str, list[str
     services = {s["metadata"]["name"]: s for s in k8s.services(ns)}
     endpoints = {e["metadata"]["name"]: e for e in k8s.endpoints(ns)}
     pods = [p for p in k8s.pods(ns) if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    by_app: dict[str | None, list[Obj]] = {}  # selectors name the app: only its pods can match
+    for pod in pods:
+        by_app.setdefault((pod["metadata"].get("labels") or {}).get("app"), []).append(pod)
     policies = k8s.network_policies(ns)
     ns_labels = k8s.namespace(ns)["metadata"].get("labels") or {}
     chaos = [c for c in k8s.chaos(ns) if _chaos_active(c, now)]
@@ -132,7 +135,9 @@ def service_health(k8s: K8s, app: AppSpec | None, ns: str) -> dict[str, list[str
     for want in expectations(app, deployments, services):
         dep = deployments.get(want.name)
         selector = ((dep or {}).get("spec") or {}).get("selector") or {"matchLabels": {"app": want.name}}
-        own = [p for p in pods if matches(selector, p["metadata"].get("labels"))]
+        app_label = (selector.get("matchLabels") or {}).get("app")
+        own = [p for p in (pods if app_label is None else by_app.get(app_label, []))
+               if matches(selector, p["metadata"].get("labels"))]
         reasons = _deployment_reasons(dep, want, own, now)
         if want.port is not None:
             reasons += _service_reasons(services.get(want.name), endpoints.get(want.name), want, own)
