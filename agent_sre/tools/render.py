@@ -17,7 +17,7 @@ _CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
 
 def clean(text: str) -> str:
     """Drop terminal escapes and control characters (tabs and newlines stay)."""
-    return _CONTROL.sub("", text)
+    return text if text.isprintable() else _CONTROL.sub("", text)  # most cells have neither
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
