@@ -66,7 +66,7 @@ class Transport(Protocol):
 
 class InProcess:
     def __init__(self) -> None:
-        self.simulator = Simulator()
+        self.simulator = Simulator(speed=0)  # a manual clock, as training runs it: only `advance` moves time
         self._clients: dict[str, ApiClient] = {}
 
     def create(self, name: str, scenario: Scenario) -> ApiClient:
@@ -104,7 +104,7 @@ class Http:
             time.sleep(0.1)
 
     def create(self, name: str, scenario: Scenario) -> ApiClient:
-        self.control.create_env(name=name, apps=[scenario.app], seed=scenario.seed)
+        self.control.create_env(name=name, apps=[scenario.app], seed=scenario.seed, speed=0)
         kubeconfig = self.workdir / f"{name}.yaml"
         if not kubeconfig.exists():  # written once per name, so the cached client and its connections are reused
             write_kubeconfig(kubeconfig, f"{self.url}/envs/{name}", name)
