@@ -1012,17 +1012,21 @@ class _Pass:
         for dep in self.c.list("deployments.apps"):
             meta = dep["metadata"]
             uid = meta["uid"]
-            owned = self._owned_replicasets(uid)
-            inputs = (meta.get("resourceVersion"), tuple(r["metadata"].get("resourceVersion") for r in owned))
             settled = self.st.settled.get(("deployment-status", uid))
-            if settled is not None and settled[0] == inputs and uid not in self.created and self.now < settled[1]:
+            if settled is not None and uid not in self.created and self.now < settled[1] and \
+                    (not self._full and uid not in self._touched
+                     or settled[0] == self._status_inputs(dep)):  # untouched: its inputs are as they settled
                 self._later(settled[1], display=True)
                 continue
+            owned = self._owned_replicasets(uid)
             wake = self._one_deployment_status(dep, owned)
             dep = self.c.get("deployments.apps", meta["namespace"], meta["name"]) or dep
-            self.st.settled[("deployment-status", uid)] = (
-                (dep["metadata"].get("resourceVersion"), tuple(r["metadata"].get("resourceVersion") for r in owned)),
-                wake)
+            self.st.settled[("deployment-status", uid)] = (self._status_inputs(dep), wake)
+
+    def _status_inputs(self, dep: Obj) -> tuple[Any, ...]:
+        """What a deployment's status follows from: its own version and its ReplicaSets'."""
+        return (dep["metadata"].get("resourceVersion"),
+                tuple(r["metadata"].get("resourceVersion") for r in self._owned_replicasets(dep["metadata"]["uid"])))
 
     def _one_deployment_status(self, dep: Obj, owned: list[Obj]) -> float:
         """Write one deployment's status; returns when it changes next by itself (its progress deadline)."""
