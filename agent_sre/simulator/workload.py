@@ -1210,6 +1210,8 @@ class _Pass:
         """Usage against each quota, recounted when the quota or the namespace's live pods change."""
         for quota in self.c.list("resourcequotas"):
             ns = quota["metadata"]["namespace"]
+            if not self._full and ns not in self._touched_ns:
+                continue  # no API write and none of its namespace's pods changed: as it settled
             pods = self._pods(ns)
             key, uids = ("quota", f"{ns}/{quota['metadata']['name']}"), tuple(p["metadata"]["uid"] for p in pods)
             if self.st.settled.get(key) == (quota["metadata"].get("resourceVersion"), uids):
