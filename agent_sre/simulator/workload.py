@@ -411,10 +411,10 @@ class _Pass:
     # --- the pass ----------------------------------------------------------------------------------------------
     def run(self) -> tuple[float, float]:
         self._full = self.c.revision != self.st.seen_revision
-        if self._full:
+        if self._full:  # an API request may have deleted pods (passes forget the pods they delete themselves)
             self.st.index = None
+            self.st.pods = {k: v for k, v in self.st.pods.items() if self.c.get("pods", *k) is not None}
         waiting, self.st.waking = self._waiting(), set()
-        self.st.pods = {k: v for k, v in self.st.pods.items() if self.c.get("pods", *k) is not None}
         self._chaos()
         self._nodes()
         self._schedule()
