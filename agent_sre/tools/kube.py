@@ -171,8 +171,9 @@ class Kube:
     # (a delete leaves no annotation behind to read it from).
     def patch(self, kind: str, name: str, body: Any, patch_type: str, idempotency_key: str) -> Obj:
         guardrails.check_write("patch", kind, name, self.incident_namespace, body)
-        return self._call(KINDS[kind], "patch", name, self.incident_namespace, body,
-                          _content_type=CONTENT_TYPES[patch_type], _headers={IDEMPOTENCY_HEADER: idempotency_key}).json()
+        response = self._call(KINDS[kind], "patch", name, self.incident_namespace, body,
+                              _content_type=CONTENT_TYPES[patch_type], _headers={IDEMPOTENCY_HEADER: idempotency_key})
+        return response.json()
 
     def delete(self, kind: str, name: str, idempotency_key: str) -> None:
         guardrails.check_write("delete", kind, name, self.incident_namespace, None)
