@@ -1,6 +1,7 @@
 """Simulator benchmark: training episodes per second, in one process and over HTTP, and tool-call latency.
 
-One episode is what a training rollout costs the simulator and the tools: create an environment with the app,
+One episode is what a training rollout costs the simulator and the tools: create an environment with the app
+on a manual clock (as training does: simulated time moves only when the episode advances it),
 inject the scenario's fault, let it develop (simulated time), take the oracle's baseline, make 8 investigation
 tool calls (the reads an agent starts with), apply the ground-truth fix through the tools, let it settle, ask
 the oracle, delete the environment. Episodes cycle through the training catalog (`load_scenarios()`).
@@ -242,8 +243,9 @@ def markdown(runs: list[Run], catalog: list[Scenario], load_before: float) -> st
         f"{INVESTIGATION_CALLS} investigation tool calls -> ground-truth fix (tool calls) -> settle "
         f"{FIX_SETTLE_S:.0f} s simulated -> oracle verdict -> delete env. Episodes cycle through the "
         f"{len(catalog)} scenarios of the training catalog ({_faults(catalog)} of the {len(FAULTS)} fault types, "
-        f"apps: {', '.join(sorted({s.app for s in catalog}))}). Over HTTP the simulator runs as its own process "
-        "(`agent-sre sim serve`); tool latency is the client-side time of `tools.execute`, fixes included.",
+        f"apps: {', '.join(sorted({s.app for s in catalog}))}), on a manual clock as in training (simulated time "
+        "moves only by the settles). Over HTTP the simulator runs as its own process (`agent-sre sim serve`); tool "
+        "latency is the client-side time of `tools.execute`, fixes included.",
         "",
         "| mode | episodes | wall s | episodes/s | resolved by the fix | tool calls | tool p50 ms | tool p99 ms |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
