@@ -233,6 +233,8 @@ async def test_a_training_cycle_trains_evaluates_gates_and_registers_with_lineag
     monkeypatch.setattr(train_cli, "console", Console(width=250))
     async with running_workers(client, settings) as isolated:
         monkeypatch.setenv("AGENT_SRE_QUEUE_TRAINING", isolated.queue_training)
+        monkeypatch.chdir(tmp_path)  # a relative data dir, as `make demo` has: the job must find its files
+        monkeypatch.setenv("AGENT_SRE_DATA_DIR", "data")
         get_settings.cache_clear()
         cli = asyncio.create_task(asyncio.to_thread(invoke, "train", "--request", str(tmp_path / "request.json"),
                                                     "--wait"))

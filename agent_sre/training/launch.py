@@ -67,8 +67,9 @@ class TrainingProcess:
         self.progress_file, self.log_file = out / "progress.jsonl", out / "train.log"
         self._offset = self.progress_file.stat().st_size if self.progress_file.exists() else 0
         with self.log_file.open("ab") as log:
-            self.proc = subprocess.Popen(launch.argv, stdout=log, stderr=subprocess.STDOUT, cwd=out,
-                                         start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            # the worker's working directory: the job's arguments (data dir, scenario files) may be relative to it
+            self.proc = subprocess.Popen(launch.argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     @property
     def pid(self) -> int:
