@@ -176,12 +176,12 @@ async def _rollouts(client: Client, settings: Settings, registry: Registry, traf
         f"every time above, {concurrency} at a time, each routed by the rollout (no policy named).")
 
     candidate = await asyncio.to_thread(register_candidate, registry)
-    console.print(f"\n[bold]2. Rollout of a new version[/] — {candidate}: the runbook policy registered as a new "
-                  "version (a stand-in: no model is trained in the demo)")
+    console.print(f"\n[bold]3. Rollout of a new version[/] — {candidate}: the runbook policy registered as a new "
+                  "version (a stand-in: minutes of CPU training do not make a model worth serving)")
     good = await run_rollout(client, settings, registry, candidate, traffic, concurrency=concurrency,
                              on_decision=_show_decision)
     degraded = await asyncio.to_thread(register_degraded, registry)
-    console.print(f"\n[bold]3. Rollback of a degraded version[/] — {degraded}: the scripted policy without a script "
+    console.print(f"\n[bold]4. Rollback of a degraded version[/] — {degraded}: the scripted policy without a script "
                   "(claims a fix at once, fixes nothing)")
     bad = await run_rollout(client, settings, registry, degraded, traffic, concurrency=concurrency,
                             on_decision=_show_decision)
