@@ -88,6 +88,8 @@ def demo(
     ui = f"{settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows"
     console.print(f"\nTrajectories: s3://{settings.s3_bucket}/trajectories/ at {settings.s3_endpoint}")
     console.print(f"Temporal UI:  {_listing(ui, 'SimulatedIncidentWorkflow')}", soft_wrap=True)
+    if training:
+        console.print(f"Training:     {_listing(ui, 'TrainingCycleWorkflow')}", soft_wrap=True)
     if rollouts:
         console.print(f"Rollouts:     {_listing(ui, 'ModelRolloutWorkflow')} · the latest: {ui}/{ROLLOUT_WORKFLOW_ID}",
                       soft_wrap=True)
