@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from agent_sre.config import Settings, get_settings
 from agent_sre.temporal import connect
@@ -22,9 +23,10 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(1)
 
 
-def run_with_client(action: Callable[[Client, Settings], Awaitable[None]]) -> None:
-    """Connect to Temporal and run `action`; an unreachable server is a one-line error. Other errors propagate
-    for the caller to word in its own terms."""
+def run_with_client(action: Callable[[Client, Settings], Awaitable[None]], not_found: str | None = None) -> None:
+    """Connect to Temporal and run `action`; an unreachable server is a one-line error, and so is Temporal's
+    refusal when `not_found` words its NOT_FOUND in the caller's terms. Other errors propagate for the caller to
+    word in its own terms."""
     settings = get_settings()
 
     async def go() -> None:
@@ -34,4 +36,9 @@ def run_with_client(action: Callable[[Client, Settings], Awaitable[None]]) -> No
             fail(f"cannot reach Temporal at {settings.temporal_address} ({exc}); is `agent-sre dev up` running?")
         await action(client, settings)
 
-    asyncio.run(go())
+    try:
+        asyncio.run(go())
+    except RPCError as exc:
+        if not_found is None:
+            raise
+        fail(not_found if exc.status == RPCStatusCode.NOT_FOUND else f"Temporal refused: {exc.message}")

@@ -342,11 +342,7 @@ def _bad_input(make: Callable[[], T], where: str = "") -> T:
 def _run(action: Callable[[Client, Settings], Awaitable[None]]) -> None:
     """Connect, run, and report Temporal's refusals as errors rather than tracebacks."""
     try:
-        run_with_client(action)
-    except RPCError as e:
-        if e.status == RPCStatusCode.NOT_FOUND:
-            _fail(f"no such workflow, or it has ended and cannot take signals: {e.message}")
-        _fail(f"Temporal refused: {e.message}")
+        run_with_client(action, not_found="no such workflow, or it has ended and cannot take signals")
     except WorkflowQueryFailedError as e:
         _fail(f"the workflow did not answer: {e}")
     except WorkflowFailureError as e:

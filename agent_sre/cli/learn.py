@@ -53,12 +53,7 @@ NAME_HELP = "the learning stream: its schedule's id"
 
 
 def _run(action: Callable[[Client, Settings], Awaitable[None]], name: str) -> None:
-    try:
-        run_with_client(action)
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            fail(f"no learning schedule {name!r}; create it with `agent-sre learn schedule`")
-        fail(f"Temporal refused: {exc.message}")
+    run_with_client(action, not_found=f"no learning schedule {name!r}; create it with `agent-sre learn schedule`")
 
 
 def _store(action: Callable[[Registry], T]) -> T:

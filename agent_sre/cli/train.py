@@ -23,7 +23,6 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
-from temporalio.service import RPCError, RPCStatusCode
 
 from agent_sre.cli.episodes import outcome_table
 from agent_sre.cli.models import console, registry_call
@@ -40,10 +39,7 @@ FOLLOW_EVERY_S = 2.0
 
 
 def _run(action: Callable[[Client, Settings], Awaitable[None]]) -> None:
-    try:
-        run_with_client(action)
-    except RPCError as exc:
-        _fail("no such training cycle" if exc.status == RPCStatusCode.NOT_FOUND else f"Temporal refused: {exc.message}")
+    run_with_client(action, not_found="no such training cycle")
 
 
 def build_request(algorithm: str, base: str, steps: int | None, compute: str, version: str | None,
