@@ -87,6 +87,14 @@ def cached(path: Path, model: type[M], compute: Callable[[], M], finished_only: 
     return result
 
 
+def last_checkpoint(work_dir: Path) -> Path | None:
+    """The GRPO trainer's newest checkpoint from an interrupted run (its curve then starts at the resumed step)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    found = get_last_checkpoint(str(work_dir)) if work_dir.is_dir() else None
+    return Path(found) if found else None
+
+
 class Expert(BaseModel):
     trajectories: list[Trajectory]
     played: int
@@ -206,8 +214,8 @@ def main() -> None:
     grpo: GRPOResult | None
     try:
         grpo = cached(out / "grpo.json", GRPOResult, lambda: train_grpo(
-            Path(sft.output_dir), load_scenarios(default_catalog()), out / "grpo-model", grpo_config),
-            args.finished_only)
+            Path(sft.output_dir), load_scenarios(default_catalog()), out / "grpo-model", grpo_config,
+            save_steps=1, resume_from=last_checkpoint(out / "grpo-model.work")), args.finished_only)
     except Unfinished:
         grpo = None
 
