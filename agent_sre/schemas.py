@@ -15,13 +15,14 @@ import typer
 from pydantic import BaseModel
 
 from agent_sre.models.learning import CycleRecord, LearningCycleInput, LearningState
-from agent_sre.models.reward import RewardRecord
+from agent_sre.models.reward import LateFeedback, RewardRecord
 from agent_sre.models.training import TrainingRequest, TrainingStatus
 from agent_sre.models.trajectory import Trajectory
 
 SCHEMAS: dict[str, type[BaseModel]] = {
     "trajectory.v1": Trajectory,
     "reward.v1": RewardRecord,
+    "feedback.v1": LateFeedback,
     "training.request.v1": TrainingRequest,
     "training.status.v1": TrainingStatus,
     "learning.input.v1": LearningCycleInput,

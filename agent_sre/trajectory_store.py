@@ -5,16 +5,20 @@ concatenation):
 
     trajectories/date=YYYY-MM-DD/model=<model_version>/<workflow_id>__<run_id>.jsonl
     rewards/date=YYYY-MM-DD/model=<model_version>/<workflow_id>__<run_id>.json
+    feedback/date=YYYY-MM-DD/model=<model_version>/<workflow_id>__<run_id>/<at>-<hash>.json
 
 The date is the episode's start (UTC). Each object is written with a single `put_object` of known length, so a
 reader sees the whole episode or nothing, and the key is a pure function of the trajectory, so a retried write
 overwrites the same object with the same bytes. Trajectories are redacted before they leave the process.
-The reward record is stored beside the trajectory because it is recomputed (late human feedback, a new reward
-function) while the trajectory itself is written once.
+The reward record is stored beside the trajectory as the workflow computed it. Human feedback given after the
+incident's feedback window (`agent-sre incident feedback` on a completed remediation) is stored as one object per
+rating under the episode's `feedback/` prefix, named by its content: concurrent ratings never overwrite each other,
+a retried write rewrites the same object, and learning cycles recompute the reward with them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 import re
@@ -28,7 +32,7 @@ from minio.datatypes import Object
 from minio.error import S3Error
 
 from agent_sre.models.remediation import StoredTrajectory
-from agent_sre.models.reward import RewardConfig, RewardRecord
+from agent_sre.models.reward import HumanFeedback, LateFeedback, RewardConfig, RewardRecord
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.redaction import redact_model, redact_trajectory
 from agent_sre.rewards import compute_reward
@@ -37,6 +41,7 @@ log = logging.getLogger(__name__)
 
 TRAJECTORIES = "trajectories"
 REWARDS = "rewards"
+FEEDBACK = "feedback"
 _DAY_RE = re.compile(rf"^{TRAJECTORIES}/date=(?P<date>\d{{4}}-\d{{2}}-\d{{2}})/$")
 _KEY_RE = re.compile(rf"^{TRAJECTORIES}/date=\d{{4}}-\d{{2}}-\d{{2}}/model=[^/]+/[^/]+\.jsonl$")
 
@@ -60,6 +65,13 @@ def reward_key(t: Trajectory) -> str:
     return _key(REWARDS, t, "json")
 
 
+def feedback_prefix(key: str) -> str:
+    """Where the late feedback on the episode stored at trajectory `key` goes."""
+    if not _KEY_RE.match(key):
+        raise ValueError(f"{key!r} is not a trajectory key ({TRAJECTORIES}/date=…/model=…/….jsonl)")
+    return f"{FEEDBACK}/{key[len(TRAJECTORIES) + 1:-len('.jsonl')]}/"
+
+
 def _put(client: Minio, bucket: str, key: str, body: bytes, content_type: str) -> None:
     client.put_object(bucket, key, io.BytesIO(body), length=len(body), content_type=content_type)
 
@@ -76,7 +88,7 @@ def write_trajectory(client: Minio, bucket: str, t: Trajectory) -> StoredTraject
 
 
 def write_reward(client: Minio, bucket: str, t: Trajectory, record: RewardRecord) -> str:
-    """Store (or replace, after late feedback) the reward record of a trajectory, redacted; returns its key."""
+    """Store the reward record of a trajectory, redacted; returns its key."""
     key = reward_key(t)
     _put(client, bucket, key, redact_model(record).model_dump_json().encode(), "application/json")
     return key
@@ -111,6 +123,49 @@ def read_reward(client: Minio, bucket: str, t: Trajectory) -> RewardRecord | Non
         if exc.code == "NoSuchKey":
             return None
         raise
+
+
+def write_late_feedback(client: Minio, bucket: str, key: str, workflow_id: str, feedback: HumanFeedback) -> str:
+    """Store a rating of `workflow_id`'s episode, stored at trajectory `key`, given after its feedback window,
+    redacted; returns the feedback object's key. LookupError when no trajectory is stored there, ValueError when
+    the object is not that remediation's one episode."""
+    prefix = feedback_prefix(key)
+    try:
+        [t] = read_trajectories(client, bucket, key)
+    except S3Error as exc:
+        if exc.code == "NoSuchKey":
+            raise LookupError(f"no trajectory stored at s3://{bucket}/{key}") from exc
+        raise
+    except ValueError as exc:
+        raise ValueError(f"s3://{bucket}/{key} does not hold one episode: {exc}") from exc
+    if t.workflow_id != workflow_id:
+        raise ValueError(f"s3://{bucket}/{key} holds an episode of {t.workflow_id}, not of {workflow_id}")
+    record = redact_model(LateFeedback(incident_id=t.incident.id, workflow_id=t.workflow_id, run_id=t.run_id,
+                                       trajectory_key=key, feedback=feedback))
+    body = record.model_dump_json().encode()
+    at = f"{feedback.at.astimezone(UTC):%Y%m%dT%H%M%S%fZ}-" if feedback.at is not None else ""
+    feedback_key = f"{prefix}{at}{hashlib.sha256(body).hexdigest()[:16]}.json"
+    _put(client, bucket, feedback_key, body, "application/json")
+    return feedback_key
+
+
+def read_late_feedback(client: Minio, bucket: str, t: Trajectory) -> list[HumanFeedback]:
+    """The ratings of `t` given after its feedback window, in the order given (keys start with the time). An
+    object that is not a feedback.v1 of this episode is skipped with a warning: it must not stop the episode from
+    being learnt from."""
+    found = []
+    for obj in client.list_objects(bucket, prefix=feedback_prefix(trajectory_key(t)), recursive=True):
+        try:
+            record = LateFeedback.model_validate_json(_read(client, bucket, obj.object_name))
+        except ValueError as exc:
+            log.warning("skipping s3://%s/%s: not a feedback.v1 (%s)", bucket, obj.object_name, exc)
+            continue
+        if (record.workflow_id, record.run_id) != (t.workflow_id, t.run_id):
+            log.warning("skipping s3://%s/%s: it rates %s/%s", bucket, obj.object_name, record.workflow_id,
+                        record.run_id)
+            continue
+        found.append(record.feedback)
+    return found
 
 
 def trajectory_keys(client: Minio, bucket: str, since: date | None = None,

@@ -12,8 +12,10 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -27,9 +29,13 @@ from agent_sre.cli import app
 from agent_sre.cli import common as cli_common
 from agent_sre.cli import incident as incident_cli
 from agent_sre.config import Settings
+from agent_sre.learning.data import gather
+from agent_sre.models.learning import LearningConfig, LearningState
 from agent_sre.scenarios import default_catalog
 from agent_sre.simulator.client import SimulatorClient
 from agent_sre.stack.ports import pick_free_ports
+from agent_sre.storage import object_store
+from agent_sre.trajectory_store import read_reward
 
 BAD_IMAGE = default_catalog() / "bad-image.yaml"
 
@@ -139,20 +145,54 @@ def test_scenario_with_approval_then_feedback(cli: Callable[..., Result], worker
     wrong = cli("incident", "approve", workflow_id, "--step", str(step + 1))
     assert wrong.exit_code == 1 and f"step {step + 1} is not waiting for approval; step {step}" in flat(wrong)
     early = cli("incident", "feedback", workflow_id, "--rating", "1")
-    assert early.exit_code == 1 and "not awaiting feedback" in flat(early)
+    assert early.exit_code == 1 and "is awaiting_approval: rate it once it has been judged" in flat(early)
 
     approved = cli("incident", "approve", workflow_id, "--step", str(step), "--by", "oncall")
     assert approved.exit_code == 0 and "approved" in approved.output, approved.output
 
     status_until(cli, workflow_id, "awaiting_feedback")
     sent = cli("incident", "feedback", workflow_id, "--rating", "1", "--comment", "quick rollback")
-    assert sent.exit_code == 0, sent.output
+    assert sent.exit_code == 0 and "inside its feedback window" in flat(sent), sent.output
 
     done = status_until(cli, workflow_id, "COMPLETED")
     assert "phase │ done" in done and "termination │ finished" in done
     assert "feedback +1" in done  # the rating was folded into the reward
     assert worker.metric("agent_sre_incidents_finished_total", model_version="runbook-v1") >= 1
 
+
+
+def test_feedback_after_the_window_reaches_the_next_learning_cycle(cli: Callable[..., Result],
+                                                                     worker: Worker) -> None:
+    """No feedback window (production's default): ratings given once the remediation has completed are stored
+    beside its trajectory, and the next learning cycle recomputes the episode's reward with them."""
+    started_at = datetime.now(UTC) - timedelta(seconds=1)  # the store's modification times have whole seconds
+    started = cli("incident", "start", "--scenario", str(BAD_IMAGE), "--name", "bad-image-cart-s0")
+    assert started.exit_code == 0, started.output
+    episode_id = re.search(r"started (episode-cli-\S+)", flat(started)).group(1)  # type: ignore[union-attr]
+    workflow_id = f"{episode_id}-remediation"
+    done = status_until(cli, episode_id, "trajectory │ ")  # the episode's status follows its remediation
+    key = re.search(r"trajectory │ (\S+\.jsonl)", done).group(1)  # type: ignore[union-attr]
+
+    episode = cli("incident", "feedback", episode_id, "--rating", "-1")
+    assert episode.exit_code == 1 and f"rate its remediation, {workflow_id}" in flat(episode)
+    by_id = cli("incident", "feedback", workflow_id, "--rating", "-1", "--comment", "wrong pod", "--author", "oncall")
+    assert by_id.exit_code == 0 and "recorded after its feedback window" in flat(by_id), by_id.output
+    by_key = cli("incident", "feedback", workflow_id, "--rating", "-1", "--author", "lead", "--trajectory", key)
+    assert by_key.exit_code == 0 and "recorded after its feedback window" in flat(by_key), by_key.output
+    other = cli("incident", "feedback", "incident-someone-else", "--rating", "1", "--trajectory", key)
+    assert other.exit_code == 1 and f"holds an episode of {workflow_id}, not of incident-someone-else" in flat(other)
+
+    settings = worker.settings
+    client, bucket = object_store(settings), settings.s3_bucket
+    conf = LearningConfig(name=f"t-{uuid.uuid4().hex[:8]}", start_at=started_at, settle_s=0)
+    gathered = gather(client, bucket, conf, LearningState(name=conf.name), datetime.now(UTC),
+                      usable=lambda episodes: (len(episodes), None))
+    [learnt] = [t for t in gathered.episodes if t.workflow_id == workflow_id]
+    assert gathered.data.late_feedback >= 1
+    assert sorted(f.author for f in learnt.feedback) == ["lead", "oncall"]
+    assert learnt.reward is not None and learnt.reward.components["feedback"] == -2.0
+    served = read_reward(client, bucket, learnt)  # as the workflow computed it, without the late ratings
+    assert served is not None and served.components["feedback"] == 0.0 and learnt.reward.total < served.total
 
 
 def test_user_report_starts_then_attaches(cli: Callable[..., Result], shop_env: str) -> None:
@@ -207,6 +247,11 @@ def test_alert_file_starts_one_remediation_per_firing_alert(cli: Callable[..., R
     (("incident", "status", "incident-nope-0"), "no such workflow"),
     (("incident", "cancel", "incident-nope-0"), "no such workflow"),
     (("incident", "feedback", "incident-nope-0", "--rating", "2"), "--rating"),
+    (("incident", "feedback", "incident-nope-0", "--rating", "1"), "unknown incident incident-nope-0"),
+    (("incident", "feedback", "incident-nope-0", "--rating", "1", "--trajectory", "rewards/x.json"),
+     "'rewards/x.json' is not a trajectory key"),
+    (("incident", "feedback", "incident-nope-0", "--rating", "1", "--trajectory",
+      "trajectories/date=2026-01-01/model=m/incident-nope-0__r.jsonl"), "no trajectory stored at s3://"),
 ])
 def test_bad_input_is_one_clear_error(cli: Callable[..., Result], args: tuple[str, ...], message: str) -> None:
     result = cli(*args)

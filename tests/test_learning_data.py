@@ -34,7 +34,7 @@ from agent_sre.scenarios import default_catalog, heldout_suite, load_scenarios
 from agent_sre.config import Settings
 from agent_sre.storage import object_store
 from agent_sre.temporal import connect
-from agent_sre.trajectory_store import write_reward, write_trajectory
+from agent_sre.trajectory_store import feedback_prefix, write_late_feedback, write_trajectory
 
 
 @pytest.fixture
@@ -111,14 +111,18 @@ async def test_the_watermark_and_the_learnt_episodes_make_every_episode_count_on
 
     await asyncio.sleep(1.1)  # the store's modification times have whole seconds
     # after the watermark: one episode written again (same key), the same episode under another model partition,
-    # and one new episode with late human feedback in its reward record
+    # and one new episode rated twice, at the same time, after its feedback window
     write_trajectory(client, bucket, first[0])
     write_trajectory(client, bucket, first[1].model_copy(update={"model_version": "runbook-v2"}))
     fresh = episode(7)
-    write_trajectory(client, bucket, fresh)
-    late = HumanFeedback(rating=-1, comment="fixed the wrong thing", author="oncall")
-    write_reward(client, bucket, fresh, compute_reward(fresh.model_copy(update={"feedback": [late]}),
-                                                       conf.reward))
+    fresh_key = write_trajectory(client, bucket, fresh).key
+    now = datetime.now(UTC)
+    late = [HumanFeedback(rating=-1, comment="fixed the wrong thing", author="oncall", at=now),
+            HumanFeedback(rating=-1, comment="and paged nobody", author="lead", at=now)]
+    await asyncio.gather(*(asyncio.to_thread(write_late_feedback, client, bucket, fresh_key, fresh.workflow_id, f)
+                           for f in late))
+    junk = b'{"rating": 1}'  # not a feedback.v1: skipped with a warning, the episode still learnt from
+    client.put_object(bucket, feedback_prefix(fresh_key) + "junk.json", io.BytesIO(junk), len(junk))
 
     two = Cycle(settings, conf, env)
     assert (await two.begin()).watermark == committed.watermark
@@ -130,8 +134,9 @@ async def test_the_watermark_and_the_learnt_episodes_make_every_episode_count_on
     stored = cas.read(client, bucket, data.dataset_key)
     assert stored is not None
     [trained] = [Trajectory.model_validate_json(line) for line in stored[0].decode().splitlines()]
-    assert trained.run_id == "run-7" and trained.feedback == [late]
-    assert trained.reward is not None and trained.reward.components["feedback"] == -1.0
+    assert trained.run_id == "run-7" and sorted(f.author for f in trained.feedback) == ["lead", "oncall"]
+    assert trained.reward is not None and trained.reward.components["feedback"] == -2.0
+    assert trained.reward == compute_reward(fresh.model_copy(update={"feedback": trained.feedback}), conf.reward)
     # skipped: nothing is committed and the next cycle reads the same window again
     two.finish(data, commit=False)
     three = Cycle(settings, conf, env)

@@ -6,6 +6,7 @@ ID is the remediation's workflow id, as printed by `start`/`report` and shown in
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import json
 import uuid
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import typer
+import urllib3
+from minio.error import S3Error
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
@@ -28,6 +31,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from agent_sre.cli import common
 from agent_sre.cli.common import fail as _fail
 from agent_sre.cli.common import run_with_client
 from agent_sre.config import Settings
@@ -38,7 +42,9 @@ from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, Poli
 from agent_sre.models.reward import HumanFeedback
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.tools import Risk
+from agent_sre.storage import object_store
 from agent_sre.temporal import start_incident, task_queues
+from agent_sre.trajectory_store import write_late_feedback
 from agent_sre.validation import explain
 
 app = typer.Typer(help="Start, follow and answer remediations.", no_args_is_help=True)
@@ -158,21 +164,91 @@ def feedback(
     rating: int = typer.Option(..., "--rating", min=-1, max=1, help="-1 bad, 0 neutral, 1 good"),
     comment: str = typer.Option("", "--comment"),
     author: str = typer.Option(None, "--author", help="default: your login name"),
+    trajectory: str = typer.Option(None, "--trajectory", metavar="KEY", help=(
+        "the episode's stored key (as `incident status` shows it), for a remediation Temporal no longer keeps")),
 ) -> None:
-    """Rate a remediation during its feedback window; the rating is folded into its reward."""
+    """Rate a remediation once it has been judged; the rating is folded into its reward.
+
+    During its feedback window the rating goes to the workflow, which folds it into the reward it stores. After
+    it (the remediation has completed and stored its trajectory) the rating is stored beside the trajectory, and
+    the next learning cycle that reads the episode recomputes its reward with it (docs/continuous-learning.md).
+    """
     fb = _bad_input(lambda: HumanFeedback(rating=rating, comment=comment, author=author or getpass.getuser(),
                                           at=datetime.now(UTC)))
+    if trajectory is not None:
+        _record_late(common.get_settings(), workflow_id, trajectory, fb)  # no Temporal: the store alone
+        return
 
     async def send(client: Client, settings: Settings) -> None:
-        handle = client.get_workflow_handle(workflow_id)
-        st = await _status(handle)
-        if st.phase != "awaiting_feedback":
-            _fail(f"{workflow_id} is {st.phase}, not awaiting feedback: the workflow would ignore it "
-                  "(feedback is taken between the verdict and the reward, for limits.feedback_window_s)")
-        await handle.signal("human_feedback", fb)
-        console.print(f"feedback {rating:+d} sent to {workflow_id}")
+        handle = client.get_workflow_handle(workflow_id, result_type=IncidentOutcome)
+        try:
+            desc = await handle.describe()
+        except RPCError as e:
+            if e.status != RPCStatusCode.NOT_FOUND:
+                raise
+            _fail(f"unknown incident {workflow_id}: Temporal has no such workflow (or no longer keeps it, past "
+                  "the namespace's retention); rate a stored episode by its key with --trajectory")
+        if desc.workflow_type == "SimulatedIncidentWorkflow":
+            _fail(f"{workflow_id} is a simulated episode; rate its remediation, {workflow_id}-remediation")
+        if desc.workflow_type != "IncidentRemediationWorkflow":
+            _fail(f"{workflow_id} is a {desc.workflow_type}, not a remediation")
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            st = await _status(handle)
+            if st.phase != "awaiting_feedback":
+                _fail(f"{workflow_id} is {st.phase}: "
+                      + ("its trajectory is being stored; rate it in a moment" if st.phase in AFTER_THE_WINDOW
+                         else "rate it once it has been judged (after the verdict)"))
+            await handle.signal("human_feedback", fb)
+            outcome = await _outcome_within(handle, FEEDBACK_CONFIRM_TIMEOUT)
+            if outcome is None:
+                console.print(f"feedback {rating:+d} sent to {workflow_id}; it has not finished yet "
+                              "(see `incident status`)")
+                return
+            if _received(outcome.reward.feedback, fb):
+                console.print(f"feedback {rating:+d} sent to {workflow_id}, inside its feedback window: "
+                              f"reward {outcome.reward.total:+.2f}")
+                return
+            # the window closed between the status query and the signal: the workflow ignored it
+        elif desc.status == WorkflowExecutionStatus.COMPLETED:
+            outcome = await handle.result()
+        else:
+            status_name = desc.status.name.lower() if desc.status else "?"
+            _fail(f"{workflow_id} ended {status_name}: it stored no trajectory to rate")
+        _record_late(settings, workflow_id, outcome.trajectory_key, fb)
 
     _run(send)
+
+
+AFTER_THE_WINDOW = frozenset({"rewarding", "storing", "done"})
+FEEDBACK_CONFIRM_TIMEOUT = timedelta(seconds=60)
+STORE_TIMEOUT_S = 10.0
+
+
+def _received(given: list[HumanFeedback], fb: HumanFeedback) -> bool:
+    return any((f.at, f.author, f.rating) == (fb.at, fb.author, fb.rating) for f in given)
+
+
+async def _outcome_within(handle: WorkflowHandle[Any, IncidentOutcome], timeout: timedelta) -> IncidentOutcome | None:
+    try:
+        return await asyncio.wait_for(handle.result(), timeout.total_seconds())
+    except TimeoutError:
+        return None
+
+
+def _record_late(settings: Settings, workflow_id: str, key: str | None, fb: HumanFeedback) -> None:
+    """Store a rating beside the episode's trajectory, for the learning cycles (its window has closed)."""
+    if key is None:
+        _fail(f"{workflow_id} stored no trajectory (store_trajectory was off): there is nothing to rate")
+    try:
+        stored = write_late_feedback(object_store(settings, timeout_s=STORE_TIMEOUT_S), settings.s3_bucket, key,
+                                     workflow_id, fb)
+    except (LookupError, ValueError) as e:
+        _fail(str(e))
+    except (S3Error, urllib3.exceptions.HTTPError) as e:
+        _fail(f"cannot store the feedback in s3://{settings.s3_bucket} at {settings.s3_endpoint}: {e}")
+    console.print(f"feedback {fb.rating:+d} on {workflow_id} recorded after its feedback window: "
+                  f"s3://{settings.s3_bucket}/{stored}; the next learning cycle that reads the episode folds it "
+                  "into its reward")
 
 
 @app.command("approve")

@@ -11,7 +11,8 @@ incomplete or cancelled episodes, missing verdicts, each refusal with its reason
 data at all (a line that is not a trajectory.v1, or no line) is quarantined whole: copied under
 `learning/<name>/quarantine/` beside a reason record, left in place, and never read into a cycle. An episode the
 stream learnt from in an earlier cycle (same incident id and run) is a duplicate, whatever object holds it now.
-Late feedback is read from the reward record stored beside the trajectory (`trajectory_store.write_reward`).
+Late feedback is the ratings stored beside the trajectory after its feedback window
+(`trajectory_store.write_late_feedback`, which `agent-sre incident feedback` calls).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from agent_sre.redaction import redact_trajectory
 from agent_sre.rewards import compute_reward
 from agent_sre.training.data import MAX_LISTED_REJECTIONS, episode_id, select_episodes
 from agent_sre.training.sft import is_expert_episode
-from agent_sre.trajectory_store import read_reward, trajectory_objects
+from agent_sre.trajectory_store import read_late_feedback, trajectory_objects
 
 
 @dataclass
@@ -60,11 +61,10 @@ def in_window(obj: Object, start: datetime | None, end: datetime) -> bool:
 
 
 def with_late_feedback(client: Minio, bucket: str, t: Trajectory, config: LearningConfig) -> tuple[Trajectory, bool]:
-    """`t` redacted, with the feedback its stored reward record holds beyond its own, and its reward recomputed.
+    """`t` redacted, with the feedback given after its window added to its own, and its reward recomputed.
     Returns it and whether late feedback was folded in."""
+    late = read_late_feedback(client, bucket, t)
     t = redact_trajectory(t)
-    record = read_reward(client, bucket, t)
-    late = [f for f in record.feedback if f not in t.feedback] if record is not None else []
     t.feedback = [*t.feedback, *late]
     t.reward = compute_reward(t, config.reward)
     return t, bool(late)

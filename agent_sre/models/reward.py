@@ -1,4 +1,4 @@
-"""reward.v1: a reward with its breakdown, as stored beside a trajectory."""
+"""reward.v1: a reward with its breakdown, as stored beside a trajectory; feedback.v1: a rating that came late."""
 
 from __future__ import annotations
 
@@ -35,3 +35,15 @@ class RewardRecord(BaseModel):
     components: dict[str, float]
     step_rewards: list[float] = Field(description="per-step shaping rewards, one per trajectory step")
     feedback: list[HumanFeedback] = Field(default_factory=list)
+
+
+class LateFeedback(BaseModel):
+    """A human rating given after an incident's feedback window closed, stored beside its trajectory (one object
+    per rating, so concurrent ratings never overwrite each other); learning cycles fold it into the reward."""
+
+    schema_version: Literal["feedback.v1"] = "feedback.v1"
+    incident_id: str
+    workflow_id: str
+    run_id: str
+    trajectory_key: str
+    feedback: HumanFeedback
