@@ -116,6 +116,30 @@ def test_installs_share_the_template_and_nothing_leaks_between_them() -> None:
     assert dump("c") == pristine
 
 
+def test_an_install_into_an_empty_cluster_carries_on_from_the_template() -> None:
+    """The first sync of a fresh install is no full pass (the template settled on these very objects), and leaves
+    the cluster as a full pass, which re-examines every object, does."""
+    def install(full: bool) -> Cluster:
+        cluster = Cluster("c", clock=SimClock(speed=0.0))
+        workload.attach(cluster)
+        apps.install(cluster, "shop", seed=3)
+        state = cluster.model["workload"]
+        if full:
+            state.seen_revision = -1
+        before = state.seen_revision
+        cluster.clock.advance(5.0)
+        cluster.sync()
+        assert (before == cluster.revision) != full
+        return cluster
+
+    def dump(cluster: Cluster) -> str:
+        objects = {r: {"/".join(k): o for k, o in items.items()} for r, items in cluster.objects.items()}
+        return json.dumps([objects, {"/".join(k): dict(v) for k, v in cluster.logs.items()},
+                           {"/".join(k): v for k, v in cluster.model["signals"].items()}], sort_keys=True, default=str)
+
+    assert dump(install(full=False)) == dump(install(full=True))
+
+
 def test_two_apps_share_the_nodes_and_install_rejects_duplicates() -> None:
     simulator = Simulator()
     cluster = simulator.create_env("both", apps=["shop", "bank"])

@@ -583,6 +583,7 @@ def install(cluster: Cluster, app: str, namespace: str | None = None, seed: int 
     workload.attach(cluster)
     template = _template(spec, ns, seed)
     state, instance = template.state.fork(), replace(template.instance, passwords=dict(template.instance.passwords))
+    empty = not any(cluster.objects.values())
     for resource, items in template.objects.items():
         bucket = cluster.objects.setdefault(resource, {})
         if not bucket:
@@ -597,7 +598,7 @@ def install(cluster: Cluster, app: str, namespace: str | None = None, seed: int 
             cluster.logs.setdefault(key, lines)
     else:
         cluster.logs.update(template.logs)
-    workload.adopt(cluster, state)
     cluster.model.setdefault("apps", {})[ns] = instance
     cluster.revision += 1
+    workload.adopt(cluster, state, settled=empty)
     return ns

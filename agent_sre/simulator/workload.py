@@ -73,7 +73,7 @@ class WorkloadState:
     def fork(self) -> WorkloadState:
         """A copy another cluster can change: pod states are changed in place, so each gets its own; the other
         tables are replaced entry by entry, with values that are never changed, so copies of the tables do."""
-        out = WorkloadState()
+        out = WorkloadState(next_change=self.next_change, next_display=self.next_display, last_pass=self.last_pass)
         out.merge(self)
         out.pods = {key: ps.fork() for key, ps in self.pods.items()}
         return out
@@ -95,15 +95,23 @@ def attach(cluster: Cluster) -> None:
 def export(cluster: Cluster, namespace: str) -> WorkloadState:
     """The controllers' memory about one namespace (for install templates)."""
     state: WorkloadState = cluster.model["workload"]
-    out = WorkloadState()
+    out = WorkloadState(next_change=state.next_change, next_display=state.next_display, last_pass=state.last_pass)
     out.merge(state)
     out.pods = {k: v for k, v in state.pods.items() if k[0] == namespace}
     return out
 
 
-def adopt(cluster: Cluster, state: WorkloadState) -> None:
+def adopt(cluster: Cluster, state: WorkloadState, settled: bool = False) -> None:
+    """Take over the controllers' memory of an install (`export`). `settled`: the cluster holds exactly the objects
+    that memory settled on (an install into an empty cluster), so when nothing is due, the first sync carries on
+    from there with one pass at the clock instead of re-examining everything (a full pass would find nothing to
+    do, so the result is the same)."""
     attach(cluster)
-    cluster.model["workload"].merge(state)
+    own: WorkloadState = cluster.model["workload"]
+    own.merge(state)
+    if settled and state.next_change == INF:
+        own.seen_revision, own.last_pass = cluster.revision, state.last_pass
+        own.next_change, own.next_display = INF, cluster.clock.now()
 
 
 def reconcile(cluster: Cluster, writing: bool = False) -> None:
