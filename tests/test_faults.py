@@ -8,9 +8,15 @@ nothing is changed.
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
+from sim_fixtures import NS, Served, served  # noqa: F401 (fixture)
 
 from agent_sre.faults import FAULTS, FaultError, clear, get_fault, inject
+from agent_sre.faults.k8s import K8s
 from agent_sre.faults.oracle import observe_incident
 from agent_sre.models.incident import Incident
 from agent_sre.models.scenario import Scenario
@@ -18,6 +24,8 @@ from agent_sre.models.tools import TOOL_SPECS
 from agent_sre.scenarios import HELDOUT_DIR, load_scenarios
 from agent_sre.simulator.apps import APPS
 from agent_sre.simulator.simulator import Simulator
+from agent_sre.simulator.transport import in_process_api_client
+from agent_sre.tools.client import api_client
 from tests.workload_fixtures import FIX_SETTLE_S, INJECT_SETTLE_S, injected, new_env
 
 
@@ -179,3 +187,30 @@ def test_every_catalog_and_heldout_scenario_behaves(sim: Simulator) -> None:
             verdict = env.observe(scenario, baseline)
             assert verdict.outcome == expected, (scenario.name, action, verdict.reasons)
             sim.delete_env(env.name)
+
+
+@pytest.mark.parametrize("transport", ["http", "in-process"])
+def test_the_oracle_reads_what_the_typed_api_reads(served: Served, transport: str) -> None:  # noqa: F811
+    """K8s reads API paths through the client's own machinery: the same documents, and the same errors, as the
+    typed methods give, over HTTP with a kubeconfig as in-process."""
+    api = api_client(served.kubeconfig) if transport == "http" else \
+        in_process_api_client(served.simulator, served.cluster.name)
+    k8s, core = K8s(api), CoreV1Api(api)
+
+    def typed(response: object) -> object:
+        return json.loads(response.data)  # type: ignore[attr-defined]
+
+    assert k8s.pods(NS) == typed(core.list_namespaced_pod(NS, _preload_content=False))["items"] != []
+    assert k8s.pods(NS, "app=cart") == typed(core.list_namespaced_pod(NS, label_selector="app=cart",
+                                                                    _preload_content=False))["items"]
+    assert k8s.deployments(NS) == typed(AppsV1Api(api).list_namespaced_deployment(NS, _preload_content=False))[
+        "items"]
+    assert k8s.namespace(NS) == typed(core.read_namespace(NS, _preload_content=False))
+    assert k8s.chaos(NS) == typed(CustomObjectsApi(api).list_namespaced_custom_object(
+        "chaos-mesh.org", "v1alpha1", NS, "podchaos", _preload_content=False))["items"]
+    assert k8s.secret_value(NS, "db-credentials", "password") == "s3cret"
+    assert k8s.configmap(NS, "missing") is None and k8s.secret_value(NS, "missing", "password") is None
+    with pytest.raises(ApiException) as missing:
+        k8s.deployment(NS, "missing")
+    assert missing.value.status == 404 and "not found" in (missing.value.body or "")
+    assert k8s.server_time is not None

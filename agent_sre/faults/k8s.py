@@ -1,9 +1,12 @@
 """The few Kubernetes operations fault injection needs, over the official client only.
 
 Nothing here depends on the simulator: the same calls break (and repair) a real cluster running the demo apps
-and Chaos Mesh. Reads are decoded from raw JSON (`_preload_content=False`), which is several times cheaper than
-the client's model classes and keeps objects as plain dicts; through the in-process transport they are the
-simulator's documents themselves (`transport.decoded`), so every object read here is read-only.
+and Chaos Mesh. Reads are GETs of API paths sent by the client's own machinery (`ApiClient.param_serialize` and
+`call_api`: serialization, auth, `ApiException`s), as its typed methods send them but without their per-call
+argument validation, which costs more than an in-process read itself; they are decoded from raw JSON, which is
+several times cheaper than the client's model classes and keeps objects as plain dicts. Through the in-process
+transport they are the simulator's documents themselves (`transport.decoded`), so every object read here is
+read-only.
 """
 
 from __future__ import annotations
@@ -29,29 +32,43 @@ RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 
 
 class K8s:
-    """Typed-API calls in one namespace's terms (plus nodes), returning plain dicts.
+    """Kubernetes API calls in one namespace's terms (plus nodes), returning plain dicts.
 
     With `memo`, reads are remembered for the life of the object: one judgement of the oracle reads each list
-    once, however many checks look at it (a typed-client call costs far more than the lookup).
+    once, however many checks look at it (a request costs far more than the lookup).
     """
 
     def __init__(self, api: ApiClient, memo: bool = False) -> None:
+        self.api = api
         self.core, self.apps = CoreV1Api(api), AppsV1Api(api)
         self.net, self.custom = NetworkingV1Api(api), CustomObjectsApi(api)
         self.server_time: float | None = None
         self._date: str | None = None  # the Date header server_time was parsed from
         self._memo: dict[tuple[Any, ...], Any] | None = {} if memo else None
 
-    def _raw(self, method: Any, *args: Any, **kwargs: Any) -> Any:
-        if self._memo is not None and not method.__name__.startswith(("patch", "create", "delete")):
-            key = (method.__name__, args, tuple(sorted(kwargs.items())))
-            if key not in self._memo:
-                self._memo[key] = self._call(method, *args, **kwargs)
+    def _get(self, path: str, query: tuple[tuple[str, Any], ...] = (), **path_params: str) -> Any:
+        """GET `path` (its `{placeholders}` filled from `path_params`) as the typed API sends it; with `memo`,
+        each read once."""
+        key = (path, query, tuple(path_params.items()))
+        if self._memo is not None and key in self._memo:
             return self._memo[key]
-        return self._call(method, *args, **kwargs)
+        request = self.api.param_serialize(method="GET", resource_path=path, path_params=path_params,
+                                           query_params=list(query), header_params={"Accept": "application/json"},
+                                           auth_settings=["BearerToken"])
+        response = self.api.call_api(*request)
+        if not 200 <= response.status <= 299:  # as the typed API fails a raw read
+            response.read()
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        document = self._decoded(response.response)
+        if self._memo is not None:
+            self._memo[key] = document
+        return document
 
-    def _call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
-        response = method(*args, _preload_content=False, **kwargs)
+    def _raw(self, method: Any, *args: Any, **kwargs: Any) -> Any:
+        """A typed-API call (the writes), decoded."""
+        return self._decoded(method(*args, _preload_content=False, **kwargs))
+
+    def _decoded(self, response: Any) -> Any:
         date = response.headers.get("Date") if response.headers else None
         if date and date != self._date:
             try:
@@ -63,36 +80,37 @@ class K8s:
     def now_rfc3339(self) -> str:
         """The cluster's clock (the simulator runs on simulated time), as kubectl stamps a restart."""
         if self.server_time is None:
-            self._raw(self.core.list_node, limit=1)
+            self._get("/api/v1/nodes", (("limit", 1),))
         return datetime.fromtimestamp(self.server_time or datetime.now(UTC).timestamp(), UTC).strftime(
             "%Y-%m-%dT%H:%M:%SZ")
 
     # --- reads ---------------------------------------------------------------------------------------------------
     def deployment(self, ns: str, name: str) -> Obj:
-        return self._raw(self.apps.read_namespaced_deployment, name, ns)
+        return self._get("/apis/apps/v1/namespaces/{namespace}/deployments/{name}", namespace=ns, name=name)
 
     def deployments(self, ns: str) -> list[Obj]:
-        return self._raw(self.apps.list_namespaced_deployment, ns)["items"]
+        return self._get("/apis/apps/v1/namespaces/{namespace}/deployments", namespace=ns)["items"]
 
     def service(self, ns: str, name: str) -> Obj:
-        return self._raw(self.core.read_namespaced_service, name, ns)
+        return self._get("/api/v1/namespaces/{namespace}/services/{name}", namespace=ns, name=name)
 
     def services(self, ns: str) -> list[Obj]:
-        return self._raw(self.core.list_namespaced_service, ns)["items"]
+        return self._get("/api/v1/namespaces/{namespace}/services", namespace=ns)["items"]
 
     def endpoints(self, ns: str) -> list[Obj]:
-        return self._raw(self.core.list_namespaced_endpoints, ns)["items"]
+        return self._get("/api/v1/namespaces/{namespace}/endpoints", namespace=ns)["items"]
 
     def pods(self, ns: str, selector: str | None = None) -> list[Obj]:
-        kwargs = {"label_selector": selector} if selector else {}
-        return self._raw(self.core.list_namespaced_pod, ns, **kwargs)["items"]
+        query = (("labelSelector", selector),) if selector else ()
+        return self._get("/api/v1/namespaces/{namespace}/pods", query, namespace=ns)["items"]
 
     def secrets(self, ns: str) -> list[Obj]:
-        return self._raw(self.core.list_namespaced_secret, ns)["items"]
+        return self._get("/api/v1/namespaces/{namespace}/secrets", namespace=ns)["items"]
 
     def secret_value(self, ns: str, name: str, key: str) -> str | None:
         try:
-            data = self._raw(self.core.read_namespaced_secret, name, ns).get("data") or {}
+            data = self._get("/api/v1/namespaces/{namespace}/secrets/{name}", namespace=ns, name=name).get(
+                "data") or {}
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -100,39 +118,38 @@ class K8s:
         return base64.b64decode(data[key]).decode("utf-8", "replace") if key in data else None
 
     def configmaps(self, ns: str) -> list[Obj]:
-        return self._raw(self.core.list_namespaced_config_map, ns)["items"]
+        return self._get("/api/v1/namespaces/{namespace}/configmaps", namespace=ns)["items"]
 
     def configmap(self, ns: str, name: str) -> Obj | None:
         try:
-            return self._raw(self.core.read_namespaced_config_map, name, ns)
+            return self._get("/api/v1/namespaces/{namespace}/configmaps/{name}", namespace=ns, name=name)
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
 
     def quotas(self, ns: str) -> list[Obj]:
-        return self._raw(self.core.list_namespaced_resource_quota, ns)["items"]
+        return self._get("/api/v1/namespaces/{namespace}/resourcequotas", namespace=ns)["items"]
 
     def pvcs(self, ns: str) -> list[Obj]:
-        return self._raw(self.core.list_namespaced_persistent_volume_claim, ns)["items"]
+        return self._get("/api/v1/namespaces/{namespace}/persistentvolumeclaims", namespace=ns)["items"]
 
     def network_policies(self, ns: str) -> list[Obj]:
-        return self._raw(self.net.list_namespaced_network_policy, ns)["items"]
+        return self._get("/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies", namespace=ns)["items"]
 
     def nodes(self, selector: str | None = None) -> list[Obj]:
-        kwargs = {"label_selector": selector} if selector else {}
-        return self._raw(self.core.list_node, **kwargs)["items"]
+        return self._get("/api/v1/nodes", (("labelSelector", selector),) if selector else ())["items"]
 
     def namespace(self, ns: str) -> Obj:
-        return self._raw(self.core.read_namespace, ns)
+        return self._get("/api/v1/namespaces/{name}", name=ns)
 
     def chaos(self, ns: str) -> list[Obj]:
         """Every Chaos Mesh experiment and schedule in the namespace (none when Chaos Mesh is not installed)."""
         items: list[Obj] = []
         for plural in CHAOS_PLURALS.values():
             try:
-                items.extend(self._raw(self.custom.list_namespaced_custom_object, CHAOS_GROUP, CHAOS_VERSION, ns,
-                                       plural)["items"])
+                items.extend(self._get("/apis/{group}/{version}/namespaces/{namespace}/{plural}", group=CHAOS_GROUP,
+                                       version=CHAOS_VERSION, namespace=ns, plural=plural)["items"])
             except ApiException as exc:
                 if exc.status != 404:
                     raise
