@@ -6,6 +6,11 @@
                   └─ until finish / step limit / deadline / cancel     (awaiting_feedback) ─▶ storing ─▶ done
 
 Where the activities that reach the cluster run is the request's `queues.tool_execution` (see `near_cluster`).
+
+Both incident workflows run outside Temporal's sandbox (`sandboxed=False`): the sandbox re-imports the workflow's
+module for every run and enters itself for every payload, about a fifth of the worker's CPU per episode
+(bench/orchestration.py). What it would catch, a non-deterministic call, these modules do not make: activities do
+all I/O and read all clocks, and the workflows read time only from `workflow.now()`.
 """
 
 from __future__ import annotations
@@ -17,26 +22,25 @@ from typing import TypeVar
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
 
-with workflow.unsafe.imports_passed_through():
-    from agent_sre.activities import observer, policy, rewards, routing, tools, trajectories
-    from agent_sre.models.incident import Incident
-    from agent_sre.models.policy import ChatMessage, PolicyDecision
-    from agent_sre.models.remediation import (
-        ApprovalDecision,
-        IncidentOutcome,
-        ObserveRequest,
-        Phase,
-        PolicyRef,
-        PolicyRequest,
-        RemediationRequest,
-        RemediationStatus,
-        RewardRequest,
-        TaskQueues,
-    )
-    from agent_sre.models.reward import HumanFeedback
-    from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolInvocation, ToolResult
-    from agent_sre.models.trajectory import Step, Trajectory
-    from agent_sre.outcome import incident_outcome
+from agent_sre.activities import observer, policy, rewards, routing, tools, trajectories
+from agent_sre.models.incident import Incident
+from agent_sre.models.policy import ChatMessage, PolicyDecision
+from agent_sre.models.remediation import (
+    ApprovalDecision,
+    IncidentOutcome,
+    ObserveRequest,
+    Phase,
+    PolicyRef,
+    PolicyRequest,
+    RemediationRequest,
+    RemediationStatus,
+    RewardRequest,
+    TaskQueues,
+)
+from agent_sre.models.reward import HumanFeedback
+from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolInvocation, ToolResult
+from agent_sre.models.trajectory import Step, Trajectory
+from agent_sre.outcome import incident_outcome
 
 FAULT_CLASS = SearchAttributeKey.for_keyword("FaultClass")
 SERVICE = SearchAttributeKey.for_keyword("Service")
@@ -65,7 +69,7 @@ def near_cluster(queues: TaskQueues, fn: Callable[[Arg], Result], arg: Arg, time
                                      task_queue=queues.tools)
 
 
-@workflow.defn(name="IncidentRemediationWorkflow")
+@workflow.defn(name="IncidentRemediationWorkflow", sandboxed=False)
 class IncidentRemediationWorkflow:
     @workflow.init
     def __init__(self, request: RemediationRequest) -> None:

@@ -11,12 +11,11 @@ from datetime import timedelta
 
 from temporalio import workflow
 
-with workflow.unsafe.imports_passed_through():
-    from agent_sre.activities import simulation
-    from agent_sre.models.episode import EpisodeRequest, EpisodeResult, InjectRequest
-    from agent_sre.models.incident import Incident
-    from agent_sre.models.remediation import RemediationRequest
-    from agent_sre.workflows.incident import IncidentRemediationWorkflow, near_cluster
+from agent_sre.activities import simulation
+from agent_sre.models.episode import EpisodeRequest, EpisodeResult, InjectRequest
+from agent_sre.models.incident import Incident
+from agent_sre.models.remediation import RemediationRequest
+from agent_sre.workflows.incident import IncidentRemediationWorkflow, near_cluster
 
 QUICK = timedelta(seconds=30)
 
@@ -28,7 +27,7 @@ def environment_name(workflow_id: str) -> str:
     return f"{readable}-{hashlib.sha256(workflow_id.encode()).hexdigest()[:12]}"
 
 
-@workflow.defn(name="SimulatedIncidentWorkflow")
+@workflow.defn(name="SimulatedIncidentWorkflow", sandboxed=False)
 class SimulatedIncidentWorkflow:
     @workflow.run
     async def run(self, req: EpisodeRequest) -> EpisodeResult:
