@@ -20,7 +20,7 @@ from datetime import timedelta
 from typing import TypeVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 from agent_sre.activities import observer, policy, rewards, routing, tools, trajectories
 from agent_sre.models.incident import Incident
@@ -69,6 +69,16 @@ def near_cluster(queues: TaskQueues, fn: Callable[[Arg], Result], arg: Arg, time
                                      task_queue=queues.tools)
 
 
+def search_attributes(incident: Incident, policy_ref: PolicyRef | None) -> TypedSearchAttributes:
+    """What an incident is listed by. A parent that knows them sets them when it starts the remediation, which
+    then has none to upsert: one history event and one visibility write fewer."""
+    pairs = [SearchAttributePair(FAULT_CLASS, incident.fault_class),
+             SearchAttributePair(SERVICE, incident.service or "unknown")]
+    if policy_ref is not None:
+        pairs.append(SearchAttributePair(MODEL_VERSION, policy_ref.version))
+    return TypedSearchAttributes(pairs)
+
+
 @workflow.defn(name="IncidentRemediationWorkflow", sandboxed=False)
 class IncidentRemediationWorkflow:
     @workflow.init
@@ -95,9 +105,11 @@ class IncidentRemediationWorkflow:
         policy_ref = request.policy or await workflow.execute_local_activity(  # a read of the routing table
             routing.route_model, incident, start_to_close_timeout=QUICK)
         self._model_version = policy_ref.version
-        workflow.upsert_search_attributes([FAULT_CLASS.value_set(incident.fault_class),  # one event, not two
-                                           SERVICE.value_set(incident.service or "unknown"),
-                                           MODEL_VERSION.value_set(policy_ref.version)])
+        known = info.typed_search_attributes  # as the workflow was started, or upserted since
+        unset = [key.value_set(value) for key, value in search_attributes(incident, policy_ref)
+                 if known.get(key) != value]
+        if unset:
+            workflow.upsert_search_attributes(unset)  # one event, not one per attribute
         baseline = await near_cluster(self._queues, observer.snapshot_cluster, incident)
 
         self._trajectory = trajectory = Trajectory(

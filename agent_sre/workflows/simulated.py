@@ -15,7 +15,7 @@ from agent_sre.activities import simulation
 from agent_sre.models.episode import EpisodeRequest, EpisodeResult, InjectRequest
 from agent_sre.models.incident import Incident
 from agent_sre.models.remediation import RemediationRequest
-from agent_sre.workflows.incident import IncidentRemediationWorkflow, near_cluster
+from agent_sre.workflows.incident import IncidentRemediationWorkflow, near_cluster, search_attributes
 
 QUICK = timedelta(seconds=30)
 
@@ -45,7 +45,8 @@ class SimulatedIncidentWorkflow:
             outcome = await workflow.execute_child_workflow(
                 IncidentRemediationWorkflow.run,
                 RemediationRequest(incident=incident, policy=req.policy, reward=req.reward, queues=req.queues),
-                id=f"{workflow.info().workflow_id}-remediation")
+                id=f"{workflow.info().workflow_id}-remediation",
+                search_attributes=search_attributes(incident, req.policy))  # the child need not upsert them
         finally:
             await near_cluster(req.queues, simulation.delete_environment, environment)
         return EpisodeResult(scenario=scenario.name, fault=scenario.fault, environment=environment, outcome=outcome)
