@@ -1,12 +1,10 @@
 """The few Kubernetes operations fault injection needs, over the official client only.
 
 Nothing here depends on the simulator: the same calls break (and repair) a real cluster running the demo apps
-and Chaos Mesh. Reads are GETs of API paths sent by the client's own machinery (`ApiClient.param_serialize` and
-`call_api`: serialization, auth, `ApiException`s), as its typed methods send them but without their per-call
-argument validation, which costs more than an in-process read itself; they are decoded from raw JSON, which is
-several times cheaper than the client's model classes and keeps objects as plain dicts. Through the in-process
-transport they are the simulator's documents themselves (`transport.decoded`), so every object read here is
-read-only.
+and Chaos Mesh. Reads are GETs of API paths through the client's own machinery (`kubeget`), decoded from raw
+JSON, which is several times cheaper than the client's model classes and keeps objects as plain dicts. Through
+the in-process transport they are the simulator's documents themselves (`transport.decoded`), so every object
+read here is read-only.
 """
 
 from __future__ import annotations
@@ -19,6 +17,7 @@ from typing import Any
 from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi, NetworkingV1Api
 from kubernetes.client.exceptions import ApiException
 
+from agent_sre import kubeget
 from agent_sre.simulator.transport import decoded
 
 Obj = dict[str, Any]
@@ -52,14 +51,7 @@ class K8s:
         key = (path, query, tuple(path_params.items()))
         if self._memo is not None and key in self._memo:
             return self._memo[key]
-        request = self.api.param_serialize(method="GET", resource_path=path, path_params=path_params,
-                                           query_params=list(query), header_params={"Accept": "application/json"},
-                                           auth_settings=["BearerToken"])
-        response = self.api.call_api(*request)
-        if not 200 <= response.status <= 299:  # as the typed API fails a raw read
-            response.read()
-            raise ApiException.from_response(http_resp=response, body=None, data=None)
-        document = self._decoded(response.response)
+        document = self._decoded(kubeget.get(self.api, path, query, **path_params))
         if self._memo is not None:
             self._memo[key] = document
         return document

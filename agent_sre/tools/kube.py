@@ -1,6 +1,7 @@
-"""The tools' only door to the cluster: the official client's typed APIs, addressed by the tools' kind names.
+"""The tools' only door to the cluster: the official client, addressed by the tools' kind names.
 
-Responses are read raw (`_preload_content=False`) and decoded by urllib3's `response.json()`: the tools render
+Reads are GETs of API paths through the client's own machinery (`kubeget`), writes its typed APIs. Responses are
+read raw (`_preload_content=False`) and decoded by urllib3's `response.json()`: the tools render
 plain dicts, and skipping the client's model classes makes calls far cheaper (listing the shop's pods in-process:
 about 2 ms typed, 0.1-0.2 ms raw). In-process, `json()` copies the simulator's document instead of encoding and
 decoding it (see `simulator.transport`), so tools may treat what they read as their own. Every mutating request passes
@@ -17,6 +18,7 @@ from typing import Any
 from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi, NetworkingV1Api
 from kubernetes.client.exceptions import ApiException
 
+from agent_sre import kubeget
 from agent_sre.tools import guardrails
 
 Obj = dict[str, Any]
@@ -39,9 +41,17 @@ class Kind:
     namespaced: bool = True
     group: str = ""
     version: str = ""
+    plural: str = ""  # the resource in API paths (a custom resource's is its `method`)
+
+    def path(self, namespace: str | None, name: str | None) -> str:
+        """The API path of the kind (in `namespace`, or across all), or of one object, with `{placeholders}`."""
+        prefix = f"/apis/{self.group}/{self.version}" if self.api == "custom" else API_PREFIXES[self.api]
+        return (prefix + ("/namespaces/{namespace}" if namespace is not None else "") + f"/{self.plural or self.method}"
+                + ("/{name}" if name is not None else ""))
 
 
 CHAOS_GROUP, CHAOS_VERSION = "chaos-mesh.org", "v1alpha1"
+API_PREFIXES = {"core": "/api/v1", "apps": "/apis/apps/v1", "networking": "/apis/networking.k8s.io/v1"}
 
 
 def _chaos(plural: str, display: str) -> Kind:
@@ -49,18 +59,19 @@ def _chaos(plural: str, display: str) -> Kind:
 
 
 KINDS: dict[str, Kind] = {
-    "pod": Kind("core", "pod", "pod"),
-    "deployment": Kind("apps", "deployment", "deployment.apps"),
-    "replicaset": Kind("apps", "replica_set", "replicaset.apps"),
-    "service": Kind("core", "service", "service"),
-    "node": Kind("core", "node", "node", namespaced=False),
-    "configmap": Kind("core", "config_map", "configmap"),
-    "secret": Kind("core", "secret", "secret"),
-    "networkpolicy": Kind("networking", "network_policy", "networkpolicy.networking.k8s.io"),
-    "resourcequota": Kind("core", "resource_quota", "resourcequota"),
-    "endpoints": Kind("core", "endpoints", "endpoints"),
-    "namespace": Kind("core", "namespace", "namespace", namespaced=False),
-    "event": Kind("core", "event", "event"),
+    "pod": Kind("core", "pod", "pod", plural="pods"),
+    "deployment": Kind("apps", "deployment", "deployment.apps", plural="deployments"),
+    "replicaset": Kind("apps", "replica_set", "replicaset.apps", plural="replicasets"),
+    "service": Kind("core", "service", "service", plural="services"),
+    "node": Kind("core", "node", "node", namespaced=False, plural="nodes"),
+    "configmap": Kind("core", "config_map", "configmap", plural="configmaps"),
+    "secret": Kind("core", "secret", "secret", plural="secrets"),
+    "networkpolicy": Kind("networking", "network_policy", "networkpolicy.networking.k8s.io",
+                          plural="networkpolicies"),
+    "resourcequota": Kind("core", "resource_quota", "resourcequota", plural="resourcequotas"),
+    "endpoints": Kind("core", "endpoints", "endpoints", plural="endpoints"),
+    "namespace": Kind("core", "namespace", "namespace", namespaced=False, plural="namespaces"),
+    "event": Kind("core", "event", "event", plural="events"),
     "PodChaos": _chaos("podchaos", "podchaos"),
     "StressChaos": _chaos("stresschaos", "stresschaos"),
     "NetworkChaos": _chaos("networkchaos", "networkchaos"),
@@ -97,6 +108,7 @@ class Kube:
 
     def __init__(self, api: ApiClient, incident_namespace: str) -> None:
         self.incident_namespace = incident_namespace
+        self._api = api
         self._apis: dict[str, Any] = {"core": CoreV1Api(api), "apps": AppsV1Api(api),
                                       "networking": NetworkingV1Api(api), "custom": CustomObjectsApi(api)}
         self.server_time: float | None = None  # from the last response's Date header: ages use the server's clock
@@ -115,10 +127,21 @@ class Kube:
             args = (*named, *((namespace,) if kind.namespaced else ()), *extra)
         return self._raw(method, *args, **kwargs)
 
+    def _read(self, kind: Kind, namespace: str | None, name: str | None = None,
+              query: tuple[tuple[str, Any], ...] = ()) -> Any:
+        """The raw response of a read (`kubeget`: as the typed API sends it, without its per-call validation);
+        `namespace` None reads across all namespaces (a cluster-scoped kind has none)."""
+        namespace = namespace if kind.namespaced else None
+        params = {k: v for k, v in (("namespace", namespace), ("name", name)) if v is not None}
+        return self._answer(lambda: kubeget.get(self._api, kind.path(namespace, name), query, **params))
+
     def _raw(self, method: Any, *args: Any, **kwargs: Any) -> Any:
-        """The raw urllib3 response (`.json()`, `.data`) of a successful request."""
+        """The raw urllib3 response (`.json()`, `.data`) of a successful typed-API request."""
+        return self._answer(lambda: method(*args, _preload_content=False, **kwargs))
+
+    def _answer(self, send: Any) -> Any:
         try:
-            response = method(*args, _preload_content=False, **kwargs)
+            response = send()
         except ApiException as exc:
             raise KubeError.from_api_exception(exc) from None
         date = response.headers.get("Date")
@@ -132,20 +155,14 @@ class Kube:
 
     # --- reads -----------------------------------------------------------------------------------------------
     def get(self, kind: str, name: str, namespace: str | None = None) -> Obj:
-        return self._call(KINDS[kind], "read", name, namespace or self.incident_namespace).json()
+        return self._read(KINDS[kind], namespace or self.incident_namespace, name).json()
 
     def list(self, kind: str, namespace: str | None = None, label_selector: str | None = None,
              field_selector: str | None = None, all_namespaces: bool = False) -> list[Obj]:
-        k = KINDS[kind]
-        kwargs: dict[str, Any] = {}
-        if label_selector:
-            kwargs["label_selector"] = label_selector
-        if field_selector:
-            kwargs["field_selector"] = field_selector
-        if all_namespaces and k.namespaced:
-            response = self._raw(getattr(self._apis[k.api], f"list_{k.method}_for_all_namespaces"), **kwargs)
-        else:
-            response = self._call(k, "list", None, namespace or self.incident_namespace, **kwargs)
+        query = tuple((key, value) for key, value in (("fieldSelector", field_selector),
+                                                      ("labelSelector", label_selector)) if value)
+        response = self._read(KINDS[kind], None if all_namespaces else namespace or self.incident_namespace,
+                              query=query)
         return response.json().get("items") or []
 
     def logs(self, pod: str, namespace: str, container: str | None, tail: int, previous: bool) -> str:
@@ -159,12 +176,8 @@ class Kube:
 
     def metrics(self, kind: str, namespace: str) -> list[Obj]:
         """`metrics.k8s.io` usage: `kind` is "pods" (in `namespace`) or "nodes"."""
-        custom = self._apis["custom"]
-        if kind == "nodes":
-            response = self._raw(custom.list_cluster_custom_object, "metrics.k8s.io", "v1beta1", "nodes")
-        else:
-            response = self._raw(custom.list_namespaced_custom_object, "metrics.k8s.io", "v1beta1", namespace, "pods")
-        return response.json().get("items") or []
+        metrics = Kind("custom", kind, f"{kind}.metrics.k8s.io", group="metrics.k8s.io", version="v1beta1")
+        return self._read(metrics, None if kind == "nodes" else namespace).json().get("items") or []
 
     # --- writes (always in the incident's namespace, always through the guardrail) -------------------------
     # The key also travels as a header: a real apiserver ignores it, the simulator's audit log records it
