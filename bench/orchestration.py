@@ -136,7 +136,7 @@ def direct_episode(scenario: Scenario, ref: PolicyRef) -> tuple[float, int]:
     t = Trajectory(incident=incident, workflow_id=f"direct-{incident.id}", run_id="direct", policy=ref.name,
                    model_version=ref.version, started_at=datetime.now(UTC))
     while len(t.steps) < LIMITS.max_steps:
-        decision = run(policy.decide_next_action, PolicyRequest(policy=ref, trajectory=t))
+        decision = run(policy.decide_next_action, PolicyRequest(policy=ref, trajectory=t.for_policy()))
         t.conversation += [*decision.new_messages, ChatMessage(role="assistant", content=decision.completion)]
         step = Step(index=len(t.steps), decision=decision, at=datetime.now(UTC))
         t.steps.append(step)

@@ -18,11 +18,15 @@ from agent_sre.models.remediation import IncidentOutcome, PolicyRef, Remediation
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.tools import Risk, ToolCall
 from agent_sre.models.trajectory import Trajectory
+from agent_sre.policy.llm.chat import prompt_messages
+from agent_sre.policy.runbook import RunbookPolicy
 from agent_sre.scenarios import load_scenarios
 from agent_sre.simulator.client import SimulatorClient
+from agent_sre.simulator.simulator import Simulator
 from agent_sre.storage import object_store
 from agent_sre.temporal import connect, start_incident, task_queues
 from agent_sre.tools.client import api_client
+from agent_sre.training.environment import IncidentEnvironment
 from agent_sre.trajectory_store import iter_trajectories
 from isolated_workers import running_workers
 
@@ -103,6 +107,24 @@ async def test_refused_and_invalid_actions_are_steps_not_crashes(stack: Settings
     tool_messages = [m.content for m in trajectory.conversation if m.role == "tool"]
     assert "invalid action" in tool_messages[0] and "unknown tool" in tool_messages[1]
     assert tool_messages[2].startswith("refused")
+
+
+async def test_policies_decide_from_the_workflows_view_of_the_trajectory_as_from_the_whole(catalog) -> None:
+    """The workflow sends `Trajectory.for_policy()`, without each decision's copy of the messages: the runbook must
+    decide the same from it, and a language model must be prompted with the same messages."""
+    env = IncidentEnvironment(Simulator(speed=0), catalog["bad_image"], policy="runbook")
+    env.reset()
+    runbook, ref = RunbookPolicy(), PolicyRef()
+    while not env.done:
+        whole, view = env.trajectory, env.trajectory.for_policy()
+        decision = runbook.decide(ref, whole)
+        assert runbook.decide(ref, view).model_copy(update={"latency_ms": 0}) == decision.model_copy(
+            update={"latency_ms": 0})
+        assert prompt_messages(view) == prompt_messages(whole)
+        env.record(decision)
+    t = env.close()
+    assert len(t.steps) > 3 and all(s.decision.new_messages for s in t.steps)  # the whole is left as it was
+    assert len(t.for_policy().model_dump_json()) < 0.8 * len(t.model_dump_json())
 
 
 async def _await_phase(handle, phase: str) -> RemediationStatus:

@@ -78,6 +78,9 @@ class IncidentOutcome(BaseModel):
 
 
 class PolicyRequest(BaseModel):
+    """One decision's input. The workflow sends `Trajectory.for_policy()`: a policy reads the conversation, the
+    actions and the tool results, not each decision's copy of the messages."""
+
     policy: PolicyRef
     trajectory: Trajectory
 

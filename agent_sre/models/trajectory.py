@@ -47,6 +47,15 @@ class Trajectory(BaseModel):
     mitigated_at: datetime | None = Field(default=None, description="when the agent stopped acting")
     ended_at: datetime | None = None
 
+    def for_policy(self) -> Trajectory:
+        """The trajectory as a policy reads it, sent with every decision: each step's decision without its copy of
+        what the conversation already holds (`new_messages`, `completion`) and without the tokens training needs.
+        Every request carries every earlier step, so an episode's requests grow with the square of its steps, and
+        a model's are in its history: this keeps them about a third smaller. The workflow keeps the whole."""
+        return self.model_copy(update={"steps": [step.model_copy(update={"decision": step.decision.model_copy(
+            update={"new_messages": [], "completion": "", "completion_token_ids": None, "completion_logprobs": None})})
+            for step in self.steps]})
+
     @property
     def writes(self) -> list[Step]:
         from agent_sre.models.tools import TOOL_SPECS

@@ -181,7 +181,7 @@ class IncidentRemediationWorkflow:
     async def _decide(self, policy_ref: PolicyRef, trajectory: Trajectory) -> PolicyDecision:
         """Rule-based policies answer in microseconds and load nothing: they run as local activities beside the
         workflow. Models run on the policy queue, where the inference hardware is."""
-        request = PolicyRequest(policy=policy_ref, trajectory=trajectory)
+        request = PolicyRequest(policy=policy_ref, trajectory=trajectory.for_policy())
         if policy_ref.name in RULE_BASED_POLICIES:
             return await workflow.execute_local_activity(policy.decide_next_action, request,
                                                          start_to_close_timeout=QUICK)
