@@ -2,12 +2,14 @@
 cluster simulator): production serves simulated incidents, the mix shifts, the learning schedule's cycles run on
 its interval and train on what production saw (GRPO on the re-created incidents), and every cycle is recorded in
 the drill's report. The mechanics only: a tiny random model resolves nothing, so no figure here says it learns.
-A rollout that waits for a human is aborted by the drill (it has none), and how it ended is recorded."""
+A rollout that waits for a human is aborted by the drill (it has none), and how it ended is recorded. The demo's
+drill stage runs as `make demo` runs it, from the tiny model instead of the demo's trained one."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,14 +23,18 @@ from temporalio.service import RPCError
 from typer.testing import CliRunner
 
 from agent_sre.cli import app
+from agent_sre.cli import demo as demo_cli
 from agent_sre.cli import drill as drill_cli
 from agent_sre.config import Settings, get_settings
 from agent_sre.learning import store as streams
-from agent_sre.learning.drill import Rollouts, window
+from agent_sre.learning import demo as drill_demo
+from agent_sre.learning.drill import Rollouts, production_model, window
+from agent_sre.models.episode import OutcomeStats
 from agent_sre.models.learning import CycleRecord, DrillCycle, DrillReport, RolloutStarted
 from agent_sre.models.rollout import AbTestStep, PauseStep, RolloutPlan, RolloutRequest
 from agent_sre.registry import Registry
 from agent_sre.rollout.client import start_rollout
+from agent_sre.scenarios import default_catalog, load_scenarios
 from agent_sre.storage import object_store
 from agent_sre.temporal import connect
 
@@ -114,3 +120,60 @@ async def test_the_drill_aborts_a_rollout_that_waits_for_a_human_and_records_how
                 await terminate_running(client, [handle.id])
     assert cycle.rollout_outcome == "aborted"
     assert cycle.rollout_reason is not None and "the drill has no human to decide" in cycle.rollout_reason
+
+
+def stats(group: str, success_rate: float, episodes: int = 2) -> OutcomeStats:
+    return OutcomeStats(group=group, episodes=episodes, success_rate=success_rate, mean_time_to_mitigate_s=None,
+                        mean_steps=1, false_positive_rate=0, harmful_rate=0, invalid_action_rate=0, mean_reward=0)
+
+
+def test_the_demo_drill_shifts_to_the_fault_type_production_did_worst_on() -> None:
+    batch = [stats("bad_image", 1.0, 4), stats("quota_exceeded", 0.0, 2), stats("cordoned_node", 0.0, 3),
+             stats("dependency_down", 0.5, 2), stats("all", 0.6, 11)]
+    assert drill_demo.worst_fault(batch) == "cordoned_node"  # lowest success, then the most episodes
+    assert drill_demo.worst_fault([stats("bad_image", 1.0), stats("all", 1.0)]) is None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # the schedule's first whole minute, the cycle, two windows of incidents
+async def test_the_demo_drill_stage_runs_a_scheduled_cycle_on_what_production_served(
+        stack: Settings, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    catalog = load_scenarios(default_catalog())
+    batch = [stats("bad_image", 1.0), stats("service_target_port", 0.0)]  # what the runbook does on them
+    shown = Console(record=True, width=250)
+    monkeypatch.setattr(demo_cli, "console", shown)
+    with settings_with_own_bucket(stack, "demodrill") as settings:
+        client = await connect(settings)
+        registry = Registry.from_settings(settings)
+        base = production_model(registry, str(tiny_model_dir), settings.models_dir)
+        async with running_workers(client, settings) as isolated:
+            try:
+                report = await demo_cli.drill_stage(client, isolated, registry, base, catalog, batch, concurrency=4)
+            finally:
+                query = 'ExecutionStatus="Running"'
+                await terminate_running(client, [w.id async for w in client.list_workflows(query)
+                                                 if "demo-drill" in w.id])
+        assert report is not None
+        stored = streams.list_records(object_store(settings), settings.s3_bucket, report.plan.learning.name)
+
+    plan = report.plan
+    assert (plan.model, plan.mix, plan.shifted) == ("runbook-v1", ["bad_image"], "service_target_port")
+    assert not report.notes and report.production_at_end == "runbook-v1"
+    # production served both windows, half of the incidents shifted after the first six
+    [first, *_] = [c.before for c in report.cycles]
+    assert report.after is not None and report.after.incidents >= drill_demo.INCIDENTS_PER_WINDOW
+    assert first.served_by == {"runbook-v1": first.incidents} and first.shifted >= 1
+    # one cycle, started by the schedule, trained from the base on those episodes and was judged
+    assert [c.record for c in report.cycles] == stored
+    assert all(r.cycle_id.startswith(f"learning-{plan.learning.name}-") for r in stored)
+    [trained] = [r for r in stored if r.training is not None]
+    assert trained.base == base and trained.data is not None
+    assert trained.data.usable >= drill_demo.MIN_EPISODES
+    assert trained.training is not None and trained.training.trained is not None
+    assert trained.training.trained.offpolicy is not None and trained.training.trained.offpolicy.steps
+    assert [e.overall.episodes for e in trained.training.evaluation] == [drill_demo.EVAL_SCENARIOS] * 2
+    assert trained.status in ("registered", "rejected")
+    # and the demo printed the per-cycle table
+    text = re.sub(r"\s+", " ", shown.export_text())
+    assert "5. Production drill" in text and "service_target_port (resolved 0% above)" in text
+    assert f"drill {plan.learning.name}" in text and trained.status in text

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from agent_sre.config import Settings
+    from agent_sre.models.episode import OutcomeStats
+    from agent_sre.models.learning import DrillReport
     from agent_sre.models.rollout import Decision
     from agent_sre.models.training import TrainingStatus
     from agent_sre.models.scenario import Scenario
@@ -38,12 +40,16 @@ def demo(
                                   help="a short training cycle of SmolLM2 on those incidents (about 10 minutes "
                                        "on 2 CPU cores)"),
     rollouts: bool = typer.Option(True, "--rollouts/--no-rollouts",
-                                  help="end with a compressed rollout and a rollback (a few minutes)"),
+                                  help="a compressed rollout and a rollback (a few minutes)"),
+    drill: bool = typer.Option(True, "--drill/--no-drill",
+                               help="end with a production drill: the mix shifts, the learning schedule runs a cycle "
+                                    "on what production served (about 5 minutes on 2 CPU cores)"),
 ) -> None:
     """Bring up the stack, run a batch of simulated incidents with the runbook policy through Temporal, print the
     outcome table; train SmolLM2 on those episodes (a small SFT, a GRPO step) and compare it with the untrained
-    model; then roll a new version out in minutes and roll a degraded one back, with incidents routed by the
-    rollout. The stack is left running."""
+    model; roll a new version out in minutes and roll a degraded one back, with incidents routed by the rollout;
+    then a production drill, in which a scheduled learning cycle trains on what production served after its mix
+    shifted. The stack is left running."""
     from agent_sre.config import get_settings
     from agent_sre.episodes import run_episodes, summarize
     from agent_sre.models.remediation import PolicyRef
@@ -74,15 +80,16 @@ def demo(
             stats = summarize(results)
             console.print(outcome_table(stats, f"{n} incidents in {time.monotonic() - began:.0f}s · policy "
                                                "runbook-v1"))
-            if training:
-                await _training(client, settings)
+            trained = await _training(client, settings) if training else None
+            registry = Registry.from_settings(settings)
             if rollouts:
                 try:
-                    await _rollouts(client, settings, Registry.from_settings(settings),
-                                    reliably_resolved(scenarios, stats), concurrency)
+                    await _rollouts(client, settings, registry, reliably_resolved(scenarios, stats), concurrency)
                 except (RolloutRunningError, RegistryError) as exc:
                     console.print(f"[red]error:[/] the rollout demo cannot run: {exc}")
                     raise typer.Exit(1) from exc
+            if drill:
+                await drill_stage(client, settings, registry, trained, scenarios, stats, concurrency)
 
     asyncio.run(run())
     ui = f"{settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows"
@@ -93,11 +100,15 @@ def demo(
     if rollouts:
         console.print(f"Rollouts:     {_listing(ui, 'ModelRolloutWorkflow')} · the latest: {ui}/{ROLLOUT_WORKFLOW_ID}",
                       soft_wrap=True)
+    if drill:
+        console.print(f"Learning:     {_listing(ui, 'ContinuousLearningWorkflow')} (the drill's scheduled cycles)",
+                      soft_wrap=True)
     console.print("The stack is still running; stop it with `agent-sre dev down`.")
 
 
-async def _training(client: Client, settings: Settings) -> None:
-    """A training cycle on a budget of minutes, through the same TrainingCycleWorkflow as `agent-sre train`."""
+async def _training(client: Client, settings: Settings) -> str | None:
+    """A training cycle on a budget of minutes, through the same TrainingCycleWorkflow as `agent-sre train`.
+    Returns the trained version, for the drill to continue from."""
     from datetime import UTC, datetime
 
     from temporalio.client import WorkflowFailureError
@@ -130,6 +141,7 @@ async def _training(client: Client, settings: Settings) -> None:
         console.print(f"[red]error:[/] the training cycle failed: {getattr(exc.cause, 'message', None) or exc.cause}")
         raise typer.Exit(1) from exc
     console.print(_before_after(status))
+    return status.candidate
 
 
 def _before_after(status: TrainingStatus) -> Table:
@@ -147,6 +159,38 @@ def _before_after(status: TrainingStatus) -> Table:
                       f"{r.mean_steps:.1f}", f"{r.false_positive_rate:.0%}", f"{r.harmful_rate:.0%}",
                       f"{r.invalid_action_rate:.0%}", f"{r.mean_reward:+.2f}")
     return table
+
+
+async def drill_stage(client: Client, settings: Settings, registry: Registry, trained: str | None,
+                      scenarios: list[Scenario], stats: list[OutcomeStats], concurrency: int) -> DrillReport | None:
+    """The production drill, shifting to the fault type the batch above did worst on; None when it resolved all."""
+    from agent_sre.cli.drill import report_table, show_cycle
+    from agent_sre.learning import demo as drill_demo
+    from agent_sre.rollout.demo import reliably_resolved
+
+    worst = drill_demo.worst_fault(stats)
+    if worst is None:
+        console.print("\n[bold]5. Production drill[/] — skipped: the runbook resolved every fault type above, so "
+                      "there is no fault type it handles badly to shift the mix to")
+        return None
+    usual = reliably_resolved(scenarios, stats)
+    shifted = [s for s in scenarios if s.fault == worst]
+    base = trained if trained is not None and trained in registry.index().versions else "base"
+    [rate] = [r.success_rate for r in stats if r.group == worst]
+    console.print(
+        f"\n[bold]5. Production drill[/] — production ({registry.production().version}) serves "
+        f"{drill_demo.INCIDENTS_PER_WINDOW} incidents of the fault types it resolved every time above; halfway "
+        f"through, half the incidents become {worst} (resolved {rate:.0%} above). A learning Schedule every "
+        f"{drill_demo.EVERY.seconds // 60} min runs ContinuousLearningWorkflow on what production served: "
+        f"one off-policy step ({drill_demo.OFFPOLICY_BATCH} episodes) from {base}, candidate and parent on "
+        f"{drill_demo.EVAL_SCENARIOS} held-out scenarios, then against production on re-created recent incidents; "
+        "a candidate that passes goes through a compressed rollout. Then one more window of incidents.")
+    report = await drill_demo.run_demo_drill(client, settings, registry, base, usual, shifted, concurrency,
+                                             on_cycle=show_cycle)
+    console.print(report_table(report))
+    for note in report.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    return report
 
 
 def _listing(ui: str, workflow_type: str) -> str:

@@ -103,7 +103,7 @@ def drill(
             for worker in build_workers(client, settings) if workers else []:
                 await running.enter_async_context(worker)
             try:
-                return await run_drill(client, settings, registry, drill_spec, usual, variant, on_cycle=_show)
+                return await run_drill(client, settings, registry, drill_spec, usual, variant, on_cycle=show_cycle)
             except RegistryError as exc:
                 fail(str(exc))
 
@@ -119,7 +119,7 @@ def drill(
     return report
 
 
-def _show(cycle: DrillCycle) -> None:
+def show_cycle(cycle: DrillCycle) -> None:
     r = cycle.record
     console.print(f"  {r.cutoff:%H:%M:%S} cycle [bold]{r.status}[/]: {r.reason}  [dim]({cycle.before.incidents} "
                   f"incidents before it, {cycle.before.shifted} shifted)[/]")
