@@ -11,6 +11,7 @@ Both incident workflows run outside Temporal's sandbox (`sandboxed=False`): the 
 module for every run and enters itself for every payload, about a fifth of the worker's CPU per episode
 (bench/orchestration.py). What it would catch, a non-deterministic call, these modules do not make: activities do
 all I/O and read all clocks, and the workflows read time only from `workflow.now()`.
+tests/test_replay.py replays recorded histories of both against the current code.
 """
 
 from __future__ import annotations
