@@ -214,3 +214,23 @@ def test_the_oracle_reads_what_the_typed_api_reads(served: Served, transport: st
         k8s.deployment(NS, "missing")
     assert missing.value.status == 404 and "not found" in (missing.value.body or "")
     assert k8s.server_time is not None
+
+
+def test_fingerprints_remembered_by_exact_value() -> None:
+    """The memo keys on marshal bytes: values JSON spells differently (1, 1.0, True) keep their own hashes, a memo
+    hit gives what hashing afresh gives, and content marshal cannot take is still hashed."""
+    import hashlib
+
+    from agent_sre.faults.health import _fingerprint, _prints
+
+    def fresh(content: object) -> str:
+        return hashlib.blake2b(json.dumps(content, sort_keys=True, default=str).encode(), digest_size=8).hexdigest()
+
+    spec = {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}, "b": [1, 2], "a": None}
+    assert _fingerprint(spec) == fresh(spec)
+    assert _fingerprint(dict(reversed(list(spec.items())))) == fresh(spec)  # key order: same JSON, same hash
+    assert len({_fingerprint({"replicas": v}) for v in (1, 1.0, True)}) == 3
+    _prints.clear()
+    assert [_fingerprint({"replicas": v}) for v in (True, 1.0, 1)] == [fresh({"replicas": v}) for v in (True, 1.0, 1)]
+    odd = {"at": object.__new__(type("Stamp", (), {"__str__": lambda self: "stamp"}))}
+    assert _fingerprint(odd) == fresh(odd)

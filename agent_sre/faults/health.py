@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import marshal
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,8 @@ WAITING_PROBLEMS = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "Cre
 # what must survive an incident (deleting one of these is "worse"); network policies and chaos experiments are
 # deliberately absent: deleting them is how some incidents are fixed
 KEPT_KINDS = ("deployment", "service", "configmap", "secret", "persistentvolumeclaim", "resourcequota", "node")
+PRINTS_KEPT = 4096  # remembered fingerprints (by exact content); the memo starts over beyond this
+_prints: dict[bytes, str] = {}
 
 
 def _pod_problem(pod: Obj, now: float | None) -> str | None:
@@ -224,8 +227,23 @@ def inventory(k8s: K8s, ns: str) -> list[str]:
 
 def fingerprints(k8s: K8s, ns: str) -> dict[str, str]:
     """kind/name -> a hash of what the object says (a false alarm's check: was anything changed?)."""
-    prints = {}
-    for kind, obj in _items(k8s, ns):
-        text = json.dumps(_content(kind, obj), sort_keys=True, default=str)
-        prints[f"{kind}/{obj['metadata']['name']}"] = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
-    return prints
+    return {f"{kind}/{obj['metadata']['name']}": _fingerprint(_content(kind, obj)) for kind, obj in _items(k8s, ns)}
+
+
+def _fingerprint(content: Any) -> str:
+    """The hash of `content`'s sorted JSON, remembered by its exact value: episodes judge the same objects again
+    and again, and marshalling is several times cheaper than sorted JSON. Equal marshal bytes mean equal types and
+    values (1, 1.0 and True differ), so the JSON is the same; what marshal cannot take is hashed afresh."""
+    try:
+        key = marshal.dumps(content)
+    except ValueError:
+        key = None
+    digest = _prints.get(key) if key is not None else None
+    if digest is None:
+        text = json.dumps(content, sort_keys=True, default=str)
+        digest = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+        if key is not None:
+            if len(_prints) >= PRINTS_KEPT:
+                _prints.clear()
+            _prints[key] = digest
+    return digest
