@@ -216,6 +216,38 @@ def test_the_oracle_reads_what_the_typed_api_reads(served: Served, transport: st
     assert k8s.server_time is not None
 
 
+def test_kubeget_sends_what_param_serialize_builds() -> None:
+    """kubeget builds its request itself, without param_serialize's generic sanitising: the same URL (host, quoted
+    path parameters, encoded query), headers (defaults, cookie) and authentication, a refreshed token included."""
+    from kubernetes.client import ApiClient, Configuration
+
+    from agent_sre import kubeget
+
+    config = Configuration(host="https://cluster.example:6443/prefix")
+    config.api_key = {"BearerToken": "old"}
+    config.api_key_prefix = {"BearerToken": "Bearer"}
+    config.refresh_api_key_hook = lambda c: c.api_key.update(BearerToken="fresh")
+    api = ApiClient(config, header_name="X-Extra", header_value="1", cookie="session=abc")
+    sent: list[tuple[object, ...]] = []
+
+    class Answer:
+        status, response = 200, "raw"
+
+    api.call_api = lambda *request, **_: sent.append(request) or Answer()  # type: ignore[method-assign]
+    path, query = "/api/v1/namespaces/{namespace}/pods/{name}/log", (("tailLines", 5), ("previous", True),
+                                                                     ("labelSelector", "app in (a,b)"))
+    params = {"namespace": "a b/c", "name": "pod?x"}
+    assert kubeget.get(api, path, query, **params) == "raw"
+    method, url, headers, body, post = api.param_serialize(
+        method="GET", resource_path=path, path_params=params, query_params=list(query),
+        header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
+    assert sent[0] == (method, url, headers)
+    assert body is None and not post
+    assert headers["authorization"] == "Bearer fresh" and headers["Cookie"] == "session=abc"
+    assert url == ("https://cluster.example:6443/prefix/api/v1/namespaces/a%20b%2Fc/pods/pod%3Fx/log"
+                   "?tailLines=5&previous=true&labelSelector=app%20in%20%28a%2Cb%29")
+
+
 def test_fingerprints_remembered_by_exact_value() -> None:
     """The memo keys on marshal bytes: values JSON spells differently (1, 1.0, True) keep their own hashes, a memo
     hit gives what hashing afresh gives, and content marshal cannot take is still hashed."""
