@@ -140,6 +140,49 @@ def test_an_install_into_an_empty_cluster_carries_on_from_the_template() -> None
     assert dump(install(full=False)) == dump(install(full=True))
 
 
+def test_api_writes_are_looked_at_again_as_a_pass_that_looks_at_everything_would() -> None:
+    """After API writes a pass re-examines what they affect (`Cluster.written`); for one scenario of each fault
+    type (deployments, Services, config, secrets, quotas, nodes, network policies, chaos, pod deletes), inject,
+    settle, fix and settle leave the cluster as passes that re-examine every object after every write do."""
+    from agent_sre.faults.oracle import observe, snapshot
+    from agent_sre.scenarios import load_scenarios
+    from agent_sre.simulator.transport import in_process_api_client
+    from agent_sre.tools import ToolContext, execute
+
+    def strip(value: object) -> object:  # uids of objects the API creates are random
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k != "uid"}
+        return [strip(v) for v in value] if isinstance(value, list) else value
+
+    def episode(scenario: object, everything: bool) -> str:
+        simulator = Simulator(speed=0)
+        cluster = simulator.create_env("e", apps=[scenario.app], seed=scenario.seed)  # type: ignore[attr-defined]
+        if everything:  # writes not known one by one: every pass after a write looks at everything
+            def wrote(resource: str, namespace: str, name: str) -> None:
+                cluster.revision += 1
+                cluster.written = None
+            cluster._wrote = wrote  # type: ignore[method-assign]
+        api = in_process_api_client(simulator, "e")
+        inject(api, scenario)  # type: ignore[arg-type]
+        simulator.advance("e", 300)
+        baseline = snapshot(api, scenario.namespace, scenario.app)  # type: ignore[attr-defined]
+        ctx = ToolContext(api=api, namespace=scenario.namespace)  # type: ignore[attr-defined]
+        for i, call in enumerate(scenario.ground_truth.fix):  # type: ignore[attr-defined]
+            ctx.idempotency_key = f"fix-{i}"
+            assert execute(call, ctx).ok
+        simulator.advance("e", 1800)
+        objects = {r: {"/".join(k): strip(o) for k, o in items.items()} for r, items in cluster.objects.items()}
+        return json.dumps([objects, {"/".join(k): dict(v) for k, v in cluster.logs.items()},
+                           {"/".join(k): v for k, v in cluster.model["signals"].items()},
+                           observe(api, scenario, baseline).model_dump()],  # type: ignore[arg-type]
+                          sort_keys=True, default=str)
+
+    one_per_fault = {s.fault: s for s in reversed(load_scenarios())}
+    assert len(one_per_fault) >= 15
+    for scenario in one_per_fault.values():
+        assert episode(scenario, everything=False) == episode(scenario, everything=True), scenario.name
+
+
 def test_two_apps_share_the_nodes_and_install_rejects_duplicates() -> None:
     simulator = Simulator()
     cluster = simulator.create_env("both", apps=["shop", "bank"])

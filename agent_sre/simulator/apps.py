@@ -600,5 +600,6 @@ def install(cluster: Cluster, app: str, namespace: str | None = None, seed: int 
         cluster.logs.update(template.logs)
     cluster.model.setdefault("apps", {})[ns] = instance
     cluster.revision += 1
+    cluster.written = None  # stored in bulk: the next pass after a write looks at everything
     workload.adopt(cluster, state, settled=empty)
     return ns

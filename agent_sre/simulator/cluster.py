@@ -93,6 +93,10 @@ class Cluster:
     encoded: dict[tuple[str, str, str], tuple[Obj, str, bytes]] = field(default_factory=dict)
     _rv: itertools.count = field(default_factory=lambda: itertools.count(1))
     revision: int = 0  # bumped on every write; controllers use it to skip work when nothing changed
+    # (resource, namespace, name) of each object created, replaced or deleted since the workload model last took
+    # the set (a reconcile pass, which looks again at what these writes affect); None: not known (after a bulk
+    # install), so the next pass looks at everything
+    written: set[tuple[str, str, str]] | None = None
 
     # --- store -----------------------------------------------------------------------------------------------
     def get(self, resource: str, namespace: str, name: str) -> Obj | None:
@@ -134,7 +138,7 @@ class Cluster:
         meta["generation"] = 1
         meta["resourceVersion"] = str(next(self._rv))
         bucket[(ns, meta["name"])] = obj
-        self.revision += 1
+        self._wrote(resource, ns, meta["name"])
         return obj
 
     def replace(self, resource: str, obj: Obj) -> Obj:
@@ -154,7 +158,7 @@ class Cluster:
         meta["generation"] = gen + 1 if obj.get("spec") != old.get("spec") else gen
         meta["resourceVersion"] = str(next(self._rv))
         self.objects[resource][key] = obj
-        self.revision += 1
+        self._wrote(resource, *key)
         return obj
 
     def continue_versions_after(self, highest: int) -> None:
@@ -164,8 +168,13 @@ class Cluster:
     def delete(self, resource: str, namespace: str, name: str) -> Obj:
         obj = self.must_get(resource, namespace, name)
         del self.objects[resource][(namespace, name)]
-        self.revision += 1
+        self._wrote(resource, namespace, name)
         return obj
+
+    def _wrote(self, resource: str, namespace: str, name: str) -> None:
+        self.revision += 1
+        if self.written is not None:
+            self.written.add((resource, namespace, name))
 
     def snapshot(self, resource: str, namespace: str, name: str) -> Obj | None:
         """A deep copy, for callers that want to edit an object before `replace`."""

@@ -59,7 +59,7 @@ class WorkloadState:
     failing_since: dict[tuple[str, ...], float] = field(default_factory=dict)  # a failure logs lines from then on
     signals: tuple[Any, signals.Computed] | None = None  # (what they were computed from, the signals)
     waking: set[str] = field(default_factory=set)  # ReplicaSets and Deployments with pods about to be available
-    index: Index | None = None  # kept from pass to pass while only passes write (see `_Pass._full`)
+    index: Index | None = None  # kept from pass to pass while only passes write pods and sets (`_Pass._everything`)
     # what each controller step last saw when it found nothing to do: (step, object) -> its inputs
     settled: dict[tuple[str, str], Any] = field(default_factory=dict)
 
@@ -296,11 +296,14 @@ class _Pass:
         # uids of ReplicaSets and Deployments whose pods or sets this pass changed: since the last controller round
         # (`_dirty`) and in all (`_touched`), and the namespaces of changed pods. Without API writes since the last
         # pass (`_full` False), nothing else can have changed but what waits on time (`st.waking`, ReplicaSets
-        # refused by a quota), and the index of the last pass is still right.
+        # refused by a quota), and the index of the last pass is still right. API writes (`Cluster.written`) are
+        # added to these: a written Deployment is dirty, a written Service, Endpoints or quota touches its
+        # namespace; only writes of pods or ReplicaSets (or writes not known one by one) make every step look at
+        # everything (`_everything`) with a fresh index.
         self._dirty: set[str] = set()
         self._touched: set[str] = set()
         self._touched_ns: set[str] = set()
-        self._full = True
+        self._full = self._everything = self._signal_inputs = True
         self._version = 0  # bumped when the index changes, for the lists cached from it
         self._lists: dict[Any, tuple[int, list[Obj]]] = {}
 
@@ -419,7 +422,8 @@ class _Pass:
     # --- the pass ----------------------------------------------------------------------------------------------
     def run(self) -> tuple[float, float]:
         self._full = self.c.revision != self.st.seen_revision
-        if self._full:  # an API request may have deleted pods (passes forget the pods they delete themselves)
+        self._take_written()
+        if self._everything:  # an API request may have deleted pods (passes forget the pods they delete themselves)
             self.st.index = None
             self.st.pods = {k: v for k, v in self.st.pods.items() if self.c.get("pods", *k) is not None}
         waiting, self.st.waking = self._waiting(), set()
@@ -428,18 +432,20 @@ class _Pass:
         self._schedule()
         self._kubelet()
         self._touched |= waiting
-        everything = self._full
+        # after API writes, the first round syncs every ReplicaSet (a cheap count), so a set the deployment
+        # controller just resized acts in the same round, as it did when every deployment was synced
+        everything, every_set = self._everything, self._full
         for _ in range(CONTROLLER_ROUNDS):  # as informers requeue: what changed since the last round
             queue, self._dirty, changed = self._dirty | waiting, set(), False
             for dep in self.c.list("deployments.apps"):
                 if everything or dep["metadata"]["uid"] in queue:
                     changed |= self._sync_deployment(dep)
             for rs in self.c.list("replicasets.apps"):
-                if everything or rs["metadata"]["uid"] in queue:
+                if every_set or rs["metadata"]["uid"] in queue:
                     changed |= self._sync_replicaset(rs)
             if not changed:
                 break
-            everything, waiting = False, set()
+            everything, every_set, waiting = False, False, set()
             self._schedule()
             self._kubelet()
         self._replicaset_status()
@@ -454,10 +460,27 @@ class _Pass:
             self.next_change = self.now  # a waiting init container may see its service now
         return self.next_change, self.next_display
 
+    def _take_written(self) -> None:
+        """What API requests wrote since the last pass, as what this pass must look at again."""
+        written, self.c.written = self.c.written, set()
+        if not self._full:
+            self._everything = self._signal_inputs = False
+            return
+        self._everything = written is None or any(r in ("pods", "replicasets.apps") for r, _, _ in written)
+        self._signal_inputs = written is None or any(r in SIGNAL_INPUTS for r, _, _ in written)
+        for resource, ns, name in written or ():
+            if resource == "deployments.apps":
+                dep = self.c.get(resource, ns, name)
+                if dep is not None:
+                    self._mark(dep["metadata"]["uid"])
+            elif resource in ("services", "endpoints", "resourcequotas"):
+                self._touched_ns.add(ns)
+
     def _signals(self) -> signals.Computed:
         """The golden signals, recomputed only when what they follow from changed: Services, Endpoints, network
         policies, namespaces, chaos effects, or which pods fail to log in to a database."""
-        objects = self.st.signals[0][0] if self.st.signals and not (self._full or self.endpoints_changed) else \
+        objects = self.st.signals[0][0] if self.st.signals and not (self._signal_inputs or self.endpoints_changed) \
+            else \
             tuple((o["metadata"].get("namespace"), o["metadata"]["name"], o["metadata"].get("resourceVersion"))
                   for resource in SIGNAL_INPUTS for o in self.c.list(resource))
         key = (objects,
@@ -988,7 +1011,7 @@ class _Pass:
     # --- status ------------------------------------------------------------------------------------------------
     def _replicaset_status(self) -> None:
         for rs in self.c.list("replicasets.apps"):
-            if not self._full and rs["metadata"]["uid"] not in self._touched:
+            if not self._everything and rs["metadata"]["uid"] not in self._touched:
                 continue
             pods = self._pods_of(rs)
             ready = sum(1 for p in pods if self.st.pods.get((p["metadata"]["namespace"], p["metadata"]["name"]))
@@ -1022,7 +1045,7 @@ class _Pass:
             uid = meta["uid"]
             settled = self.st.settled.get(("deployment-status", uid))
             if settled is not None and uid not in self.created and self.now < settled[1] and \
-                    (not self._full and uid not in self._touched
+                    (not self._everything and uid not in self._touched
                      or settled[0] == self._status_inputs(dep)):  # untouched: its inputs are as they settled
                 self._later(settled[1], display=True)
                 continue
@@ -1128,12 +1151,13 @@ class _Pass:
         services: dict[str, list[Obj]] = defaultdict(list)
         for svc in self.c.list("services"):
             services[svc["metadata"]["namespace"]].append(svc)
-        for ep in self.c.list("endpoints"):
-            if self.c.get("services", ep["metadata"]["namespace"], ep["metadata"]["name"]) is None:
-                self.c.delete("endpoints", ep["metadata"]["namespace"], ep["metadata"]["name"])
+        if self._signal_inputs:  # an API request may have deleted a Service (or written an Endpoints)
+            for ep in self.c.list("endpoints"):
+                if self.c.get("services", ep["metadata"]["namespace"], ep["metadata"]["name"]) is None:
+                    self.c.delete("endpoints", ep["metadata"]["namespace"], ep["metadata"]["name"])
         for ns, items in services.items():
-            if not self._full and ns not in self._touched_ns:
-                continue  # no API write and none of its pods changed: its endpoints cannot have
+            if not self._everything and ns not in self._touched_ns:
+                continue  # no API write of it, its Services or Endpoints, and none of its pods changed: as it was
             by_app = self._by_label(ns, "app")
             for svc in items:
                 key = ("endpoints", ns, svc["metadata"]["name"])
@@ -1218,8 +1242,8 @@ class _Pass:
         """Usage against each quota, recounted when the quota or the namespace's live pods change."""
         for quota in self.c.list("resourcequotas"):
             ns = quota["metadata"]["namespace"]
-            if not self._full and ns not in self._touched_ns:
-                continue  # no API write and none of its namespace's pods changed: as it settled
+            if not self._everything and ns not in self._touched_ns:
+                continue  # no API write of it and none of its namespace's pods changed: as it settled
             pods = self._pods(ns)
             key, uids = ("quota", f"{ns}/{quota['metadata']['name']}"), tuple(p["metadata"]["uid"] for p in pods)
             if self.st.settled.get(key) == (quota["metadata"].get("resourceVersion"), uids):
