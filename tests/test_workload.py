@@ -183,6 +183,60 @@ def test_api_writes_are_looked_at_again_as_a_pass_that_looks_at_everything_would
         assert episode(scenario, everything=False) == episode(scenario, everything=True), scenario.name
 
 
+def test_a_renewed_log_reads_as_a_new_one() -> None:
+    """A pass renews the log of an unchanged run instead of rendering a new one (`LazyLog.renew`): reads then give
+    what a new one gives, also in the 7-second bucket of an earlier read (a hang's count grows within one), and a
+    log of another run, another clock or from a template (no clock) is not renewed."""
+    from agent_sre.simulator import logs
+    from agent_sre.simulator.kubelet import Run
+    from agent_sre.simulator.software import Outcome
+
+    clock = SimClock(speed=0.0)
+    pod = {"metadata": {"name": "api-1"}}
+    run = Run(Outcome("hang", lines=("waiting for postgres:5432",)), SIM_EPOCH, "busybox:1.36")
+    log = logs.render(pod, run, SIM_EPOCH, (), False, (), clock)
+    assert log is not None
+    clock.advance(57.0)
+    before = dict(log)
+    clock.advance(4.0)  # the same bucket [56, 63): the log keeps what it read
+    assert dict(log) == before
+    assert log.renew(clock, clock.now(), run)
+    fresh = logs.render(pod, run, clock.now(), (), False, (), clock)
+    assert dict(log) == dict(fresh) != before  # type: ignore[arg-type]
+    assert not log.renew(SimClock(speed=0.0), clock.now(), run)
+    assert not log.renew(clock, clock.now(), Run(run.outcome, run.since, run.image))
+    import pickle
+    assert not pickle.loads(pickle.dumps(log)).renew(clock, clock.now(), run)
+
+
+def test_logs_renewed_as_the_minute_moves_on_read_as_new_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Passes every simulated second through a crash loop: every log reads as it does when each pass renders new
+    logs once the minute moved on."""
+    from agent_sre.scenarios import load_scenarios
+    from agent_sre.simulator import logs
+    from agent_sre.simulator.transport import in_process_api_client
+
+    scenario = next(s for s in load_scenarios() if s.fault == "bad_command")
+
+    def reads() -> list[dict[str, object]]:
+        simulator = Simulator(speed=0)
+        cluster = simulator.create_env("e", apps=[scenario.app], seed=scenario.seed)
+        api = in_process_api_client(simulator, "e")
+        inject(api, scenario)
+        out = []
+        for step, seconds in enumerate((50, *[1] * 80, 300)):
+            simulator.advance("e", seconds)
+            CoreV1Api(api).patch_namespaced_config_map(  # a write: the next sync runs a pass now
+                "shop-config", scenario.namespace, {"metadata": {"annotations": {"step": str(step)}}})
+            simulator.advance("e", 0)
+            out.append({"/".join(k): dict(v) for k, v in sorted(cluster.logs.items())})
+        return out
+
+    renewed = reads()
+    monkeypatch.setattr(logs.LazyLog, "renew", lambda self, clock, at, run: False)
+    assert reads() == renewed
+
+
 def test_two_apps_share_the_nodes_and_install_rejects_duplicates() -> None:
     simulator = Simulator()
     cluster = simulator.create_env("both", apps=["shop", "bank"])

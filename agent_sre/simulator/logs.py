@@ -182,14 +182,23 @@ class LazyLog(Mapping[str, list[str]]):
     the lines come from holds until the next reconcile pass, and the API syncs before serving a read.
     """
 
-    __slots__ = ("_args", "_at", "_clock", "_bucket", "_end", "_value")
+    __slots__ = ("_args", "_at", "_clock", "_bucket", "_end", "_value", "_source")
     KEYS = ("current", "previous")
 
-    def __init__(self, clock: SimClock | None, at: float, *args: object) -> None:
-        self._clock, self._at, self._args = clock, at, args
+    def __init__(self, clock: SimClock | None, at: float, *args: object, source: Run | None = None) -> None:
+        self._clock, self._at, self._args, self._source = clock, at, args, source
         self._bucket: int | None = None
         self._end = at
         self._value: dict[str, list[str]] = {}
+
+    def renew(self, clock: SimClock, at: float, run: Run) -> bool:
+        """Start over from `at`, as the log `render` would give now, if this is the log of `run` itself following
+        `clock` and the caller knows the rest is unchanged (the run's fields, its failing calls, pause and database
+        logins); False when a new one must be rendered. Cheaper than copying the run for a new one."""
+        if self._clock is not clock or self._source is not run:
+            return False
+        self._at, self._bucket, self._end, self._value = at, None, at, {}
+        return True
 
     def __getitem__(self, key: str) -> list[str]:
         if key not in self.KEYS:
@@ -216,7 +225,7 @@ class LazyLog(Mapping[str, list[str]]):
 
     def __setstate__(self, state: tuple[float, tuple[object, ...]]) -> None:
         self._at, self._args = state
-        self._clock, self._bucket, self._end, self._value = None, None, self._at, {}
+        self._clock, self._bucket, self._end, self._value, self._source = None, None, self._at, {}, None
 
 
 def render(pod: Obj, run: Run, now: float, failing: Sequence[FailingEdge], paused: bool,
@@ -224,7 +233,8 @@ def render(pod: Obj, run: Run, now: float, failing: Sequence[FailingEdge], pause
     """The container's logs from `now` on (rendered when read), or None if it never started."""
     if run.outcome.kind in ("pull_error", "config_error"):
         return None
-    return LazyLog(clock, now, pod["metadata"]["name"], copy.copy(run), tuple(failing), paused, tuple(inbound))
+    return LazyLog(clock, now, pod["metadata"]["name"], copy.copy(run), tuple(failing), paused, tuple(inbound),
+                   source=run)
 
 
 def _render(name: str, run: Run, now: float, failing: Sequence[FailingEdge], paused: bool,

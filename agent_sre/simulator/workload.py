@@ -1304,12 +1304,17 @@ class _Pass:
             app = (pod["metadata"].get("labels") or {}).get("app", "")
             edges, users = failing.get((ns, app), ()), inbound.get((ns, app), ())
             key = (tuple((k, r.since, r.restarts_before, r.outcome.kind) for k, r in ps.runs.items()),
-                   ps.failure_since, edges, users, int(self.now // 60))
-            if key == ps.log_key:
+                   ps.failure_since, edges, users)
+            minute, (last_key, last_minute) = int(self.now // 60), ps.log_key or (None, None)
+            if key == last_key and minute == last_minute:
                 continue
-            ps.log_key = key
+            ps.log_key = (key, minute)
             for container_key, run in ps.runs.items():
                 container = container_key.split("/", 1)[1]
+                if key == last_key:  # only the minute moved on: a log of the same run starts over (as a new one)
+                    entry = self.c.logs.get((ns, name, container))
+                    if isinstance(entry, logs.LazyLog) and entry.renew(self.c.clock, self.now, run):
+                        continue
                 rendered = logs.render(pod, run, self.now, edges, ps.failure_since is not None, users, self.c.clock)
                 if rendered is None:
                     self.c.logs.pop((ns, name, container), None)
