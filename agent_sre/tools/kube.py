@@ -1,8 +1,8 @@
 """The tools' only door to the cluster: the official client, addressed by the tools' kind names.
 
-Reads are GETs of API paths through the client's own machinery (`kubeget`), writes its typed APIs. Responses are
-read raw (`_preload_content=False`) and decoded by urllib3's `response.json()`: the tools render
-plain dicts, and skipping the client's model classes makes calls far cheaper (listing the shop's pods in-process:
+Reads are GETs of API paths sent with the client's own configuration (`kubeget`), logs included; writes use its
+typed APIs. Responses are read raw (`_preload_content=False`) and decoded by urllib3's `response.json()`: the tools
+render plain dicts, and skipping the client's model classes makes calls far cheaper (listing the shop's pods in-process:
 about 2 ms typed, 0.1-0.2 ms raw). In-process, `json()` copies the simulator's document instead of encoding and
 decoding it (see `simulator.transport`), so tools may treat what they read as their own. Every mutating request passes
 `guardrails.check_write` here, after the tool's own checks, so no code path can write outside the rules.
@@ -166,13 +166,11 @@ class Kube:
         return response.json().get("items") or []
 
     def logs(self, pod: str, namespace: str, container: str | None, tail: int, previous: bool) -> str:
-        kwargs: dict[str, Any] = {"tail_lines": tail}
-        if container:
-            kwargs["container"] = container
-        if previous:
-            kwargs["previous"] = True
-        return self._raw(self._apis["core"].read_namespaced_pod_log, pod, namespace, **kwargs).data.decode(
-            "utf-8", "replace")
+        query = (*((("container", container),) if container else ()), *((("previous", True),) if previous else ()),
+                 ("tailLines", tail))  # the typed read_namespaced_pod_log's order
+        response = self._answer(lambda: kubeget.get(self._api, "/api/v1/namespaces/{namespace}/pods/{name}/log",
+                                                    query, namespace=namespace, name=pod))
+        return response.data.decode("utf-8", "replace")
 
     def metrics(self, kind: str, namespace: str) -> list[Obj]:
         """`metrics.k8s.io` usage: `kind` is "pods" (in `namespace`) or "nodes"."""
