@@ -22,12 +22,16 @@ from agent_sre.temporal import task_queues
 async def run_episode(client: Client, settings: Settings, scenario: Scenario, policy: PolicyRef | None,
                       workflow_id: str, limits: RemediationLimits | None = None) -> EpisodeResult:
     """One episode. With `policy` None the remediation's routing activity picks the version, as it does for a real
-    incident, so rollouts see simulated traffic the way they see production's."""
+    incident, so rollouts see simulated traffic the way they see production's.
+
+    Eager start: when this client also runs a worker of the agent queue with a free slot (the bench, tests,
+    `make demo`), the server hands the episode's first workflow task back in the start call's reply instead of
+    through matching; elsewhere the request is ignored and the episode starts as usual."""
     return await client.execute_workflow(
         "SimulatedIncidentWorkflow",
         EpisodeRequest(scenario=scenario, policy=policy, queues=task_queues(settings),
                        **({"limits": limits} if limits else {})),
-        id=workflow_id, task_queue=settings.queue_agent, result_type=EpisodeResult)
+        id=workflow_id, task_queue=settings.queue_agent, result_type=EpisodeResult, request_eager_start=True)
 
 
 async def run_episodes(client: Client, settings: Settings, scenarios: Sequence[Scenario], n: int,
