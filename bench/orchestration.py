@@ -1,9 +1,9 @@
 """Orchestration benchmark: the same simulated episodes with the activities called directly, and through Temporal.
 
-Both run exactly the same activity functions (create environment and inject, baseline, policy decisions, tool
-calls, observe, reward, store) against the same embedded stack (simulator over HTTP, SeaweedFS); the difference
-is Temporal: workflow tasks, history, (de)serialisation, task-queue dispatch. Settle windows are zero so waiting
-does not hide the overhead.
+Both run exactly the same activity functions (create environment and inject, whose snapshot is the baseline,
+policy decisions, tool calls, observe, reward, store) against the same embedded stack (simulator over HTTP,
+SeaweedFS); the difference is Temporal: workflow tasks, history, (de)serialisation, task-queue dispatch. Settle
+windows are zero so waiting does not hide the overhead.
 
   direct    activities called in-process (ActivityEnvironment), in the workflows' order
   temporal  SimulatedIncidentWorkflow + child IncidentRemediationWorkflow, workers in this process, for each
@@ -112,9 +112,9 @@ async def round_trips_ms(settings: Settings, runs: int = 3) -> dict[str, float]:
             floor[kind] = statistics.median(times)
     return floor
 HEADING = "## Orchestration (bench/orchestration.py)"
-NOTES = """- `queue`: every tool call, the baseline and the observation are activities on `agent-tools`, two matching hops
-  each. `local`: reads run as local activities beside the workflow (results recorded as markers when the workflow
-  task completes), writes as activities on the workflow's own queue (eager dispatch: one hop), so a rule-based
+NOTES = """- `queue`: every tool call and the observation are activities on `agent-tools`, two matching hops each.
+  `local`: reads run as local activities beside the workflow (results recorded as markers when the workflow task
+  completes), writes as activities on the workflow's own queue (eager dispatch: one hop), so a rule-based
   policy's investigation costs no server round trip until it writes. Rule-based decisions, reward, routing and
   storing are local activities in both modes; a zero settle window sets no timer (a durable timer costs a
   timer-queue round trip even at zero length).
@@ -132,7 +132,7 @@ def direct_episode(scenario: Scenario, ref: PolicyRef) -> tuple[float, int]:
     env = injected.environment
     incident = Incident(id=uuid.uuid4().hex[:12], source="simulation", alert=injected.alert,
                         namespace=scenario.namespace, kubeconfig=env.server, scenario=scenario, limits=LIMITS)
-    baseline = run(observer.snapshot_cluster, incident)
+    baseline = injected.health or run(observer.snapshot_cluster, incident)  # as the remediation takes it
     t = Trajectory(incident=incident, workflow_id=f"direct-{incident.id}", run_id="direct", policy=ref.name,
                    model_version=ref.version, started_at=datetime.now(UTC))
     while len(t.steps) < LIMITS.max_steps:

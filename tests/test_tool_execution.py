@@ -95,11 +95,12 @@ async def test_each_mode_runs_the_episode_where_it_says(stack: Settings, mode: T
     tools = settings.queue_tools
     if mode == "queue":
         assert parent == Counter({("create_and_inject", tools): 1, ("delete_environment", tools): 1})
-        assert child == Counter({("snapshot_cluster", tools): 1, ("run_tool", tools): 2, ("observe", tools): 1})
+        # No snapshot_cluster: the injection's snapshot, taken as the alert fired, is the baseline.
+        assert child == Counter({("run_tool", tools): 2, ("observe", tools): 1})
     else:  # reads beside the workflow; the one write an activity of its own, on the workflow's queue
         assert parent == Counter() and parent_markers == 2
         assert child == Counter({("run_tool", settings.queue_agent): 1})
-        assert child_markers == 8  # baseline, 3 decisions, the read, observe, reward, store
+        assert child_markers == 7  # 3 decisions, the read, observe, reward, store
 
 
 def _crash_worker(settings: Settings, marker: Path, log: Path) -> subprocess.Popen[bytes]:

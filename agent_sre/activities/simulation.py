@@ -42,7 +42,8 @@ def _fresh_environment(req: InjectRequest) -> SimEnvironment:
 @activity.defn
 def create_and_inject(req: InjectRequest) -> InjectedFault:
     """Create the environment, inject the fault, then wait until the app is visibly unhealthy — when its alert
-    would fire. One activity, not two: one round trip less per episode, and nothing to leak between them.
+    would fire. One activity, not two: one round trip less per episode, and nothing to leak between them. The
+    snapshot that saw it is the remediation's baseline: the namespace as the alert fired, before anyone acted.
 
     A false alarm (`none`) fires at once. A fault that never shows is a broken scenario, not a retryable error.
     """
@@ -51,8 +52,9 @@ def create_and_inject(req: InjectRequest) -> InjectedFault:
     scenario = req.scenario
     faults.inject(client, scenario)
     deadline = time.monotonic() + MANIFEST_TIMEOUT_S
-    while scenario.fault != "none":
-        if oracle.snapshot(client, scenario.namespace, scenario.app).unhealthy:
+    while True:
+        health = oracle.snapshot(client, scenario.namespace, scenario.app)
+        if health.unhealthy or scenario.fault == "none":
             break
         if time.monotonic() > deadline:
             raise ApplicationError(f"scenario {scenario.name}: fault {scenario.fault} did not show within "
@@ -61,7 +63,7 @@ def create_and_inject(req: InjectRequest) -> InjectedFault:
             activity.heartbeat()
         time.sleep(POLL_S)
     alert = scenario.alert.model_copy(update={"status": "firing", "startsAt": datetime.now(UTC)})
-    return InjectedFault(environment=environment, alert=alert)
+    return InjectedFault(environment=environment, alert=alert, health=health)
 
 
 @activity.defn

@@ -9,6 +9,7 @@ from agent_sre.models.incident import RemediationLimits
 from agent_sre.models.remediation import IncidentOutcome, PolicyRef, TaskQueues
 from agent_sre.models.reward import RewardConfig
 from agent_sre.models.scenario import Scenario
+from agent_sre.models.verdict import HealthSnapshot
 
 
 class SimEnvironment(BaseModel):
@@ -34,6 +35,9 @@ class InjectRequest(BaseModel):
 class InjectedFault(BaseModel):
     environment: SimEnvironment
     alert: Alert
+    health: HealthSnapshot | None = Field(
+        default=None, description="the namespace when the alert fired: the remediation's baseline "
+                                  "(None from workers that predate it: the remediation then takes its own)")
 
 
 class EpisodeResult(BaseModel):

@@ -42,6 +42,9 @@ class RemediationRequest(BaseModel):
     reward: RewardConfig = Field(default_factory=RewardConfig)
     store_trajectory: bool = True
     queues: TaskQueues = Field(default_factory=TaskQueues)
+    baseline: HealthSnapshot | None = Field(
+        default=None, description="the namespace when the alert fired, if whoever raised it looked (a simulated "
+                                  "episode's injection does); None: the remediation takes it before acting")
 
 
 Phase = Literal["routing", "investigating", "awaiting_approval", "settling", "observing", "rewarding",

@@ -111,7 +111,7 @@ class IncidentRemediationWorkflow:
                  if known.get(key) != value]
         if unset:
             workflow.upsert_search_attributes(unset)  # one event, not one per attribute
-        baseline = await near_cluster(self._queues, observer.snapshot_cluster, incident)
+        baseline = request.baseline or await near_cluster(self._queues, observer.snapshot_cluster, incident)
 
         self._trajectory = trajectory = Trajectory(
             incident=incident, workflow_id=info.workflow_id, run_id=info.run_id, policy=policy_ref.name,

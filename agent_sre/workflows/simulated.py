@@ -44,7 +44,8 @@ class SimulatedIncidentWorkflow:
                 limits=req.limits)
             outcome = await workflow.execute_child_workflow(
                 IncidentRemediationWorkflow.run,
-                RemediationRequest(incident=incident, policy=req.policy, reward=req.reward, queues=req.queues),
+                RemediationRequest(incident=incident, policy=req.policy, reward=req.reward, queues=req.queues,
+                                   baseline=injected.health),
                 id=f"{workflow.info().workflow_id}-remediation",
                 search_attributes=search_attributes(incident, req.policy))  # the child need not upsert them
         finally:
