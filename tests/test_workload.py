@@ -177,6 +177,14 @@ def test_api_writes_are_looked_at_again_as_a_pass_that_looks_at_everything_would
                            observe(api, scenario, baseline).model_dump()],  # type: ignore[arg-type]
                           sort_keys=True, default=str)
 
+    simulator = Simulator(speed=0)
+    cluster = simulator.create_env("w", apps=["shop"])
+    AppsV1Api(in_process_api_client(simulator, "w")).patch_namespaced_deployment_scale(
+        "cart", "shop", {"spec": {"replicas": 2}})
+    assert cluster.written == {("deployments.apps", "shop", "cart")}
+    simulator.advance("w", 60)  # passes write pods, ReplicaSets and events: not what the next pass must look at
+    assert cluster.written == set()
+
     one_per_fault = {s.fault: s for s in reversed(load_scenarios())}
     assert len(one_per_fault) >= 15
     for scenario in one_per_fault.values():

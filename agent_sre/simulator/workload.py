@@ -149,6 +149,7 @@ def _run_pass(cluster: Cluster, state: WorkloadState, at: float) -> _Pass:
     done = _Pass(cluster, state, at)
     state.next_change, state.next_display = done.run()
     state.seen_revision = cluster.revision
+    cluster.written = set()  # the pass's own writes: the next pass looks again only at what API requests write
     state.last_pass = at
     return done
 
@@ -462,7 +463,7 @@ class _Pass:
 
     def _take_written(self) -> None:
         """What API requests wrote since the last pass, as what this pass must look at again."""
-        written, self.c.written = self.c.written, set()
+        written = self.c.written
         if not self._full:
             self._everything = self._signal_inputs = False
             return
