@@ -139,6 +139,18 @@ def test_an_install_into_an_empty_cluster_carries_on_from_the_template() -> None
 
     assert dump(install(full=False)) == dump(install(full=True))
 
+    def index(cluster: Cluster) -> tuple[object, ...]:  # its tables, in their order
+        ix = cluster.model["workload"].index
+        return tuple([(k, list(v.items()) if isinstance(v, dict) else v) for k, v in table.items()]
+                     for table in (ix.live, ix.pods_of, ix.sets_of, ix.set_owner))
+
+    one, two = Cluster("one", clock=SimClock(speed=0.0)), Cluster("two", clock=SimClock(speed=0.0))
+    for cluster in (one, two):
+        apps.install(cluster, "shop", seed=3)  # the template's index, forked: as if built from the objects
+        assert index(cluster) == index(Cluster("x", objects=cluster.objects, model={"workload": workload.WorkloadState(
+            index=workload.Index.of(cluster.objects))}))
+    assert one.model["workload"].index.pods_of is not two.model["workload"].index.pods_of
+
 
 def test_api_writes_are_looked_at_again_as_a_pass_that_looks_at_everything_would() -> None:
     """After API writes a pass re-examines what they affect (`Cluster.written`); for one scenario of each fault

@@ -537,7 +537,8 @@ def _build(app: AppSpec, namespace: str, seed: int) -> _Template:
     _settle(cluster, TEMPLATE_AT)
     objects, logs = pickle.loads(pickle.dumps((cluster.objects, cluster.logs), protocol=pickle.HIGHEST_PROTOCOL))
     highest = max(int(o["metadata"].get("resourceVersion", 0)) for items in objects.values() for o in items.values())
-    return _Template(objects, logs, highest, workload.export(cluster, namespace).fork(), instance)
+    return _Template(objects, logs, highest, workload.export(cluster, namespace).fork(), instance,
+                     workload.Index.of(objects))
 
 
 @dataclass(frozen=True)
@@ -551,6 +552,7 @@ class _Template:
     highest: int  # the highest resourceVersion among the objects
     state: workload.WorkloadState
     instance: AppInstance
+    index: workload.Index  # of its ReplicaSets and pods: an install into an empty cluster forks it
 
 
 _templates: OrderedDict[tuple[str, str, int], _Template] = OrderedDict()
@@ -601,5 +603,5 @@ def install(cluster: Cluster, app: str, namespace: str | None = None, seed: int 
     cluster.model.setdefault("apps", {})[ns] = instance
     cluster.revision += 1
     cluster.written = None  # stored in bulk: the next pass after a write looks at everything
-    workload.adopt(cluster, state, settled=empty)
+    workload.adopt(cluster, state, settled=empty, index=template.index)
     return ns

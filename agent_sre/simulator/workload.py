@@ -101,14 +101,16 @@ def export(cluster: Cluster, namespace: str) -> WorkloadState:
     return out
 
 
-def adopt(cluster: Cluster, state: WorkloadState, settled: bool = False) -> None:
+def adopt(cluster: Cluster, state: WorkloadState, settled: bool = False, index: Index | None = None) -> None:
     """Take over the controllers' memory of an install (`export`). `settled`: the cluster holds exactly the objects
     that memory settled on (an install into an empty cluster), so when nothing is due, the first sync carries on
     from there with one pass at the clock instead of re-examining everything (a full pass would find nothing to
-    do, so the result is the same)."""
+    do, so the result is the same); `index` (`Index.of` those very objects) is then forked rather than rebuilt."""
     attach(cluster)
     own: WorkloadState = cluster.model["workload"]
     own.merge(state)
+    if settled and index is not None:
+        own.index = index.fork()
     if settled and state.next_change == INF:
         own.seen_revision, own.last_pass = cluster.revision, state.last_pass
         own.next_change, own.next_display = INF, cluster.clock.now()
@@ -208,6 +210,22 @@ class Index:
             if resource == "replicasets.apps":
                 self.set_owner[meta["uid"]] = owner
         return owner
+
+    @classmethod
+    def of(cls, objects: Mapping[str, Mapping[tuple[str, str], Obj]]) -> Index:
+        """The index of a store's ReplicaSets and pods."""
+        index = cls()
+        for rs in objects.get("replicasets.apps", {}).values():
+            index.put("replicasets.apps", rs)
+        for pod in objects.get("pods", {}).values():
+            index.put("pods", pod)
+        return index
+
+    def fork(self) -> Index:
+        """A copy another cluster can change: its tables are copied, the objects in them are shared (never changed
+        in place)."""
+        return Index(dict(self.live), defaultdict(dict, {k: dict(v) for k, v in self.pods_of.items()}),
+                     defaultdict(dict, {k: dict(v) for k, v in self.sets_of.items()}), dict(self.set_owner))
 
 
 class _Deferred(Mapping[Any, Any]):
@@ -338,12 +356,7 @@ class _Pass:
 
     def _index(self) -> Index:
         if self.st.index is None:
-            index = Index()
-            for rs in self.c.list("replicasets.apps"):
-                index.put("replicasets.apps", rs)
-            for pod in self.c.list("pods"):
-                index.put("pods", pod)
-            self.st.index = index
+            self.st.index = Index.of(self.c.objects)
         return self.st.index
 
     def _reindex(self, resource: str, obj: Obj, gone: bool = False) -> None:
