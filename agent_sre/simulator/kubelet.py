@@ -125,7 +125,8 @@ class PodState:
     def fork(self) -> PodState:
         """A copy to change independently: the runs and tables are changed in place, the values they hold are not
         (outcomes are frozen, a last terminated state is never edited)."""
-        out = copy.copy(self)
+        out = object.__new__(PodState)  # a shallow copy, several times cheaper than copy.copy's generic one
+        out.__dict__.update(self.__dict__)
         out.runs = {key: copy.copy(run) for key, run in self.runs.items()}
         out.conditions, out.events = dict(self.conditions), dict(self.events)
         return out
