@@ -166,7 +166,7 @@ class InProcessRESTClient:
         params = parse_qs(query, keep_blank_values=True) if query else {}
         status, resp_headers, payload = api.serve(self.simulator, method.upper(), path, params, headers,
                                                   _encode(body, content_type))
-        streamed = any((params.get(flag) or [""])[-1].lower() in ("true", "1") for flag in STREAMED)
+        streamed = bool(params) and any((params.get(flag) or [""])[-1].lower() in ("true", "1") for flag in STREAMED)
         response = (StreamedResponse if streamed else InProcessResponse)(payload, resp_headers, status,
                                                                          self.simulator)
         return rest.RESTResponse(response)
