@@ -155,7 +155,8 @@ def test_an_install_into_an_empty_cluster_carries_on_from_the_template() -> None
 def test_api_writes_are_looked_at_again_as_a_pass_that_looks_at_everything_would() -> None:
     """After API writes a pass re-examines what they affect (`Cluster.written`); for one scenario of each fault
     type (deployments, Services, config, secrets, quotas, nodes, network policies, chaos, pod deletes), inject,
-    settle, fix and settle leave the cluster as passes that re-examine every object after every write do."""
+    settle, fix and settle leave the cluster as passes that re-examine every object after every write do, and as
+    passes that re-check every Service's endpoints whenever a pod changed (not only those that may select it)."""
     from agent_sre.faults.oracle import observe, snapshot
     from agent_sre.scenarios import load_scenarios
     from agent_sre.simulator.transport import in_process_api_client
@@ -197,10 +198,24 @@ def test_api_writes_are_looked_at_again_as_a_pass_that_looks_at_everything_would
     simulator.advance("w", 60)  # passes write pods, ReplicaSets and events: not what the next pass must look at
     assert cluster.written == set()
 
+    class Everything(set):  # type: ignore[type-arg]
+        def __contains__(self, item: object) -> bool:
+            return True
+
     one_per_fault = {s.fault: s for s in reversed(load_scenarios())}
     assert len(one_per_fault) >= 15
     for scenario in one_per_fault.values():
-        assert episode(scenario, everything=False) == episode(scenario, everything=True), scenario.name
+        targeted = episode(scenario, everything=False)
+        assert targeted == episode(scenario, everything=True), scenario.name
+        with pytest.MonkeyPatch.context() as patch:  # every Service's endpoints re-checked whenever a pod changed
+            init = workload._Pass.__init__
+
+            def every_app(self: workload._Pass, *args: object) -> None:
+                init(self, *args)  # type: ignore[arg-type]
+                self._touched_apps = Everything()
+
+            patch.setattr(workload._Pass, "__init__", every_app)
+            assert targeted == episode(scenario, everything=False), scenario.name
 
 
 def test_a_renewed_log_reads_as_a_new_one() -> None:

@@ -322,6 +322,8 @@ class _Pass:
         self._dirty: set[str] = set()
         self._touched: set[str] = set()
         self._touched_ns: set[str] = set()
+        self._touched_apps: set[tuple[str, str | None]] = set()  # (namespace, app label) of changed pods
+        self._written_ns: set[str] = set()  # namespaces of Services and Endpoints that API requests wrote
         self._full = self._everything = self._signal_inputs = True
         self._version = 0  # bumped when the index changes, for the lists cached from it
         self._lists: dict[Any, tuple[int, list[Obj]]] = {}
@@ -368,7 +370,9 @@ class _Pass:
         if owner:
             self._mark(owner, index.set_owner.get(owner, ""), obj["metadata"]["uid"])
         if resource == "pods":
-            self._touched_ns.add(obj["metadata"]["namespace"])
+            meta = obj["metadata"]
+            self._touched_ns.add(meta["namespace"])
+            self._touched_apps.add((meta["namespace"], (meta.get("labels") or {}).get("app")))
         self._version += 1
 
     def _mark(self, *uids: str) -> None:
@@ -489,6 +493,8 @@ class _Pass:
                     self._mark(dep["metadata"]["uid"])
             elif resource in ("services", "endpoints", "resourcequotas"):
                 self._touched_ns.add(ns)
+                if resource != "resourcequotas":
+                    self._written_ns.add(ns)
 
     def _signals(self) -> signals.Computed:
         """The golden signals, recomputed only when what they follow from changed: Services, Endpoints, network
@@ -1173,7 +1179,11 @@ class _Pass:
             if not self._everything and ns not in self._touched_ns:
                 continue  # no API write of it, its Services or Endpoints, and none of its pods changed: as it was
             by_app = self._by_label(ns, "app")
+            every_service = self._everything or ns in self._written_ns
             for svc in items:
+                selector = (svc.get("spec") or {}).get("selector") or {}
+                if not every_service and "app" in selector and (ns, selector["app"]) not in self._touched_apps:
+                    continue  # none of the pods it may select changed (nor it, nor its Endpoints): as it was
                 key = ("endpoints", ns, svc["metadata"]["name"])
                 if self.st.settled.get(key) == self._endpoint_inputs(svc, by_app):
                     continue
