@@ -128,9 +128,11 @@ def show_cycle(cycle: DrillCycle) -> None:
 def report_table(report: DrillReport) -> Table:
     from agent_sre.learning.drill import COLUMNS, rows
 
-    table = Table(title=f"drill {report.plan.learning.name}")
-    for col in COLUMNS:
-        table.add_column(col, no_wrap=col not in ("decision", "data used", "served by"))
-    for row in rows(report):
-        table.add_row(*row)
+    table = Table(title=f"drill {report.plan.learning.name}")  # a column per cycle: eleven figures fit no terminal row
+    table.add_column("", style="bold", no_wrap=True)
+    cycles = rows(report)
+    for row in cycles:
+        table.add_column(row[0] if row[0] == "after" else f"cycle {row[0]}")
+    for n, label in enumerate(COLUMNS[1:], start=1):
+        table.add_row(label, *(row[n] for row in cycles))
     return table
