@@ -151,7 +151,10 @@ def heldout_table(rows: list[Row]) -> tuple[Table, str]:
 
 
 def curve_markdown(grpo: GRPOResult) -> str:
-    lines = ["| step | mean group reward | success | invalid actions | generated tokens | rollout s |",
+    lines = [] if not grpo.steps or grpo.steps[0].step == 0 else [
+        f"The run was interrupted after step {grpo.steps[0].step} and resumed from that step's checkpoint (its "
+        "curriculum afresh); the curve lists the steps the resumed run played, and the cost below is theirs.", ""]
+    lines += ["| step | mean group reward | success | invalid actions | generated tokens | rollout s |",
              "|---|---|---|---|---|---|"]
     lines += [f"| {s.step + 1} | {s.mean_group_reward:+.2f} | {s.success_rate:.0%} | {s.invalid_rate:.0%} | "
               f"{s.generated_tokens} | {s.rollout_s:.0f} |" for s in grpo.steps]

@@ -76,5 +76,5 @@ def test_curriculum_prefers_families_neither_solved_nor_hopeless() -> None:
 def test_one_grpo_step_through_trl_saves_a_servable_policy(tiny: Path, tmp_path: Path) -> None:
     config = GRPOTrainingConfig(max_steps=1, group_size=2, max_turns=2, max_new_tokens=8, device="cpu")
     result = train_grpo(tiny, _scenarios("bad_image", "none"), tmp_path / "policy", config)
-    assert len(result.steps) == 1 and result.steps[0].generated_tokens > 0
+    assert [s.step for s in result.steps] == [0] and result.steps[0].generated_tokens > 0
     assert load_policy_model(tmp_path / "policy", device="cpu").model is not None

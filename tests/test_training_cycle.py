@@ -394,7 +394,7 @@ async def test_a_retried_train_activity_resumes_from_the_heartbeat_checkpoint(st
                      if b.metrics is not None and b.metrics != last.metrics})
     assert logged == [("grpo", n) for n in range(step + 1, 4)]  # no SFT again, GRPO after the checkpoint
     assert trained.sft is not None and trained.sft.steps == 2  # SFT's result came back with its model
-    assert trained.grpo is not None
+    assert trained.grpo is not None and [s.step for s in trained.grpo.steps] == list(range(step, 3))  # its curve too
     card = registry.get(job.version).card
     assert card.parent == BASE and card.training_request == req.model_dump(mode="json")
     assert not list(object_store(settings).list_objects(settings.s3_bucket, prefix="training/", recursive=True))

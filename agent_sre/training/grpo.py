@@ -196,7 +196,8 @@ class SimulatorRollouts:
             model.train(was_training)
         trajectories = [r.trajectory for r in rollouts if r.trajectory is not None]
         self.curriculum.update(trajectories)
-        self.stats.append(step_stats(len(self.stats), rollouts, time.perf_counter() - began))
+        # the trainer's step, not a count of this process's calls: a run resumed from a checkpoint carries on from it
+        self.stats.append(step_stats(trainer.state.global_step, rollouts, time.perf_counter() - began))
         return {"prompt_ids": [r.prompt_ids for r in rollouts], "completion_ids": [r.completion_ids for r in rollouts],
                 "logprobs": [r.logprobs for r in rollouts], "env_mask": [r.env_mask for r in rollouts],
                 "episode_return": [episode_return(t) for t in trajectories]}
@@ -213,7 +214,7 @@ def train_grpo(model_dir: Path, scenarios: Sequence[Scenario], output_dir: Path,
     """GRPO from `model_dir` (e.g. the SFT checkpoint) on `scenarios`; saves the policy to `output_dir`.
     `work_dir` holds the trainer's own files (default: beside `output_dir`): a checkpoint every `save_steps`
     (the last two kept), from which `resume_from` continues. A resumed run's curriculum starts afresh and its
-    learning curve (`GRPOResult.steps`) covers the resumed steps only."""
+    learning curve (`GRPOResult.steps`, numbered by the trainer's step) covers the resumed steps only."""
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
