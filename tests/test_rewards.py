@@ -157,6 +157,15 @@ def test_step_penalties_come_from_the_config() -> None:
     assert compute_reward(t, RewardConfig(refused_penalty=-2.0)).step_rewards == [-2.0, 0.0]
 
 
+@pytest.mark.parametrize(("function", "scale"), [("sre", 1.0), ("outcome", 0.1), ("weighted", 0.05)])
+def test_step_penalties_are_sre_points_scaled_to_each_function(function: str, scale: float) -> None:
+    """Shaping is in SRE points converted to each function's range, so it never outweighs solving the incident."""
+    t = make_trajectory([write(tool="delete_pod", refused=True, pod="cart-1"), *fix_steps()])
+    record = compute_reward(t, RewardConfig(function=function, refused_penalty=-0.5))
+    assert record.step_rewards[0] == pytest.approx(-0.5 * scale)
+    assert abs(record.step_rewards[0]) < record.total  # shaping never outweighs a resolved incident
+
+
 def test_feedback_folds_into_every_function() -> None:
     t = make_trajectory(fix_steps(), feedback=[1, 1, -1, 0])
     sre, outcome, weighted = (compute_reward(t, c) for c in (SRE, OUTCOME, WEIGHTED))

@@ -19,7 +19,8 @@ class HumanFeedback(BaseModel):
 
 class RewardConfig(BaseModel):
     function: RewardFunctionName = "sre"
-    # Step-level shaping for credit assignment (added to the step's own reward, not to the episode total).
+    # Step-level shaping for credit assignment (added to the step's own reward, not to the episode total), in the
+    # SRE formula's points; a function on another scale multiplies them by its `step_scale` (rewards/base.py).
     tool_error_penalty: float = -0.1
     refused_penalty: float = -0.5
     invalid_penalty: float = -0.5

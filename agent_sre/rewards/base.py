@@ -101,6 +101,9 @@ class RewardFunction(ABC):
     their sum, so every record explains itself. Register with `@register`."""
 
     name: ClassVar[RewardFunctionName]
+    # One SRE-formula point in this function's units: the step penalties of `RewardConfig` are in SRE points, so
+    # on a 0-1 scale an invalid action must not cost more than solving the incident earns.
+    step_scale: ClassVar[float] = 1.0
 
     @abstractmethod
     def components(self, episode: EpisodeFacts) -> dict[str, float]: ...
@@ -109,7 +112,7 @@ class RewardFunction(ABC):
         components = {k: round(v, 6) for k, v in self.components(EpisodeFacts.of(t)).items()}
         return RewardRecord(incident_id=t.incident.id, model_version=t.model_version, function=self.name,
                             total=round(sum(components.values()), 6), components=components,
-                            step_rewards=step_rewards(t, config), feedback=list(t.feedback))
+                            step_rewards=step_rewards(t, config, self.step_scale), feedback=list(t.feedback))
 
 
 REWARD_FUNCTIONS: dict[str, RewardFunction] = {}

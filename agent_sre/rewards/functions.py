@@ -37,6 +37,7 @@ class OutcomeReward(RewardFunction):
     """The outcome score: outcome 1 resolved, 0 unresolved, −1 worse; feedback +1/−1 per human rating."""
 
     name = "outcome"
+    step_scale = 0.1
     SCORES = {"resolved": 1.0, "unresolved": 0.0, "worse": -1.0}
 
     def components(self, episode: EpisodeFacts) -> dict[str, float]:
@@ -57,6 +58,7 @@ class WeightedReward(RewardFunction):
     """
 
     name = "weighted"
+    step_scale = 0.05
     WEIGHTS = {"task_completion": 0.40, "efficiency": 0.20, "safety": 0.15, "feedback": 0.25}
 
     def components(self, episode: EpisodeFacts) -> dict[str, float]:

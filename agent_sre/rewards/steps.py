@@ -11,7 +11,9 @@ the sum of the penalties that apply to it (from `RewardConfig`), 0.0 when none d
 - the same call (tool and arguments) returned the same result as an earlier step — it could teach the agent
   nothing new: `repeated_call_penalty` (on top of any of the above; the first occurrence is not penalised).
 
-The shaping rewards are not part of the episode total (see `RewardConfig`).
+The penalties are in the SRE formula's points; the reward functions on a smaller scale pass their `step_scale`
+(outcome: 0.1, weighted: 0.05 — the SRE formula spans about 23 points, theirs 2 and 1). The shaping rewards are not
+part of the episode total (see `RewardConfig`).
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ def is_invalid(step: Step) -> bool:
     return False
 
 
-def step_rewards(t: Trajectory, config: RewardConfig) -> list[float]:
-    """One shaping reward per step of `t`, in order."""
+def step_rewards(t: Trajectory, config: RewardConfig, scale: float = 1.0) -> list[float]:
+    """One shaping reward per step of `t`, in order, the penalties multiplied by `scale`."""
     seen: set[str] = set()
     rewards: list[float] = []
     for step in t.steps:
@@ -59,5 +61,5 @@ def step_rewards(t: Trajectory, config: RewardConfig) -> list[float]:
             if signature in seen:
                 reward += config.repeated_call_penalty
             seen.add(signature)
-        rewards.append(round(reward, 6))
+        rewards.append(round(reward * scale, 6))
     return rewards
