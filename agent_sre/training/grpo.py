@@ -219,7 +219,7 @@ def train_grpo(model_dir: Path, scenarios: Sequence[Scenario], output_dir: Path,
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from agent_sre.policy.llm.checkpoint import check_model_dir, pick_device, save_model_dir
+    from agent_sre.policy.llm.checkpoint import check_model_dir, pick_device, save_model_dir, train_in_bf16
 
     check_model_dir(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
@@ -227,15 +227,16 @@ def train_grpo(model_dir: Path, scenarios: Sequence[Scenario], output_dir: Path,
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     rollouts = SimulatorRollouts(scenarios, config)
+    device = pick_device(config.device)
     batch = config.group_size * config.groups_per_step
     args = GRPOConfig(
         output_dir=str(work_dir or output_dir.with_name(output_dir.name + ".work")), max_steps=config.max_steps, learning_rate=config.learning_rate,
         per_device_train_batch_size=batch, gradient_accumulation_steps=1, num_generations=config.group_size,
-        beta=config.beta, epsilon=config.epsilon, temperature=config.temperature,
+        beta=config.beta, epsilon=config.epsilon, scale_rewards=config.scale_rewards, temperature=config.temperature,
         max_completion_length=config.max_turns * (config.max_new_tokens + 1024), logging_steps=1,
         save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500, save_total_limit=2,
-        report_to=[], seed=config.seed, use_cpu=pick_device(config.device).type == "cpu",
-        bf16=False, disable_tqdm=True)
+        report_to=[], seed=config.seed, use_cpu=device.type == "cpu",
+        bf16=train_in_bf16(device, config.precision), disable_tqdm=True)
     slots = Dataset.from_dict({"prompt": [f"slot-{i}" for i in range(config.max_steps * config.groups_per_step)]})
     trainer = GRPOTrainer(model=str(model_dir), reward_funcs=[returned_reward], args=args, train_dataset=slots,
                           processing_class=tokenizer, rollout_func=rollouts, callbacks=list(callbacks))

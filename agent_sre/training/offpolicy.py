@@ -277,8 +277,9 @@ def _awpg(model_dir: Path, scored: Scored, work: Path, config: OffPolicyConfig, 
     from datasets import Dataset
     from trl import GRPOConfig
 
-    from agent_sre.policy.llm.checkpoint import pick_device
+    from agent_sre.policy.llm.checkpoint import pick_device, train_in_bf16
 
+    device = pick_device(config.device)
     tokenizer = _tokenizer(model_dir)
     replayed, truncated = [], 0
     for e in scored.episodes:
@@ -301,7 +302,7 @@ def _awpg(model_dir: Path, scored: Scored, work: Path, config: OffPolicyConfig, 
         num_generations=config.batch_size, beta=config.beta, temperature=config.temperature,
         max_completion_length=config.max_length, logging_steps=1,
         save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500, save_total_limit=2,
-        report_to=[], seed=config.seed, use_cpu=pick_device(config.device).type == "cpu", bf16=False,
+        report_to=[], seed=config.seed, use_cpu=device.type == "cpu", bf16=train_in_bf16(device, config.precision),
         disable_tqdm=True)
     slots = Dataset.from_dict({"prompt": [f"slot-{i}" for i in
                                           range(config.max_steps * config.gradient_accumulation_steps)]})
@@ -330,17 +331,16 @@ def kto_rows(episodes: Sequence[ScoredEpisode]) -> list[dict[str, Any]]:
 
 def _kto(model_dir: Path, scored: Scored, work: Path, config: OffPolicyConfig, save_steps: int | None,
          callbacks: Sequence[TrainerCallback]) -> tuple[Trainer, dict[str, Any]]:
-    import torch
     from datasets import Dataset
     from trl import KTOConfig, KTOTrainer
 
-    from agent_sre.policy.llm.checkpoint import pick_device
+    from agent_sre.policy.llm.checkpoint import pick_device, train_in_bf16
 
     rows = kto_rows(scored.episodes)
     random.Random(config.seed).shuffle(rows)  # KTO reads in order, and pairs neighbours for its KL estimate
     desirable = sum(r["label"] for r in rows)
     undesirable = len(rows) - desirable
-    on_gpu = pick_device(config.device).type == "cuda"
+    device = pick_device(config.device)
     args = KTOConfig(
         output_dir=str(work), max_steps=config.max_steps, learning_rate=config.learning_rate,
         per_device_train_batch_size=config.batch_size, gradient_accumulation_steps=config.gradient_accumulation_steps,
@@ -348,8 +348,8 @@ def _kto(model_dir: Path, scored: Scored, work: Path, config: OffPolicyConfig, s
         # the KTO paper's balance (its eq. 8): desirable and undesirable examples weigh alike in total
         desirable_weight=undesirable / desirable if desirable and undesirable else 1.0,
         logging_steps=1, save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
-        save_total_limit=2, report_to="none", seed=config.seed, use_cpu=not on_gpu,
-        bf16=on_gpu and torch.cuda.is_bf16_supported(), disable_tqdm=True, dataloader_num_workers=0,
+        save_total_limit=2, report_to="none", seed=config.seed, use_cpu=device.type == "cpu",
+        bf16=train_in_bf16(device, config.precision), disable_tqdm=True, dataloader_num_workers=0,
         include_num_input_tokens_seen="non_padding")
     trainer = KTOTrainer(model=str(model_dir), args=args, train_dataset=Dataset.from_list(rows),
                          processing_class=_tokenizer(model_dir), callbacks=list(callbacks))

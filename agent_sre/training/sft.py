@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from agent_sre.models.training import SFTConfig, SFTResult
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.policy.llm.chat import chat_messages
-from agent_sre.policy.llm.checkpoint import check_model_dir, pick_device, save_model_dir
+from agent_sre.policy.llm.checkpoint import check_model_dir, pick_device, save_model_dir, train_in_bf16
 from agent_sre.rewards.base import EpisodeFacts
 
 if TYPE_CHECKING:
@@ -73,7 +73,6 @@ def build_sft_trainer(model_dir: Path, conversations: list[list[dict[str, str]]]
         raise ValueError("no expert conversations to train on")
     check_model_dir(model_dir)
     device = pick_device(config.device)
-    on_gpu = device.type == "cuda"
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True)
     args = TRLSFTConfig(
@@ -81,8 +80,8 @@ def build_sft_trainer(model_dir: Path, conversations: list[list[dict[str, str]]]
         lr_scheduler_type=config.lr_scheduler, warmup_steps=config.warmup_steps, weight_decay=config.weight_decay,
         per_device_train_batch_size=config.batch_size, gradient_accumulation_steps=config.gradient_accumulation_steps,
         max_length=config.max_length, assistant_only_loss=True, packing=False,
-        activation_checkpointing=config.activation_checkpointing, bf16=on_gpu and torch.cuda.is_bf16_supported(),
-        use_cpu=not on_gpu, seed=config.seed, logging_steps=config.logging_steps,
+        activation_checkpointing=config.activation_checkpointing, bf16=train_in_bf16(device, config.precision),
+        use_cpu=device.type == "cpu", seed=config.seed, logging_steps=config.logging_steps,
         save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500, save_total_limit=2,
         report_to="none", disable_tqdm=True, dataloader_num_workers=0)
     peft_config = None

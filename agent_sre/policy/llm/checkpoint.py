@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent_sre.models.training import Precision
 from agent_sre.policy.llm.chat import install_chat_template
 
 # Models load from local files only; a missing file must fail here, never turn into a download.
@@ -153,6 +154,21 @@ def pick_device(device: str = "auto") -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
+
+
+def train_in_bf16(device: torch.device, precision: Precision = "auto") -> bool:
+    """Whether to train with bf16 autocast over fp32 master weights. "auto": where the hardware computes bf16
+    natively — a GPU that supports it, or a CPU with AVX512-BF16/AMX, where a 135M model's forward and backward ran
+    2.5x faster than in fp32 (docs/benchmarks.md). Generation is not autocast: on a CPU that slows decoding."""
+    import torch
+
+    if device.type == "cuda":
+        native = torch.cuda.is_bf16_supported()
+    else:
+        native = device.type == "cpu" and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    if precision == "bf16" and not native:
+        raise ValueError(f"precision bf16 was asked for, but {device} has no native bf16; use auto or fp32")
+    return native if precision == "auto" else precision == "bf16"
 
 
 def load_policy_model(path: Path | str, device: str = "auto") -> LoadedModel:
