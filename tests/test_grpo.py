@@ -12,7 +12,7 @@ from agent_sre.policy.llm.chat import chat_messages
 from agent_sre.policy.llm.checkpoint import load_policy_model, tiny_model
 from agent_sre.scenarios import load_scenarios
 from agent_sre.simulator.simulator import Simulator
-from agent_sre.training.grpo import Curriculum, episode_return, run_rollouts, train_grpo
+from agent_sre.training.grpo import Curriculum, episode_return, rollout_batch_layout, run_rollouts, train_grpo
 from agent_sre.models.reward import RewardConfig
 from agent_sre.rewards import compute_reward
 from trajectory_factory import finish, make_trajectory, read, step, write
@@ -78,3 +78,12 @@ def test_one_grpo_step_through_trl_saves_a_servable_policy(tiny: Path, tmp_path:
     result = train_grpo(tiny, _scenarios("bad_image", "none"), tmp_path / "policy", config)
     assert [s.step for s in result.steps] == [0] and result.steps[0].generated_tokens > 0
     assert load_policy_model(tmp_path / "policy", device="cpu").model is not None
+
+
+def test_a_cpu_reads_one_unpadded_sequence_per_pass_and_an_accelerator_the_whole_batch() -> None:
+    import torch
+
+    assert rollout_batch_layout(torch.device("cpu"), 8) == {
+        "per_device_train_batch_size": 1, "gradient_accumulation_steps": 8, "gradient_checkpointing": False}
+    assert rollout_batch_layout(torch.device("cuda"), 8) == {
+        "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}

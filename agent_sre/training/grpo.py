@@ -41,6 +41,7 @@ from agent_sre.simulator.simulator import Simulator
 from agent_sre.training.environment import IncidentEnvironment
 
 if TYPE_CHECKING:
+    import torch
     from transformers import PreTrainedTokenizerBase, TrainerCallback
 
 SENTINEL = "\u2063"  # invisible separator: finds where an assistant turn's content ends in the rendered template
@@ -208,6 +209,17 @@ def returned_reward(prompts: list[Any], completions: list[Any], episode_return: 
     return list(episode_return)
 
 
+def rollout_batch_layout(device: torch.device, sequences: int) -> dict[str, Any]:
+    """TRL arguments for one optimizer step over a rollout batch of `sequences`. On a CPU, one sequence per forward
+    pass (gradient accumulation over the batch) and no activation checkpointing: a padded batch makes attention
+    leave its causal kernel for masked full matrices (2.6x slower for two 2,500-token episodes), a CPU gains
+    nothing from batching, and a 135M model's activations fit in memory without recomputing them."""
+    if device.type == "cpu":
+        return {"per_device_train_batch_size": 1, "gradient_accumulation_steps": sequences,
+                "gradient_checkpointing": False}
+    return {"per_device_train_batch_size": sequences, "gradient_accumulation_steps": 1}
+
+
 def train_grpo(model_dir: Path, scenarios: Sequence[Scenario], output_dir: Path, config: GRPOTrainingConfig,
                work_dir: Path | None = None, *, save_steps: int | None = None, resume_from: Path | None = None,
                callbacks: Sequence[TrainerCallback] = ()) -> GRPOResult:
@@ -231,7 +243,7 @@ def train_grpo(model_dir: Path, scenarios: Sequence[Scenario], output_dir: Path,
     batch = config.group_size * config.groups_per_step
     args = GRPOConfig(
         output_dir=str(work_dir or output_dir.with_name(output_dir.name + ".work")), max_steps=config.max_steps, learning_rate=config.learning_rate,
-        per_device_train_batch_size=batch, gradient_accumulation_steps=1, num_generations=config.group_size,
+        **rollout_batch_layout(device, batch), num_generations=config.group_size,
         beta=config.beta, epsilon=config.epsilon, scale_rewards=config.scale_rewards, temperature=config.temperature,
         max_completion_length=config.max_turns * (config.max_new_tokens + 1024), logging_steps=1,
         save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500, save_total_limit=2,

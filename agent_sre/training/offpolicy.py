@@ -36,7 +36,8 @@ from agent_sre.models.training import OffPolicyConfig, OffPolicyResult, OffPolic
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.policy.llm.chat import chat_messages, prompt_token_ids
 from agent_sre.rewards import compute_reward
-from agent_sre.training.grpo import SENTINEL, Rollout, environment_tokens, episode_return, returned_reward
+from agent_sre.training.grpo import (SENTINEL, Rollout, environment_tokens, episode_return, returned_reward,
+                                     rollout_batch_layout)
 
 if TYPE_CHECKING:
     import torch
@@ -298,7 +299,7 @@ def _awpg(model_dir: Path, scored: Scored, work: Path, config: OffPolicyConfig, 
     stats: list[OffPolicyStepStats] = []
     args = GRPOConfig(
         output_dir=str(work), max_steps=config.max_steps, learning_rate=config.learning_rate,
-        per_device_train_batch_size=config.batch_size, gradient_accumulation_steps=config.gradient_accumulation_steps,
+        **rollout_batch_layout(device, config.batch_size * config.gradient_accumulation_steps),
         num_generations=config.batch_size, beta=config.beta, temperature=config.temperature,
         max_completion_length=config.max_length, logging_steps=1,
         save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500, save_total_limit=2,
