@@ -154,13 +154,20 @@ def heldout_table(rows: list[Row]) -> tuple[Table, str]:
 
 
 def curve_markdown(grpo: GRPOResult) -> str:
-    lines = [] if not grpo.steps or grpo.steps[0].step == 0 else [
-        f"The run was interrupted after step {grpo.steps[0].step} and resumed from that step's checkpoint (its "
-        "curriculum afresh); the curve lists the steps the resumed run played, and the cost below is theirs.", ""]
+    """Every step's mean return as the trainer logged it; success, invalid actions, tokens and time for the steps
+    this process played (a resumed run's earlier steps were played by the process that was stopped)."""
+    played = {s.step + 1: s for s in grpo.steps}
+    lines = [] if set(played) >= set(grpo.logged_rewards) else [
+        f"The run was stopped after step {min(played) - 1} and resumed from that step's checkpoint (its curriculum "
+        "afresh); the stopped process's steps show only the reward the trainer logged.", ""]
     lines += ["| step | mean group reward | success | invalid actions | generated tokens | rollout s |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {s.step + 1} | {s.mean_group_reward:+.2f} | {s.success_rate:.0%} | {s.invalid_rate:.0%} | "
-              f"{s.generated_tokens} | {s.rollout_s:.0f} |" for s in grpo.steps]
+              "|---|---|---|---|---|---|"]
+    for step in sorted(set(played) | set(grpo.logged_rewards)):
+        s = played.get(step)
+        reward = grpo.logged_rewards.get(step, s.mean_group_reward if s else 0.0)
+        lines.append(f"| {step} | {reward:+.3f} | " + (
+            f"{s.success_rate:.0%} | {s.invalid_rate:.0%} | {s.generated_tokens} | {s.rollout_s:.0f} |" if s
+            else "– | – | – | – |"))
     return "\n".join(lines)
 
 

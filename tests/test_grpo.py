@@ -77,6 +77,7 @@ def test_one_grpo_step_through_trl_saves_a_servable_policy(tiny: Path, tmp_path:
     config = GRPOTrainingConfig(max_steps=1, group_size=2, max_turns=2, max_new_tokens=8, device="cpu")
     result = train_grpo(tiny, _scenarios("bad_image", "none"), tmp_path / "policy", config)
     assert [s.step for s in result.steps] == [0] and result.steps[0].generated_tokens > 0
+    assert result.logged_rewards == {1: pytest.approx(result.steps[0].mean_group_reward)}
     assert load_policy_model(tmp_path / "policy", device="cpu").model is not None
 
 

@@ -91,7 +91,10 @@ class GRPOStepStats(BaseModel):
 class GRPOResult(BaseModel):
     output_dir: str
     base_model: str
-    steps: list[GRPOStepStats] = Field(description="the learning curve: one row per rollout batch")
+    steps: list[GRPOStepStats] = Field(description="the learning curve: one row per rollout batch this process played")
+    logged_rewards: dict[int, float] = Field(
+        default_factory=dict, description="mean episode return per optimizer step as the trainer logged it, every "
+                                          "step of the run including those before a resume (from its checkpoint)")
     train_runtime_s: float
     generated_tokens: int
     losses: list[float] = Field(default_factory=list)

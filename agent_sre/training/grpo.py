@@ -225,8 +225,8 @@ def train_grpo(model_dir: Path, scenarios: Sequence[Scenario], output_dir: Path,
                callbacks: Sequence[TrainerCallback] = ()) -> GRPOResult:
     """GRPO from `model_dir` (e.g. the SFT checkpoint) on `scenarios`; saves the policy to `output_dir`.
     `work_dir` holds the trainer's own files (default: beside `output_dir`): a checkpoint every `save_steps`
-    (the last two kept), from which `resume_from` continues. A resumed run's curriculum starts afresh and its
-    learning curve (`GRPOResult.steps`, numbered by the trainer's step) covers the resumed steps only."""
+    (the last two kept), from which `resume_from` continues. A resumed run's curriculum starts afresh; its
+    `GRPOResult.steps` (numbered by the trainer's step) cover the resumed steps only, its `logged_rewards` every step."""
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
@@ -257,6 +257,7 @@ def train_grpo(model_dir: Path, scenarios: Sequence[Scenario], output_dir: Path,
     runtime = time.perf_counter() - began
     save_model_dir(trainer.accelerator.unwrap_model(trainer.model), tokenizer, output_dir)
     losses = [row["loss"] for row in trainer.state.log_history if "loss" in row]
-    return GRPOResult(output_dir=str(output_dir), base_model=str(model_dir), steps=rollouts.stats,
+    logged = {int(row["step"]): float(row["reward"]) for row in trainer.state.log_history if "reward" in row}
+    return GRPOResult(output_dir=str(output_dir), base_model=str(model_dir), steps=rollouts.stats, logged_rewards=logged,
                       train_runtime_s=runtime, generated_tokens=sum(s.generated_tokens for s in rollouts.stats),
                       losses=losses)
