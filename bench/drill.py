@@ -5,8 +5,7 @@ positives, time-to-mitigate, the data each cycle used, its evaluations and its r
     .venv/bin/python bench/drill.py --model base --cycles 3 --every 20m --incidents-per-cycle 30 --steps 20
 
 With the real model on a CPU this takes hours (SmolLM2-135M trains at ~260 tokens/s in bf16 and generates ~20
-tokens/s on 2 cores, bench/precision.py): see
-docs/continuous-learning.md for a budget.
+tokens/s on 2 cores, bench/precision.py): see docs/continuous-learning.md for a budget.
 """
 
 from __future__ import annotations
