@@ -212,7 +212,7 @@ def returned_reward(prompts: list[Any], completions: list[Any], episode_return: 
 def rollout_batch_layout(device: torch.device, sequences: int) -> dict[str, Any]:
     """TRL arguments for one optimizer step over a rollout batch of `sequences`. On a CPU, one sequence per forward
     pass (gradient accumulation over the batch) and no activation checkpointing: a padded batch makes attention
-    leave its causal kernel for masked full matrices (2.6x slower for two 2,500-token episodes), a CPU gains
+    leave its causal kernel for masked full matrices (1.8x slower for two episodes, bench/precision.py), a CPU gains
     nothing from batching, and a 135M model's activations fit in memory without recomputing them."""
     if device.type == "cpu":
         return {"per_device_train_batch_size": 1, "gradient_accumulation_steps": sequences,

@@ -159,7 +159,7 @@ def pick_device(device: str = "auto") -> torch.device:
 def train_in_bf16(device: torch.device, precision: Precision = "auto") -> bool:
     """Whether to train with bf16 autocast over fp32 master weights. "auto": where the hardware computes bf16
     natively — a GPU that supports it, or a CPU with AVX512-BF16/AMX, where a 135M model's forward and backward ran
-    2.1x faster than in fp32 (docs/benchmarks.md). Generation is not autocast: on a CPU that slows decoding."""
+    about twice as fast as in fp32 (bench/precision.py). Generation is not autocast: on a CPU that slows decoding."""
     import torch
 
     if device.type == "cuda":
