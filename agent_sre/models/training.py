@@ -50,6 +50,7 @@ class SFTResult(BaseModel):
     losses: list[float] = Field(description="training loss at each logged step")
     train_runtime_s: float
     train_tokens: int = Field(description="tokens the model read (padding excluded)")
+    bf16: bool | None = Field(default=None, description="trained with bf16 autocast (None: not recorded)")
 
 
 class GRPOTrainingConfig(BaseModel):
@@ -98,6 +99,7 @@ class GRPOResult(BaseModel):
     train_runtime_s: float
     generated_tokens: int
     losses: list[float] = Field(default_factory=list)
+    bf16: bool | None = Field(default=None, description="trained with bf16 autocast (None: not recorded)")
 
 
 class OffPolicyConfig(BaseModel):

@@ -260,4 +260,4 @@ def train_grpo(model_dir: Path, scenarios: Sequence[Scenario], output_dir: Path,
     logged = {int(row["step"]): float(row["reward"]) for row in trainer.state.log_history if "reward" in row}
     return GRPOResult(output_dir=str(output_dir), base_model=str(model_dir), steps=rollouts.stats, logged_rewards=logged,
                       train_runtime_s=runtime, generated_tokens=sum(s.generated_tokens for s in rollouts.stats),
-                      losses=losses)
+                      losses=losses, bf16=args.bf16)

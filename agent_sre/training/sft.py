@@ -127,4 +127,5 @@ def train_sft(model_dir: Path, trajectories: Iterable[Trajectory], output_dir: P
     return SFTResult(output_dir=str(output_dir), base_model=str(model_dir), examples=len(conversations),
                      truncated=truncated,
                      steps=trainer.state.global_step, losses=losses, train_runtime_s=output.metrics["train_runtime"],
-                     train_tokens=int(max((entry.get("num_tokens", 0) for entry in logs), default=0)))
+                     train_tokens=int(max((entry.get("num_tokens", 0) for entry in logs), default=0)),
+                     bf16=trainer.args.bf16)
