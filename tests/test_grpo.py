@@ -88,3 +88,35 @@ def test_a_cpu_reads_one_unpadded_sequence_per_pass_and_an_accelerator_the_whole
         "per_device_train_batch_size": 1, "gradient_accumulation_steps": 8, "gradient_checkpointing": False}
     assert rollout_batch_layout(torch.device("cuda"), 8) == {
         "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}
+
+
+def test_a_lone_sequence_is_scored_without_the_batch_padding_and_gives_the_padded_result(tiny: Path,
+                                                                                        tmp_path: Path) -> None:
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from agent_sre.training.grpo import returned_reward
+    from agent_sre.training.unpadded import UnpaddedGRPOTrainer, token_span
+
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=1, gradient_accumulation_steps=2,
+                      num_generations=2, use_cpu=True, report_to=[], bf16=False)
+    trainer = UnpaddedGRPOTrainer(model=str(tiny), reward_funcs=[returned_reward], args=args,
+                                  train_dataset=Dataset.from_dict({"prompt": ["a", "b"]}))
+    # Two rows as TRL pads them: prompts on the left (3 and 5 tokens), completions on the right (4 and 2 tokens).
+    prompt_mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    completion_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    ids = torch.randint(5, 200, mask.shape).masked_fill(mask == 0, 0)
+    assert token_span(mask[0]) == (2, 9) and token_span(mask[1]) == (0, 7)
+    assert token_span(torch.tensor([1, 0, 1])) is None
+    model = trainer.model.eval()
+    with torch.no_grad():
+        cut, cut_entropy, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, 4, batch_size=1,
+                                                                         compute_entropy=True)
+        whole, whole_entropy, _ = GRPOTrainer._get_per_token_logps_and_entropies(trainer, model, ids, mask, 4,
+                                                                                 batch_size=1, compute_entropy=True)
+    real = completion_mask.bool()
+    assert cut.shape == whole.shape == (2, 4)
+    torch.testing.assert_close(cut[real], whole[real], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(cut_entropy[real], whole_entropy[real], atol=1e-4, rtol=1e-4)
+    assert (cut[~real] == 0).all()

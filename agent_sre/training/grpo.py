@@ -211,9 +211,10 @@ def returned_reward(prompts: list[Any], completions: list[Any], episode_return: 
 
 def rollout_batch_layout(device: torch.device, sequences: int) -> dict[str, Any]:
     """TRL arguments for one optimizer step over a rollout batch of `sequences`. On a CPU, one sequence per forward
-    pass (gradient accumulation over the batch) and no activation checkpointing: a padded batch makes attention
-    leave its causal kernel for masked full matrices (1.8x slower for two episodes, bench/precision.py), a CPU gains
-    nothing from batching, and a 135M model's activations fit in memory without recomputing them."""
+    pass (gradient accumulation over the batch; `UnpaddedGRPOTrainer` cuts the batch's padding off each pass) and no
+    activation checkpointing: a padded batch makes attention leave its causal kernel for masked full matrices (1.8x
+    slower for two episodes, bench/precision.py), a CPU gains nothing from batching, and a 135M model's activations
+    fit in memory without recomputing them."""
     if device.type == "cpu":
         return {"per_device_train_batch_size": 1, "gradient_accumulation_steps": sequences,
                 "gradient_checkpointing": False}
@@ -229,9 +230,10 @@ def train_grpo(model_dir: Path, scenarios: Sequence[Scenario], output_dir: Path,
     `GRPOResult.steps` (numbered by the trainer's step) cover the resumed steps only, its `logged_rewards` every step."""
     from datasets import Dataset
     from transformers import AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
     from agent_sre.policy.llm.checkpoint import check_model_dir, pick_device, save_model_dir, train_in_bf16
+    from agent_sre.training.unpadded import UnpaddedGRPOTrainer
 
     check_model_dir(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
@@ -250,7 +252,7 @@ def train_grpo(model_dir: Path, scenarios: Sequence[Scenario], output_dir: Path,
         report_to=[], seed=config.seed, use_cpu=device.type == "cpu",
         bf16=train_in_bf16(device, config.precision), disable_tqdm=True)
     slots = Dataset.from_dict({"prompt": [f"slot-{i}" for i in range(config.max_steps * config.groups_per_step)]})
-    trainer = GRPOTrainer(model=str(model_dir), reward_funcs=[returned_reward], args=args, train_dataset=slots,
+    trainer = UnpaddedGRPOTrainer(model=str(model_dir), reward_funcs=[returned_reward], args=args, train_dataset=slots,
                           processing_class=tokenizer, rollout_func=rollouts, callbacks=list(callbacks))
     began = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)

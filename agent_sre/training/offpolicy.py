@@ -238,9 +238,10 @@ def _replay_trainer(config: OffPolicyConfig, stats: list[OffPolicyStepStats], **
     """A GRPOTrainer whose advantages are the logged episodes' own (TRL's would be relative to the batch), and
     whose tokens weigh by the truncated importance ratio against the behaviour policy's logged logprobs."""
     import torch
-    from trl import GRPOTrainer
 
-    class ReplayGRPOTrainer(GRPOTrainer):
+    from agent_sre.training.unpadded import UnpaddedGRPOTrainer
+
+    class ReplayGRPOTrainer(UnpaddedGRPOTrainer):
         def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
             out = super()._generate_and_score_completions(inputs)  # fills `inputs` with the rollout's fields
             device = self.accelerator.device
