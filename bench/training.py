@@ -161,8 +161,9 @@ def curve_markdown(grpo: GRPOResult) -> str:
     played = {s.step + 1: s for s in grpo.steps}
     earlier = sorted(set(grpo.logged_rewards) - set(played))
     lines = [] if not earlier else [
-        f"The run was stopped after step {earlier[-1]} and resumed from that step's checkpoint (its curriculum "
-        "afresh); the stopped process's steps show only the reward the trainer logged.", ""]
+        f"Steps {earlier[0]}–{earlier[-1]} were played by an earlier process; this one resumed from step "
+        f"{earlier[-1]}'s checkpoint (its curriculum afresh), so those steps show only the reward the trainer logged.",
+        ""]
     lines += ["| step | mean group reward | success | invalid actions | generated tokens | rollout s |",
               "|---|---|---|---|---|---|"]
     for step in sorted(set(played) | set(grpo.logged_rewards)):
