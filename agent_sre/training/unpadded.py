@@ -34,19 +34,17 @@ class UnpaddedGRPOTrainer(GRPOTrainer):
                                            compute_entropy: bool = False, compute_aux_loss: bool = False,
                                            **inputs: Any) -> tuple[torch.Tensor, torch.Tensor | None,
                                                                    torch.Tensor | None]:
-        def padded() -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-            return super(UnpaddedGRPOTrainer, self)._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
-                compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **inputs)
-
         completion_start = input_ids.size(1) - logits_to_keep
         spans = [token_span(row) for row in attention_mask]
+        cuttable = [s for s in spans if s is not None and s[0] < completion_start < s[1]]
         lone = (batch_size or input_ids.size(0)) == 1 and not compute_aux_loss
-        if not lone or any(v is not None for v in inputs.values()) or any(
-                s is None or s[1] <= completion_start for s in spans):
-            return padded()  # batched passes, images, or an unusual mask: TRL's own path
+        if not lone or any(v is not None for v in inputs.values()) or len(cuttable) != len(spans):
+            # batched passes, images, or a row without both prompt and completion tokens: TRL's own path
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **inputs)
         logps, entropies = [], []
-        for row, mask, (start, end) in zip(input_ids, attention_mask, spans, strict=True):
+        for row, mask, (start, end) in zip(input_ids, attention_mask, cuttable, strict=True):
             kept = end - completion_start
             row_logps, row_entropies, _ = super()._get_per_token_logps_and_entropies(
                 model, row[None, start:end], mask[None, start:end], kept, batch_size=1,
