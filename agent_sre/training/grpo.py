@@ -252,8 +252,9 @@ def train_grpo(model_dir: Path, scenarios: Sequence[Scenario], output_dir: Path,
         report_to=[], seed=config.seed, use_cpu=device.type == "cpu",
         bf16=train_in_bf16(device, config.precision), disable_tqdm=True)
     slots = Dataset.from_dict({"prompt": [f"slot-{i}" for i in range(config.max_steps * config.groups_per_step)]})
-    trainer = UnpaddedGRPOTrainer(model=str(model_dir), reward_funcs=[returned_reward], args=args, train_dataset=slots,
-                          processing_class=tokenizer, rollout_func=rollouts, callbacks=list(callbacks))
+    trainer = UnpaddedGRPOTrainer(model=str(model_dir), reward_funcs=[returned_reward], args=args,
+                                  train_dataset=slots, processing_class=tokenizer, rollout_func=rollouts,
+                                  callbacks=list(callbacks))
     began = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     runtime = time.perf_counter() - began
