@@ -110,11 +110,16 @@ def test_a_lone_sequence_is_scored_without_the_batch_padding_and_gives_the_padde
     assert token_span(mask[0]) == (2, 9) and token_span(mask[1]) == (0, 7)
     assert token_span(torch.tensor([1, 0, 1])) is None
     model = trainer.model.eval()
+    widths: list[int] = []  # what each forward pass read
+    model.model.register_forward_pre_hook(lambda _, args, kwargs: widths.append(kwargs["input_ids"].size(1)),
+                                          with_kwargs=True)
     with torch.no_grad():
         cut, cut_entropy, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, 4, batch_size=1,
                                                                          compute_entropy=True)
+        assert widths == [7, 7]  # each row alone, without the batch's padding
         whole, whole_entropy, _ = GRPOTrainer._get_per_token_logps_and_entropies(trainer, model, ids, mask, 4,
                                                                                  batch_size=1, compute_entropy=True)
+        assert widths[2:] == [9, 9]
     real = completion_mask.bool()
     assert cut.shape == whole.shape == (2, 4)
     torch.testing.assert_close(cut[real], whole[real], atol=1e-4, rtol=1e-4)
