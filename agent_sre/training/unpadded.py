@@ -4,8 +4,8 @@ TRL pads a rollout batch to its longest sequence and every slice of the batch ke
 per pass (the CPU layout, `grpo.rollout_batch_layout`) each pass would still read the batch's padding, and the
 attention mask that padding needs takes attention off its causal kernel onto a masked full matrix. Multi-turn
 episodes differ in length by thousands of tokens: cutting the padding took one GRPO step's trainer (4 rollouts
-from the SFT model, on this CPU, timed once by a trainer callback) from 214 s to 156 s. This module imports TRL at the top: import it where TRL is
-imported, inside the training functions.
+from the SFT model, on this CPU, timed once by a trainer callback) from 214 s to 156 s. This module imports TRL at
+the top: import it where TRL is imported, inside the training functions.
 """
 
 from __future__ import annotations
