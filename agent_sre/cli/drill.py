@@ -93,8 +93,8 @@ def drill(
                            shift_share=shift_share, time_limit=duration_option(time_limit, "--time-limit"),
                            learning=learning)
     console.print(f"[bold]drill {name}[/]: production {served}; {', '.join(drill_spec.mix)} shifting to "
-                  f"{shift_share:.0%} {shifted} after {drill_spec.shift_after} incidents; a "
-                  f"{learning.training.algorithm} cycle every {every}, {cycles} that train; "
+                  f"{shift_share:.0%} {shifted} after {drill_spec.shift_after} incidents; a learning cycle "
+                  f"({learning.training.algorithm}) every {every}, {cycles} that train; "
                   f"{incidents_per_cycle} incidents per window, {concurrency} at a time")
 
     async def go() -> DrillReport:
