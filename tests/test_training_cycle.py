@@ -43,10 +43,10 @@ from agent_sre.models.training import (ArchiveRequest, DataManifest, EvalReport,
                                        TrainJob)
 from agent_sre.policy.llm import LLMPolicy
 from agent_sre.registry import Registry, StageError
-from agent_sre.scenarios import heldout_suite
+from agent_sre.scenarios import heldout_suite, load_scenarios
 from agent_sre.storage import object_store
 from agent_sre.temporal import connect
-from agent_sre.training.gate import judge
+from agent_sre.training.gate import judge, load_suite
 from agent_sre.trajectory_store import write_trajectory
 
 BASE = "tiny-v0"
@@ -157,6 +157,13 @@ def test_the_gate_allows_the_tolerances_and_nothing_more() -> None:
     assert not passed
     assert [r.endswith(": ok") for r in reasons] == [False, False, False, True]
     assert reasons[0] == "success rate 50.0% vs parent 60.0% (tolerance 5.0%): worse beyond tolerance"
+
+
+def test_a_limited_suite_takes_one_scenario_of_each_fault_type_before_a_second_of_any() -> None:
+    faults = {s.fault for s in load_scenarios(heldout_suite())}
+    suite_id, scenarios = load_suite(EvaluationConfig(limit=len(faults)))
+    assert sorted(s.fault for s in scenarios) == sorted(faults)  # the suite's first files hold a few families
+    assert suite_id.startswith(f"heldout-{len(faults)}-")
 
 
 def test_a_failing_gate_archives_the_candidate_with_the_reason_and_a_passing_one_stays_candidate(

@@ -72,7 +72,8 @@ def start(
     policy: list[str] = typer.Option([], "--policy", help="SFT, offpolicy: this policy's episodes (repeatable)"),
     scenarios: str = typer.Option(None, "--scenarios", help="GRPO: scenario file or dir (default: the catalog)"),
     suite: str = typer.Option(None, "--suite", help="evaluation suite (default: the held-out suite)"),
-    limit: int = typer.Option(None, "--limit", min=1, help="evaluate on the suite's first N scenarios"),
+    limit: int = typer.Option(None, "--limit", min=1,
+                              help="evaluate on N scenarios of the suite, across its fault types"),
     request_file: Path = typer.Option(None, "--request", help="a training.request.v1 JSON file instead"),
     reason: str = typer.Option("", "--reason"),
     by: str = typer.Option(None, "--by", help="who asks (recorded with the version); default: your login"),
@@ -203,7 +204,7 @@ def print_report(report: EvalReport) -> None:
 def evaluate(
     version: str = typer.Option(..., "--version", help="a registered version, or 'base'"),
     suite: str = typer.Option(None, "--suite", help="scenario file or directory (default: the held-out suite)"),
-    limit: int = typer.Option(None, "--limit", min=1, help="only the suite's first N scenarios"),
+    limit: int = typer.Option(None, "--limit", min=1, help="only N scenarios of the suite, across its fault types"),
     max_turns: int = typer.Option(8, "--max-turns", min=1, help="model turns per episode"),
     store: bool = typer.Option(True, "--store/--no-store", help="store the results with the version"),
 ) -> None:

@@ -221,7 +221,8 @@ class EvaluationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     suite: str | None = Field(default=None, description="scenario file or directory; None: the held-out suite")
-    limit: int | None = Field(default=None, ge=1, description="only the first N scenarios of the suite")
+    limit: int | None = Field(default=None, ge=1, description="only N scenarios of the suite, taken across its "
+                                                               "fault types (one of each before a second of any)")
     max_turns: int = Field(default=8, ge=1)
     max_new_tokens: int = Field(default=96, ge=8)
     batch: int = Field(default=16, ge=1, description="episodes per forward pass")

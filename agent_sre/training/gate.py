@@ -11,6 +11,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from agent_sre.episodes import interleave_by_fault
 from agent_sre.models.episode import OutcomeStats
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.training import EvaluationConfig, GateTolerances
@@ -18,11 +19,12 @@ from agent_sre.scenarios import heldout_suite, load_scenarios
 
 
 def load_suite(config: EvaluationConfig) -> tuple[str, list[Scenario]]:
-    """(suite id, scenarios) of an evaluation config: its suite (default: the held-out suite), first `limit`."""
+    """(suite id, scenarios) of an evaluation config: its suite (default: the held-out suite); with a `limit`, the
+    first scenarios taken across fault types, since a suite lists its families in blocks."""
     source = Path(config.suite) if config.suite else heldout_suite()
     scenarios = load_scenarios(source)
     if config.limit is not None:
-        scenarios = scenarios[:config.limit]
+        scenarios = interleave_by_fault(scenarios)[:config.limit]
     if not scenarios:
         raise ValueError(f"the evaluation suite {source} holds no scenarios")
     measured = {"scenarios": [s.model_dump(mode="json") for s in scenarios], "max_turns": config.max_turns,
