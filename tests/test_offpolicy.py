@@ -122,6 +122,8 @@ def test_awpg_replays_logged_episodes_through_trl_and_saves_a_servable_policy(
     [stats] = result.step_stats
     assert stats.episodes == 3 and stats.scored_tokens == sum(sum(r.env_mask) for r in logged)
     assert stats.trained_tokens > stats.scored_tokens  # the runbook's answers train without logprobs
+    # the passes read the tool outputs too (TRL's own token count leaves them out)
+    assert result.train_tokens == stats.sequence_tokens > stats.trained_tokens + sum(len(r.prompt_ids) for r in logged)
     # before the first update the trainer's logprobs are the logged ones: the replay lines up token for token
     assert stats.importance_ratio_mean == pytest.approx(1.0, abs=1e-3) and stats.clipped_fraction == 0.0
     assert len(result.losses) == 1 and math.isfinite(result.losses[0]) and result.train_tokens > 0

@@ -49,7 +49,8 @@ class SFTResult(BaseModel):
     steps: int
     losses: list[float] = Field(description="training loss at each logged step")
     train_runtime_s: float
-    train_tokens: int = Field(description="tokens the model read (padding excluded)")
+    train_tokens: int = Field(description="tokens of the examples trained on, padding excluded (awpg: with the tool "
+                                          "outputs, which TRL's token count leaves out)")
     bf16: bool | None = Field(default=None, description="trained with bf16 autocast (None: not recorded)")
 
 
@@ -149,6 +150,8 @@ class OffPolicyStepStats(BaseModel):
     clipped_fraction: float = Field(description="of those tokens, how many had their ratio truncated")
     scored_tokens: int = Field(description="model tokens with a logged logprob")
     trained_tokens: int = Field(description="model tokens (tool outputs excluded)")
+    sequence_tokens: int = Field(default=0, description="prompt, model and tool-output tokens of the batch (padding "
+                                                        "excluded): what each forward pass reads")
 
 
 class OffPolicyResult(BaseModel):
@@ -166,7 +169,8 @@ class OffPolicyResult(BaseModel):
     losses: list[float] = Field(description="training loss at each logged step")
     step_stats: list[OffPolicyStepStats] = Field(default_factory=list, description="awpg: one row per batch")
     train_runtime_s: float
-    train_tokens: int = Field(description="tokens the model read (padding excluded)")
+    train_tokens: int = Field(description="tokens of the examples trained on, padding excluded (awpg: with the tool "
+                                          "outputs, which TRL's token count leaves out)")
 
 
 # --- the training cycle: training.request.v1 in, training.status.v1 out -----------------------------------------

@@ -256,15 +256,16 @@ def _replay_trainer(config: OffPolicyConfig, stats: list[OffPolicyStepStats], **
             advantage = torch.tensor([row["advantage"] for row in inputs], dtype=weight.dtype, device=device)
             out["advantages"] = advantage[:, None] * weight
             clipped = known & ((ratio < config.ratio_min) | (ratio > config.ratio_max))
+            read = out["prompt_mask"].sum() + out["completion_mask"].sum()
             local = [ratio[known].sum().item(), clipped.sum().item(), known.sum().item(), mask.sum().item(),
-                     sum(row["episode_return"] for row in inputs), len(inputs)]
+                     read.item(), sum(row["episode_return"] for row in inputs), len(inputs)]
             sums = self.accelerator.gather(torch.tensor([local], device=device)).sum(dim=0).tolist()
-            ratio_sum, clipped_n, scored, trained, return_sum, episodes = sums
+            ratio_sum, clipped_n, scored, trained, sequence, return_sum, episodes = sums
             stats.append(OffPolicyStepStats(
                 step=self.state.global_step, episodes=int(episodes), mean_return=return_sum / episodes,
                 importance_ratio_mean=ratio_sum / scored if scored else None,
                 clipped_fraction=clipped_n / scored if scored else 0.0, scored_tokens=int(scored),
-                trained_tokens=int(trained)))
+                trained_tokens=int(trained), sequence_tokens=int(sequence)))
             if scored:
                 self._metrics["train"]["importance_ratio/mean"].append(ratio_sum / scored)
                 self._metrics["train"]["importance_ratio/clipped_fraction"].append(clipped_n / scored)
@@ -393,6 +394,8 @@ def train_offpolicy(model_dir: Path, episodes: Iterable[Trajectory], output_dir:
     began = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     runtime = time.perf_counter() - began
+    tokens = (sum(s.sequence_tokens for s in figures["step_stats"]) if config.method == "awpg"
+              else int(trainer.state.num_input_tokens_seen))
     losses = [float(row["loss"]) for row in trainer.state.log_history if "loss" in row]
     if not all(math.isfinite(loss) for loss in losses):
         raise FloatingPointError(f"off-policy RL diverged (losses {losses}); try a lower learning rate")
@@ -401,4 +404,4 @@ def train_offpolicy(model_dir: Path, episodes: Iterable[Trajectory], output_dir:
                            episodes=len(scored.episodes), skipped=dict(scored.skipped),
                            classes=dict(Counter(e.incident_class for e in scored.episodes)),
                            steps=trainer.state.global_step, losses=losses, train_runtime_s=runtime,
-                           train_tokens=int(trainer.state.num_input_tokens_seen), **figures)
+                           train_tokens=tokens, **figures)
