@@ -49,8 +49,7 @@ class SFTResult(BaseModel):
     steps: int
     losses: list[float] = Field(description="training loss at each logged step")
     train_runtime_s: float
-    train_tokens: int = Field(description="tokens of the examples trained on, padding excluded (awpg: with the tool "
-                                          "outputs, which TRL's token count leaves out)")
+    train_tokens: int = Field(description="tokens the model read (padding excluded)")
     bf16: bool | None = Field(default=None, description="trained with bf16 autocast (None: not recorded)")
 
 
