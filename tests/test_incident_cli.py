@@ -237,13 +237,25 @@ def test_alert_file_starts_one_remediation_per_firing_alert(cli: Callable[..., R
         assert cli("incident", "cancel", workflow_id).exit_code == 0
 
 
+def test_episodes_run_plays_a_batch_with_the_policy_named_and_prints_the_outcomes(cli: Callable[..., Result]) -> None:
+    result = cli("episodes", "run", "--scenarios", str(BAD_IMAGE), "--n", "3", "--policy", "runbook-v1",
+                 "--concurrency", "3")
+    assert result.exit_code == 0, result.output
+    text = flat(result)
+    assert "3 simulated incidents · policy runbook-v1" in text
+    assert re.search(r"│ bad_image │ 3 │ 100% │", text), text  # the runbook fixes a bad image
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("incident", "start"), "give exactly one of --alert FILE or --scenario FILE"),
     (("incident", "start", "--scenario", str(BAD_IMAGE)), "holds 9 scenarios; pick one with --name"),
     (("incident", "start", "--scenario", str(BAD_IMAGE), "--name", "nope"), "no scenario named 'nope'"),
     (("incident", "report", "x", "--namespace", "Not_Valid"),
      "namespace: String should match pattern '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'"),
-    (("incident", "report", "x", "--namespace", "shop", "--policy", "llm"), "policy 'llm' cannot be chosen"),
+    (("incident", "report", "x", "--namespace", "shop", "--policy", "llm"),
+     "Invalid value for --policy: unknown model version 'llm'; registered:"),
+    (("episodes", "run", "--policy", "nope"), "unknown model version 'nope'"),
+    (("episodes", "run", "--scenarios", "/nonexistent.yaml"), "/nonexistent.yaml: no such file or directory"),
     (("incident", "status", "incident-nope-0"), "no such workflow"),
     (("incident", "cancel", "incident-nope-0"), "no such workflow"),
     (("incident", "feedback", "incident-nope-0", "--rating", "2"), "--rating"),

@@ -13,6 +13,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent_sre.config import Settings, get_settings
+from agent_sre.models.remediation import PolicyRef
 from agent_sre.temporal import connect
 
 errors = Console()
@@ -21,6 +22,22 @@ errors = Console()
 def fail(message: str) -> NoReturn:
     errors.print(f"[red]error:[/] {escape(message)}")
     raise typer.Exit(1)
+
+
+POLICY_HELP = "runbook, or a registered model version (`agent-sre models list`), served by its own policy"
+
+
+def policy_ref(policy: str) -> PolicyRef:
+    """The policy a `--policy` option names: the runbook, or a registered version (an unknown one is a usage error
+    that lists the registered ones)."""
+    from agent_sre.registry import Registry, RegistryError
+
+    if policy == "runbook":
+        return PolicyRef(name="runbook")
+    try:
+        return Registry.from_settings(get_settings()).policy_ref(policy)
+    except RegistryError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--policy") from None
 
 
 def run_with_client(action: Callable[[Client, Settings], Awaitable[None]], not_found: str | None = None) -> None:

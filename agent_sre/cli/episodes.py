@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -10,7 +9,10 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from temporalio.client import Client
 
+from agent_sre.cli.common import POLICY_HELP, fail, policy_ref, run_with_client
+from agent_sre.config import Settings
 from agent_sre.models.episode import OutcomeStats
 
 app = typer.Typer(help="Simulated incidents: stage-1 data and evaluation.", no_args_is_help=True)
@@ -33,28 +35,25 @@ def outcome_table(rows: Sequence[OutcomeStats], title: str) -> Table:
 def run(
     scenarios: Path = typer.Option(None, "--scenarios", help="scenario file or directory (default: the catalog)"),
     n: int = typer.Option(20, "--n", min=1, help="number of episodes"),
-    policy: str = typer.Option("runbook", "--policy", help="runbook (the LLM policy arrives with training)"),
+    policy: str = typer.Option("runbook", "--policy", help=POLICY_HELP),
     concurrency: int = typer.Option(8, "--concurrency", min=1),
 ) -> None:
     """Run N simulated incidents (scenarios cycled) and print success, time-to-mitigate, false positives."""
-    from agent_sre.config import get_settings
     from agent_sre.episodes import run_episodes, summarize
-    from agent_sre.models.remediation import PolicyRef
     from agent_sre.scenarios import default_catalog, load_scenarios
-    from agent_sre.temporal import connect
 
-    settings = get_settings()
-    loaded = load_scenarios(scenarios or default_catalog())
-    if policy != "runbook":
-        raise typer.BadParameter(f"policy {policy!r} is not available yet; use runbook", param_hint="--policy")
+    try:
+        loaded = load_scenarios(scenarios or default_catalog())
+    except (ValueError, OSError) as exc:  # a scenario file that does not parse or validate
+        fail(str(exc))
+    ref = policy_ref(policy)
 
-    async def go() -> list:
-        client = await connect(settings)
+    async def go(client: Client, settings: Settings) -> None:
         with Progress(TextColumn("[bold]episodes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console) as progress:
             task = progress.add_task("episodes", total=n)
-            return await run_episodes(client, settings, loaded, n, PolicyRef(name="runbook"), concurrency,
-                                      on_done=lambda _: progress.advance(task))
+            results = await run_episodes(client, settings, loaded, n, ref, concurrency,
+                                         on_done=lambda _: progress.advance(task))
+        console.print(outcome_table(summarize(results), f"{n} simulated incidents · policy {policy}"))
 
-    results = asyncio.run(go())
-    console.print(outcome_table(summarize(results), f"{n} simulated incidents · policy {policy}"))
+    run_with_client(go)

@@ -33,7 +33,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agent_sre.cli import common
 from agent_sre.cli.common import fail as _fail
-from agent_sre.cli.common import run_with_client
+from agent_sre.cli.common import POLICY_HELP, policy_ref, run_with_client
 from agent_sre.config import Settings
 from agent_sre.models.alert import Alert, AlertmanagerWebhook
 from agent_sre.models.episode import EpisodeRequest, EpisodeResult
@@ -58,7 +58,7 @@ KUBECONFIG_HELP = ("the cluster to act on, as the worker sees it: a kubeconfig p
 
 # Options shared by every way of starting a remediation.
 PolicyOption = Annotated[str | None, typer.Option("--policy",
-                                                  help="runbook; default: the routing activity picks the model")]
+                                                  help=f"{POLICY_HELP}; default: the routing activity picks")]
 KubeconfigOption = Annotated[str | None, typer.Option("--kubeconfig", help=KUBECONFIG_HELP)]
 ApprovalRiskOption = Annotated[RiskName | None, typer.Option(
     "--approval-risk", help="writes at or above this risk wait for `incident approve`")]
@@ -85,7 +85,7 @@ def start(
     """Start a remediation from an alert file or a scenario file."""
     if (alert is None) == (scenario is None):
         raise typer.BadParameter("give exactly one of --alert FILE or --scenario FILE")
-    ref = _policy_ref(policy)
+    ref = None if policy is None else policy_ref(policy)
     if alert is not None:
         limits = _limits(RemediationLimits(), approval_risk, feedback_window)
         incidents = [_bad_input(lambda a=a: Incident.from_alert(a, source="cli", kubeconfig=kubeconfig, limits=limits))
@@ -116,7 +116,7 @@ def report(
     incident = _bad_input(lambda: Incident(
         source="user_report", report=text, namespace=namespace, service=service, kubeconfig=kubeconfig,
         limits=_limits(RemediationLimits(), approval_risk, feedback_window)))
-    ref = _policy_ref(policy)
+    ref = None if policy is None else policy_ref(policy)
     _run(lambda client, settings: _start_incidents(client, settings, [incident], ref, wait))
 
 
@@ -330,15 +330,6 @@ def _limits(base: RemediationLimits, approval_risk: RiskName | None,
     if feedback_window is not None:
         update["feedback_window_s"] = feedback_window
     return base.model_copy(update=update)
-
-
-def _policy_ref(policy: str | None) -> PolicyRef | None:
-    if policy is None:
-        return None
-    if policy != "runbook":
-        raise typer.BadParameter(f"policy {policy!r} cannot be chosen here yet; use runbook or leave it to routing",
-                                 param_hint="--policy")
-    return PolicyRef(name="runbook")
 
 
 async def _start_incidents(client: Client, settings: Settings, incidents: list[Incident], policy: PolicyRef | None,
