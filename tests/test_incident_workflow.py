@@ -14,7 +14,7 @@ from agent_sre.config import Settings
 from agent_sre.episodes import run_episodes, summarize
 from agent_sre.models.episode import EpisodeRequest, EpisodeResult
 from agent_sre.models.incident import Incident, RemediationLimits
-from agent_sre.models.remediation import IncidentOutcome, PolicyRef, RemediationRequest, RemediationStatus
+from agent_sre.models.remediation import IncidentOutcome, PolicyRef, RemediationStatus
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.tools import Risk, ToolCall
 from agent_sre.models.trajectory import Trajectory

@@ -42,7 +42,7 @@ from agent_sre.temporal import connect, start_incident
 from agent_sre.tools.client import api_client
 from agent_sre.trajectory_store import read_trajectories
 from agent_sre.policy.llm.backends import PrefixCache, TransformersBackend
-from agent_sre.policy.llm.chat import CHATML_TEMPLATE, TOOL_RESULT_PREFIX, prompt_messages, prompt_token_ids
+from agent_sre.policy.llm.chat import CHATML_TEMPLATE, TOOL_RESULT_PREFIX
 
 SHORT = SamplingConfig(temperature=1.0, max_new_tokens=12)
 GREEDY = SamplingConfig(temperature=0.0, max_new_tokens=6)

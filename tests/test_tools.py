@@ -514,9 +514,9 @@ def test_every_ground_truth_fix_passes_the_guardrails_and_resolves(fault_name: s
     baseline = snapshot(api, "shop", "shop")
 
     def act(calls: list[ToolCall]) -> None:
-        for step, call in enumerate(calls):
-            result = execute(call, ToolContext(api=api, namespace="shop", idempotency_key=f"{call.tool}-{step}"))
-            assert result.ok and not result.refused, f"{call}: {result.output}"
+        for step, action in enumerate(calls):
+            result = execute(action, ToolContext(api=api, namespace="shop", idempotency_key=f"{action.tool}-{step}"))
+            assert result.ok and not result.refused, f"{action}: {result.output}"
 
     act(scenario.ground_truth.fix)
     simulator.advance(env.name, 1800)

@@ -133,7 +133,7 @@ def _periodic(sw: Software, ts: float, inbound: Sequence[Inbound]) -> list[str]:
         if users and _fraction(ts, "auth") < 0.7:
             user = users[int(_fraction(ts, "who") * len(users))]
             return [f'FATAL:  password authentication failed for user "{user}"',
-                    f'DETAIL:  Connection matched file "/var/lib/postgresql/data/pgdata/pg_hba.conf" line 128: '
+                    'DETAIL:  Connection matched file "/var/lib/postgresql/data/pgdata/pg_hba.conf" line 128: '
                     '"host all all all scram-sha-256"']
         if int(ts) % 300 < REQUEST_EVERY_S:
             return ["LOG:  checkpoint starting: time",
