@@ -1,7 +1,8 @@
 """`agent-sre drill` with the tiny model and a small budget, against the session's real stack (Temporal, S3, the
 cluster simulator): production serves simulated incidents, the mix shifts, the learning schedule's cycles run on
 its interval and train on what production saw (GRPO on the re-created incidents), and every cycle is recorded in
-the drill's report. The mechanics only: a tiny random model resolves nothing, so no figure here says it learns.
+the drill's report; the incidents production leaves unhealthy go to the on-call (the runbook), whose episodes are
+stored for the cycles. The mechanics only: a tiny random model resolves nothing, so no figure here says it learns.
 A rollout that waits for a human is aborted by the drill (it has none), and how it ended is recorded. The demo's
 drill stage runs as `make demo` runs it, from the tiny model instead of the demo's trained one."""
 
@@ -37,6 +38,7 @@ from agent_sre.rollout.client import start_rollout
 from agent_sre.scenarios import default_catalog, load_scenarios
 from agent_sre.storage import object_store
 from agent_sre.temporal import connect
+from agent_sre.trajectory_store import trajectory_objects
 
 LENIENT = {"success_rate": 1, "false_positive_rate": 1, "harmful_rate": 1, "invalid_action_rate": 1}
 TINY_TRAINING = {"settle_s": 5, "training": {"algorithm": "grpo", "base": "base", "requested_by": "drill test",
@@ -62,7 +64,7 @@ async def test_the_drill_serves_production_shifts_the_mix_and_records_the_schedu
                     "--incidents-per-cycle", "4", "--concurrency", "2", "--max-steps", "2", "--mix", "bad-image",
                     "--shifted", "bad-image-tag", "--shift-after", "2", "--min-episodes", "2", "--eval-limit", "1",
                     "--plan", "none", "--config", str(tmp_path / "learning.json"), "--time-limit", "8m",
-                    "--name", name, "--no-stack", "--no-workers"])
+                    "--escalate", "runbook", "--name", name, "--no-stack", "--no-workers"])
             finally:
                 query = 'ExecutionStatus="Running"'
                 await terminate_running(client, [w.id async for w in client.list_workflows(query)
@@ -73,6 +75,8 @@ async def test_the_drill_serves_production_shifts_the_mix_and_records_the_schedu
         stored = streams.list_records(object_store(settings), settings.s3_bucket, name)
         stages = {v: e.stage for v, e in Registry.from_settings(settings).index().versions.items()}
         written = (settings.data_dir / "drill" / name / "report.md").read_text()
+        escalations = [o.object_name for o in trajectory_objects(object_store(settings), settings.s3_bucket,
+                                                                 model_version="runbook-v1")]
 
     model = report.plan.model
     assert model.startswith("drill-tiny-smollm2-") and report.production_at_end == model
@@ -81,6 +85,12 @@ async def test_the_drill_serves_production_shifts_the_mix_and_records_the_schedu
     assert report.after is not None and report.after.incidents >= 4 and not report.notes
     assert report.shifted_at is not None and sum(w.shifted for w in windows) >= 1
     assert all(set(w.served_by) <= {model} for w in windows) and sum(w.incidents for w in windows) >= 6
+    # what production left unhealthy (with this model, every incident) the runbook took over, and its episodes were
+    # stored as the runbook's; production's figures stay production's own
+    handed = sum(w.escalated for w in windows)
+    assert handed == sum(w.incidents for w in windows) and sum(w.escalations_resolved for w in windows) >= 1
+    assert len(escalations) >= handed and all("-escalated-remediation" in key for key in escalations)
+    assert not any(w.success for w in windows) and "escalated" in written
     # the cycles ran on the schedule (its runs' ids and interval-aligned times), one of them trained on production's
     # incidents re-created in the simulator, and each is recorded in the report and in the store
     assert [c.record for c in report.cycles] == stored and stored

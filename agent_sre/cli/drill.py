@@ -4,6 +4,7 @@ window by window. Budget options bound the compute: cycles, incidents per window
 
     agent-sre drill --model base --cycles 3 --every 20m --incidents-per-cycle 30 --steps 20
     agent-sre drill --model my-version --algorithm grpo --shifted dependency-down-cache --mix bad-image,oom
+    agent-sre drill --model my-version --algorithm offpolicy --shifted init-fail --escalate runbook
 
 The report (one row per cycle) is printed and saved under <data dir>/drill/<name>/; `bench/drill.py` runs the same
 command and writes the table into docs/benchmarks.md. See docs/continuous-learning.md.
@@ -49,6 +50,9 @@ def drill(
     plan: str = typer.Option("drill", "--plan", help="rollout plan: drill (compressed to --every), default, "
                                                      "fast-canary, a YAML file, or none"),
     config_file: Path = typer.Option(None, "--config", help="a learning config (YAML or JSON) to start from"),
+    escalate: str = typer.Option("none", "--escalate", help="runbook: an on-call (the runbook policy) takes over "
+                                                          "each incident production leaves unhealthy, and the cycles "
+                                                          "learn from its episode too; none: nobody does"),
     time_limit: str = typer.Option("3h", "--time-limit", help="end the drill after this long, whatever happened"),
     name: str = typer.Option(None, "--name", help="the drill's learning stream (default: drill-<time>)"),
     stack: bool = typer.Option(True, "--stack/--no-stack", help="bring the dev stack up first"),
@@ -72,6 +76,8 @@ def drill(
         usual, variant = families(catalog, mix.split(",")), families(catalog, [shifted])
     except ValueError as exc:
         fail(str(exc))
+    if escalate not in ("none", "runbook"):
+        fail(f"--escalate {escalate}: none or runbook")
     if shifted in mix.split(","):
         fail(f"--shifted {shifted} is already in --mix: the shift must bring something new")
     learning = build_config(config_file, name, algorithm, None, steps, compute, min_episodes,
@@ -91,11 +97,13 @@ def drill(
                            concurrency=concurrency, max_steps=max_steps, mix=mix.split(","), shifted=shifted,
                            shift_after=incidents_per_cycle if shift_after is None else shift_after,
                            shift_share=shift_share, time_limit=duration_option(time_limit, "--time-limit"),
-                           learning=learning)
+                           escalate=None if escalate == "none" else escalate, learning=learning)
     console.print(f"[bold]drill {name}[/]: production {served}; {', '.join(drill_spec.mix)} shifting to "
                   f"{shift_share:.0%} {shifted} after {drill_spec.shift_after} incidents; a learning cycle "
                   f"({learning.training.algorithm}) every {every}, {cycles} that train; "
-                  f"{incidents_per_cycle} incidents per window, {concurrency} at a time")
+                  f"{incidents_per_cycle} incidents per window, {concurrency} at a time"
+                  + (f"; the {escalate} policy takes over what production leaves unhealthy" if escalate != "none"
+                     else ""))
 
     async def go() -> DrillReport:
         client = await connect(settings)

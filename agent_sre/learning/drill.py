@@ -8,7 +8,10 @@
 Serving never stops: incidents keep arriving while cycles train and while their rollouts shift traffic, and the
 workers serve each new version as soon as the routing table or the registry names it. Each window serves at most
 `incidents_per_cycle` incidents (the compute budget) unless a rollout needs traffic to be judged. The drill has no
-human: a rollout that pauses for one is aborted, with that reason in its history.
+human to decide a rollout: one that pauses for a human is aborted, with that reason in its history. It can have
+an on-call (`DrillPlan.escalate`): an incident production leaves unhealthy is handed over, re-created as it fired,
+to the runbook policy, and that episode is stored like production's. A real on-call's fix is logged the same way
+when it goes through the agent's tools; it is how a cycle gets to see a fix of a family production never fixes.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from agent_sre.learning import store as streams
 from agent_sre.learning.schedule import upsert_schedule
 from agent_sre.models.incident import RemediationLimits
 from agent_sre.models.learning import DrillCycle, DrillIncident, DrillPlan, DrillReport, WindowStats
+from agent_sre.models.remediation import PolicyRef
+from agent_sre.models.verdict import Outcome
 from agent_sre.models.rollout import (AbTestStep, AnalysisConfig, GuardrailConfig, RolloutControl, RolloutPlan,
                                       RolloutResult, RolloutStatus, SetWeightStep)
 from agent_sre.models.scenario import Scenario
@@ -90,7 +95,9 @@ def window(incidents: Sequence[DrillIncident]) -> WindowStats:
         return fmean(flags) if flags else None
 
     ttm = [i.time_to_mitigate_s for i in incidents if i.time_to_mitigate_s is not None]
+    escalated = [i.escalated for i in incidents if i.escalated is not None]
     return WindowStats(incidents=len(incidents), shifted=sum(i.shifted for i in incidents),
+                       escalated=len(escalated), escalations_resolved=escalated.count("resolved"),
                        served_by=dict(Counter(i.version for i in incidents)),
                        shifted_success=rate([i.outcome == "resolved" for i in incidents if i.shifted]),
                        success=rate([i.outcome == "resolved" for i in incidents]),
@@ -143,9 +150,26 @@ class Traffic:
                 self.failed.append(f"{workflow_id}: {getattr(exc.cause, 'message', None) or exc.cause}")
                 continue
             o = result.outcome
+            escalated = (await self._escalate(scenario, workflow_id)
+                         if self.plan.escalate is not None and o.outcome != "resolved" else None)
             self.served.append(DrillIncident(ended_at=datetime.now(UTC), scenario=scenario.name, shifted=shifted,
                                              version=o.model_version, outcome=o.outcome,
-                                             false_positive=o.false_positive, time_to_mitigate_s=o.time_to_mitigate_s))
+                                             false_positive=o.false_positive, time_to_mitigate_s=o.time_to_mitigate_s,
+                                             escalated=escalated))
+
+    async def _escalate(self, scenario: Scenario, workflow_id: str) -> Outcome | None:
+        """The on-call's episode of an incident production left unhealthy (its outcome), on the incident re-created
+        as it fired, not held to the agent's step budget; None when its workflow failed (reported like an
+        incident's)."""
+        assert self.plan.escalate is not None
+        escalation = f"{workflow_id}-escalated"
+        try:
+            result = await run_episode(self.client, self.settings, scenario, PolicyRef(name=self.plan.escalate),
+                                       escalation, RemediationLimits(settle_s=2.0, deadline_s=600.0))
+        except WorkflowFailureError as exc:
+            self.failed.append(f"{escalation}: {getattr(exc.cause, 'message', None) or exc.cause}")
+            return None
+        return result.outcome.outcome
 
 
 class Rollouts:
@@ -243,7 +267,8 @@ def _pct(value: float | None) -> str:
 
 def _window_cells(w: WindowStats) -> list[str]:
     served = ", ".join(f"{v} {n}" for v, n in sorted(w.served_by.items()))
-    return [f"{w.incidents} ({w.shifted} shifted)", served or "-", _pct(w.shifted_success), _pct(w.success),
+    handed = f", {w.escalated} escalated, {w.escalations_resolved} of them resolved" if w.escalated else ""
+    return [f"{w.incidents} ({w.shifted} shifted{handed})", served or "-", _pct(w.shifted_success), _pct(w.success),
             _pct(w.false_positive_rate), "-" if w.mean_ttm_s is None else f"{w.mean_ttm_s:.0f}"]
 
 
@@ -277,5 +302,7 @@ def markdown(report: DrillReport) -> str:
     head = (f"Production model {p.model}; mix {', '.join(p.mix)}, shifting to {p.shift_share:.0%} {p.shifted} after "
             f"{p.shift_after} incidents; a learning cycle every {p.every} ({p.learning.training.algorithm}, at least "
             f"{p.learning.min_episodes} usable episodes); {p.incidents_per_cycle} incidents per window, "
-            f"{p.concurrency} at a time.")
+            f"{p.concurrency} at a time" + (f"; an incident left unhealthy escalated to the {p.escalate} policy (its "
+                                            "episode stored for learning, not counted as production's)."
+                                            if p.escalate else "."))
     return "\n".join([head, "", *table, *(f"\nNote: {n}" for n in report.notes)]) + "\n"

@@ -14,6 +14,7 @@ from agent_sre.models.reward import RewardConfig
 from agent_sre.models.rollout import Duration, RolloutPlan, RolloutRequest
 from agent_sre.models.training import (EvalReport, GateDecision, RejectedEpisode, TrainingRequest,
                                        TrainingStatus)
+from agent_sre.models.verdict import Outcome
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 
@@ -251,6 +252,10 @@ class DrillPlan(BaseModel):
     shift_after: int = Field(default=0, ge=0, description="incidents served before the shift")
     shift_share: float = Field(default=0.5, gt=0, le=1, description="share of the shifted family afterwards")
     time_limit: Duration = Field(default=timedelta(hours=3))
+    escalate: Literal["runbook"] | None = Field(
+        default=None, description="who takes over an incident production leaves unhealthy (the on-call, played by "
+                                  "the runbook policy): its episode of the incident is stored beside production's, "
+                                  "for the cycles to learn from; None: nobody")
     learning: LearningConfig
 
 
@@ -259,9 +264,11 @@ class DrillIncident(BaseModel):
     scenario: str
     shifted: bool
     version: str = Field(description="the model version that served it")
-    outcome: Literal["resolved", "unresolved", "worse"]
+    outcome: Outcome
     false_positive: bool
     time_to_mitigate_s: float | None
+    escalated: Outcome | None = Field(
+        default=None, description="the escalation's outcome, when production left the incident unhealthy")
 
 
 class WindowStats(BaseModel):
@@ -274,6 +281,8 @@ class WindowStats(BaseModel):
     success: float | None
     false_positive_rate: float | None
     mean_ttm_s: float | None
+    escalated: int = Field(default=0, description="incidents handed over to the escalation policy")
+    escalations_resolved: int = 0
 
 
 class DrillCycle(BaseModel):
