@@ -29,9 +29,11 @@ from agent_sre.cli import drill as drill_cli
 from agent_sre.config import Settings, get_settings
 from agent_sre.learning import store as streams
 from agent_sre.learning import demo as drill_demo
-from agent_sre.learning.drill import Rollouts, production_model, window
+from agent_sre.episodes import interleave_by_fault
+from agent_sre.learning.drill import Rollouts, Traffic, families, production_model, window
 from agent_sre.models.episode import OutcomeStats
-from agent_sre.models.learning import CycleRecord, DrillCycle, DrillReport, RolloutStarted
+from agent_sre.models.learning import (CycleRecord, DrillCycle, DrillPlan, DrillReport, LearningConfig,
+                                      RolloutStarted)
 from agent_sre.models.rollout import AbTestStep, PauseStep, RolloutPlan, RolloutRequest
 from agent_sre.registry import Registry
 from agent_sre.rollout.client import start_rollout
@@ -133,6 +135,20 @@ async def test_the_drill_aborts_a_rollout_that_waits_for_a_human_and_records_how
                 await terminate_running(client, [handle.id])
     assert cycle.rollout_outcome == "aborted"
     assert cycle.rollout_reason is not None and "the drill has no human to decide" in cycle.rollout_reason
+
+
+def test_the_drill_serves_every_family_of_the_usual_mix_beside_the_shifted_one() -> None:
+    catalog = load_scenarios(default_catalog())
+    mix = ["bad-image", "scaled-to-zero", "oom", "false-alarm"]
+    plan = DrillPlan(model="m", mix=mix, shifted="init-fail", shift_after=2, learning=LearningConfig(name="d"))
+    traffic = Traffic(None, get_settings(), plan, interleave_by_fault(families(catalog, mix)),  # type: ignore[arg-type]
+                      interleave_by_fault(families(catalog, ["init-fail"])))
+    served = []
+    for _ in range(10):
+        served.append(traffic._next())
+        traffic.started += 1
+    assert [shifted for _, shifted in served] == [False, False] + [False, True] * 4  # half, evenly, after two
+    assert {s.fault for s, shifted in served if not shifted} == {s.fault for s in families(catalog, mix)}
 
 
 def stats(group: str, success_rate: float, episodes: int = 2) -> OutcomeStats:

@@ -118,20 +118,19 @@ class Traffic:
     served: list[DrillIncident] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)  # incidents whose workflow failed: reported, not fatal
     started: int = 0
+    usual_started: int = 0  # its own count: indexing the usual mix by `started` would skip every other scenario
     in_window: int = 0
     rollout_running: bool = False
     shifted_at: datetime | None = None
 
     def _next(self) -> tuple[Scenario, bool]:
-        n, share = self.started, self.plan.shift_share
-        after = n - self.plan.shift_after
-        if after < 0:
-            return self.usual[n % len(self.usual)], False
+        after, share = self.started - self.plan.shift_after, self.plan.shift_share
         if after == 0:
             self.shifted_at = datetime.now(UTC)
-        if math.floor((after + 1) * share) > math.floor(after * share):  # every 1/share-th incident, evenly
+        if after >= 0 and math.floor((after + 1) * share) > math.floor(after * share):  # every 1/share-th, evenly
             return self.shifted[math.floor(after * share) % len(self.shifted)], True
-        return self.usual[n % len(self.usual)], False
+        self.usual_started += 1
+        return self.usual[(self.usual_started - 1) % len(self.usual)], False
 
     async def lane(self, stop: asyncio.Event) -> None:
         limits = RemediationLimits(max_steps=self.plan.max_steps, settle_s=2.0, deadline_s=600.0)
