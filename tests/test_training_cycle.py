@@ -319,6 +319,8 @@ def test_eval_prints_the_table_and_stores_the_results_with_the_version(
     assert suite.startswith("heldout-1-") and [r.group for r in rows][-1] == "all" and rows[-1].episodes == 1
     assert f"{BASE} on {suite} · 1 scenarios · stored with the version" in first.output
     assert "reused stored results" in invoke("eval", "--version", BASE, "--limit", "1", "--max-turns", "1").output
+    unstored = invoke("eval", "--version", BASE, "--limit", "2", "--max-turns", "1", "--no-store")
+    assert "· 2 scenarios · not stored (--no-store)" in unstored.output and list(registry.eval_results(BASE)) == [suite]
     assert f"evaluation · {suite}" in invoke("models", "show", BASE).output
     unknown = invoke("eval", "--version", "nope")
     assert unknown.exit_code == 1 and "unknown model version 'nope'" in unknown.output

@@ -195,8 +195,8 @@ def print_status(st: TrainingStatus) -> None:
         print_report(report)
 
 
-def print_report(report: EvalReport) -> None:
-    note = "stored with the version" if report.stored else "not stored (not a registered version)"
+def print_report(report: EvalReport, unstored: str = "not a registered version") -> None:
+    note = "stored with the version" if report.stored else f"not stored ({unstored})"
     console.print(outcome_table(report.rows, f"{report.version} on {report.suite} · {report.scenarios} scenarios · "
                                              + ("reused stored results" if report.reused else note)))
 
@@ -222,4 +222,4 @@ def evaluate(
             report = registry_call(lambda r: run_evaluation(req, r, get_settings()))
         except (ValueError, ScenarioError) as exc:
             _fail(str(exc))
-    print_report(report)
+    print_report(report, "not a registered version" if store else "--no-store")
