@@ -39,10 +39,10 @@ from agent_sre.learning.schedule import upsert_schedule
 from agent_sre.models.incident import RemediationLimits
 from agent_sre.models.learning import DrillCycle, DrillIncident, DrillPlan, DrillReport, WindowStats
 from agent_sre.models.remediation import PolicyRef
-from agent_sre.models.verdict import Outcome
 from agent_sre.models.rollout import (AbTestStep, AnalysisConfig, GuardrailConfig, RolloutControl, RolloutPlan,
                                       RolloutResult, RolloutStatus, SetWeightStep)
 from agent_sre.models.scenario import Scenario
+from agent_sre.models.verdict import Outcome
 from agent_sre.registry import Registry
 from agent_sre.registry import weights as stored_files
 from agent_sre.workflows.training import version_name
