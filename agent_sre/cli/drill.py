@@ -102,8 +102,8 @@ def drill(
                   f"{shift_share:.0%} {shifted} after {drill_spec.shift_after} incidents; a learning cycle "
                   f"({learning.training.algorithm}) every {every}, {cycles} that train; "
                   f"{incidents_per_cycle} incidents per window, {concurrency} at a time"
-                  + (f"; the {escalate} policy takes over what production leaves unhealthy" if escalate != "none"
-                     else ""))
+                  + (f"; the {drill_spec.escalate} policy takes over what production leaves unhealthy"
+                     if drill_spec.escalate else ""))
 
     async def go() -> DrillReport:
         client = await connect(settings)

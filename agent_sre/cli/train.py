@@ -222,4 +222,7 @@ def evaluate(
             report = registry_call(lambda r: run_evaluation(req, r, get_settings()))
         except (ValueError, ScenarioError) as exc:
             _fail(str(exc))
-    print_report(report, "not a registered version" if store else "--no-store")
+    if store:
+        print_report(report)
+    else:
+        print_report(report, unstored="--no-store")
