@@ -100,6 +100,9 @@ def test_per_fault_class_baselines_credit_the_better_episode_of_each_class() -> 
     assert advantages(min_class_episodes=3) == advantages(baseline="global")  # classes of 2 are too small
     spread = torch.tensor(returns).std(unbiased=False).item()
     assert advantages() == pytest.approx([e.advantage / spread for e in per_class])
+    # dropping the negatives: the better episode of each class keeps its advantage, the worse one counts for nothing
+    assert advantages(scale_advantages=False, negative_advantages="drop") == pytest.approx(
+        [per_class[0].advantage, 0.0, per_class[2].advantage, 0.0])
 
 
 def test_importance_ratios_are_truncated_and_unknown_logprobs_count_as_on_policy() -> None:

@@ -124,6 +124,9 @@ class OffPolicyConfig(BaseModel):
                                            "alert's name when unknown), or with all other episodes")
     min_class_episodes: int = Field(default=2, ge=2, description="a class with fewer episodes uses the global baseline")
     scale_advantages: bool = Field(default=True, description="divide advantages by the returns' standard deviation")
+    negative_advantages: Literal["keep", "drop"] = Field(
+        default="keep", description="drop: an episode worse than its baseline gets advantage 0, so nothing is pushed "
+                                    "down and the update imitates the better episodes, weighted by advantage")
     ratio_min: float = Field(default=0.0, ge=0, le=1, description="awpg: importance ratios are truncated to "
                                                                   "[ratio_min, ratio_max]")
     ratio_max: float = Field(default=3.0, ge=1, description="awpg: see ratio_min (1 and 1: no correction)")

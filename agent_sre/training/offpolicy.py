@@ -90,7 +90,8 @@ def has_logprobs(t: Trajectory) -> bool:
 def advantages(returns: Sequence[float], classes: Sequence[str], config: OffPolicyConfig) -> list[float]:
     """Each return minus the mean return of the other episodes of its class: leave-one-out (as RLOO), so an
     episode is never its own baseline and two episodes of a class are simply compared with each other. A class
-    with fewer than `min_class_episodes` episodes, or `baseline="global"`, is compared with all other episodes."""
+    with fewer than `min_class_episodes` episodes, or `baseline="global"`, is compared with all other episodes.
+    With `negative_advantages="drop"` the worse episodes count for nothing instead of being pushed down."""
     members: dict[str, list[int]] = defaultdict(list)
     for i, c in enumerate(classes):
         members[c].append(i)
@@ -100,6 +101,8 @@ def advantages(returns: Sequence[float], classes: Sequence[str], config: OffPoli
         own = config.baseline == "fault_class" and len(members[c]) >= config.min_class_episodes
         others = [returns[j] for j in (members[c] if own else everyone) if j != i]
         out.append(returns[i] - sum(others) / len(others))
+    if config.negative_advantages == "drop":
+        out = [max(a, 0.0) for a in out]
     spread = statistics.pstdev(returns)
     return [a / spread for a in out] if config.scale_advantages and spread > 0 else out
 
