@@ -103,6 +103,12 @@ def test_per_fault_class_baselines_credit_the_better_episode_of_each_class() -> 
     # dropping the negatives: the better episode of each class keeps its advantage, the worse one counts for nothing
     assert advantages(scale_advantages=False, negative_advantages="drop") == pytest.approx(
         [per_class[0].advantage, 0.0, per_class[2].advantage, 0.0])
+    # balanced classes: a third bad-image episode makes that class's episodes weigh 5/(2*3) each, OOM's 5/(2*2)
+    again = make_trajectory([read(), write(), finish()])
+    balanced = score_episodes([*data, again], OffPolicyConfig(scale_advantages=False, class_weights="balanced"))
+    plain = score_episodes([*data, again], OffPolicyConfig(scale_advantages=False))
+    assert [b.advantage for b in balanced.episodes] == pytest.approx(
+        [p.advantage * w for p, w in zip(plain.episodes, [5 / 6, 5 / 6, 5 / 4, 5 / 4, 5 / 6], strict=True)])
 
 
 def test_importance_ratios_are_truncated_and_unknown_logprobs_count_as_on_policy() -> None:

@@ -124,6 +124,9 @@ class OffPolicyConfig(BaseModel):
                                            "alert's name when unknown), or with all other episodes")
     min_class_episodes: int = Field(default=2, ge=2, description="a class with fewer episodes uses the global baseline")
     scale_advantages: bool = Field(default=True, description="divide advantages by the returns' standard deviation")
+    class_weights: Literal["none", "balanced"] = Field(
+        default="none", description="balanced: every fault class weighs the same in the update, whatever its number "
+                                    "of episodes (advantages times episodes / (classes × the class's episodes))")
     negative_advantages: Literal["keep", "drop"] = Field(
         default="keep", description="drop: an episode worse than its baseline gets advantage 0, so nothing is pushed "
                                     "down and the update imitates the better episodes, weighted by advantage")

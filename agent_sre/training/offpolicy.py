@@ -91,7 +91,8 @@ def advantages(returns: Sequence[float], classes: Sequence[str], config: OffPoli
     """Each return minus the mean return of the other episodes of its class: leave-one-out (as RLOO), so an
     episode is never its own baseline and two episodes of a class are simply compared with each other. A class
     with fewer than `min_class_episodes` episodes, or `baseline="global"`, is compared with all other episodes.
-    With `negative_advantages="drop"` the worse episodes count for nothing instead of being pushed down."""
+    With `negative_advantages="drop"` the worse episodes count for nothing instead of being pushed down; with
+    `class_weights="balanced"` a class of many episodes weighs no more in the update than a class of few."""
     members: dict[str, list[int]] = defaultdict(list)
     for i, c in enumerate(classes):
         members[c].append(i)
@@ -103,6 +104,8 @@ def advantages(returns: Sequence[float], classes: Sequence[str], config: OffPoli
         out.append(returns[i] - sum(others) / len(others))
     if config.negative_advantages == "drop":
         out = [max(a, 0.0) for a in out]
+    if config.class_weights == "balanced":
+        out = [a * len(returns) / (len(members) * len(members[c])) for a, c in zip(out, classes, strict=True)]
     spread = statistics.pstdev(returns)
     return [a / spread for a in out] if config.scale_advantages and spread > 0 else out
 
