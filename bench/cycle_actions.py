@@ -9,7 +9,6 @@ name it); the dev stack must be up.
 
 from __future__ import annotations
 
-import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -17,27 +16,22 @@ from pathlib import Path
 from agent_sre.activities.rollout import store
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.training.offpolicy import incident_class
+from agent_sre.trajectory_store import read_trajectories
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchdocs import provenance, write_section  # noqa: E402
 
 HEADING = "## Cycle data by action sequence (bench/cycle_actions.py)"
-TOOL = re.compile(r'"tool"\s*:\s*"([A-Za-z_]+)"')
 
 
 def actions(t: Trajectory) -> str:
-    """The tools the episode called, in order (`?` for an answer that named none)."""
-    return ", ".join((m.group(1) if (m := TOOL.search(s.decision.completion)) else "?") for s in t.steps)
+    """The tools the episode called, in order (`invalid` for an answer that was no valid action)."""
+    return ", ".join(s.action.tool if s.action else "invalid" for s in t.steps)
 
 
 def main(key: str) -> None:
     client, settings = store()
-    response = client.get_object(settings.s3_bucket, key)
-    try:
-        episodes = [Trajectory.model_validate_json(line) for line in response.read().splitlines() if line.strip()]
-    finally:
-        response.close()
-        response.release_conn()
+    episodes = read_trajectories(client, settings.s3_bucket, key)
     counts = Counter((incident_class(t), t.policy, t.verdict.outcome if t.verdict else "not judged", actions(t))
                      for t in episodes)
     lines = [f"`{key}`: {len(episodes)} episodes.", "", "| episodes | class | policy | outcome | tools called |",
