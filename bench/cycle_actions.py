@@ -15,7 +15,7 @@ from pathlib import Path
 
 from agent_sre.activities.rollout import store
 from agent_sre.models.trajectory import Trajectory
-from agent_sre.training.offpolicy import incident_class
+from agent_sre.training.data import incident_class
 from agent_sre.trajectory_store import read_trajectories
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

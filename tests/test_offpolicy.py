@@ -22,12 +22,13 @@ from transformers import AutoTokenizer
 
 from agent_sre.activities import training as activities
 from agent_sre.config import Settings
-from agent_sre.models.training import GRPOTrainingConfig, OffPolicyConfig, TrainingRequest, TrainJob
+from agent_sre.models.training import (DataSelection, GRPOTrainingConfig, OffPolicyConfig, TrainingRequest,
+                                       TrainJob, TrajectoryFilter)
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.policy.llm.chat import chat_messages
 from agent_sre.policy.llm.checkpoint import load_policy_model
 from agent_sre.registry import Registry
-from agent_sre.scenarios import load_scenarios
+from agent_sre.scenarios import heldout_suite, load_scenarios
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.storage import object_store
 from agent_sre.training.grpo import Rollout, run_rollouts
@@ -109,6 +110,28 @@ def test_per_fault_class_baselines_credit_the_better_episode_of_each_class() -> 
     plain = score_episodes([*data, again], OffPolicyConfig(scale_advantages=False))
     assert [b.advantage for b in balanced.episodes] == pytest.approx(
         [p.advantage * w for p, w in zip(plain.episodes, [5 / 6, 5 / 6, 5 / 4, 5 / 4, 5 / 6], strict=True)])
+
+
+def test_rehearsed_expert_episodes_get_the_fixed_advantage_and_leave_the_new_ones_as_they_were() -> None:
+    data = [make_trajectory([read(), write(), finish()]),
+            make_trajectory([read(), finish()], outcome="unresolved", alert_resolved=False)]
+    experts = [make_trajectory([read(), write(), finish()], fault="oom"),
+               make_trajectory([read(), read(), write(), finish()], fault="bad-config")]
+    config = OffPolicyConfig(missing_logprobs="exclude", rehearsal_advantage=0.5)
+    alone = score_episodes(data, config.model_copy(update={"missing_logprobs": "on_policy"}))
+    both = score_episodes(data, config.model_copy(update={"missing_logprobs": "on_policy"}), experts)
+    assert [e.advantage for e in both.episodes[:2]] == pytest.approx([e.advantage for e in alone.episodes])
+    assert [(e.incident_class, e.advantage) for e in both.episodes[2:]] == [("rehearsal:oom", 0.5),
+                                                                           ("rehearsal:bad-config", 0.5)]
+    # demonstrations have no behaviour logprobs to correct by; `exclude` leaves out only the new episodes without
+    with pytest.raises(ValueError, match="needs at least 2 usable ones; got 0"):
+        score_episodes(data, config, experts)
+    logged = [t.model_copy(deep=True) for t in data]
+    for t in logged:
+        for s in t.steps:
+            s.decision.completion_token_ids, s.decision.completion_logprobs = [1, 2], [-0.1, -0.2]
+    assert [e.incident_class for e in score_episodes(logged, config, experts).episodes] == [
+        "bad-image", "bad-image", "rehearsal:oom", "rehearsal:bad-config"]
 
 
 def test_importance_ratios_are_truncated_and_unknown_logprobs_count_as_on_policy() -> None:
@@ -232,3 +255,51 @@ async def test_an_offpolicy_training_job_runs_through_the_training_activities(
     card = registry.get(job.version).card
     assert card.parent == BASE and card.training_request == request.model_dump(mode="json")
     assert sorted(i.uri for i in card.data_manifest) == sorted(i.uri for i in manifest.items)
+
+
+async def test_a_job_rehearses_expert_episodes_of_other_fault_types_pinned_in_its_manifest(
+        store: tuple[Settings, Registry]) -> None:
+    """data.rehearsal: expert episodes beside the new ones, at most `per_fault_class` of each type, never one of the
+    new episodes nor of an evaluation scenario; trained on and recorded in the version's lineage."""
+    settings, registry = store
+    client, bucket = object_store(settings), settings.s3_bucket
+    new = [runbook_episode(fault, outcome, run_id=f"run-{i}").model_copy(update={"model_version": "prod-v1"})
+           for i, (fault, outcome) in enumerate([("bad-image", "resolved"), ("bad-image", "unresolved"),
+                                                 ("oom", "resolved"), ("oom", "unresolved")])]
+    held_out = runbook_episode("bad-image", run_id="run-14")
+    assert held_out.incident.scenario is not None
+    held_out.incident.scenario.name = load_scenarios(heldout_suite())[0].name
+    experts = [runbook_episode("oom", run_id="run-10"), runbook_episode("oom", run_id="run-11"),
+               runbook_episode("none", run_id="run-12"), runbook_episode("bad-image", "unresolved", run_id="run-13"),
+               new[0].model_copy(update={"model_version": "runbook-v1"}), held_out]
+    for t in new + experts:
+        write_trajectory(client, bucket, t)
+    rehearse = TrajectoryFilter(model_versions=["runbook-v1"], resolved_only=True, per_fault_class=1)
+    request = TrainingRequest(algorithm="offpolicy", base=BASE, offpolicy=OffPolicyConfig(**FAST), requested_by="test",
+                              data=DataSelection(trajectories=TrajectoryFilter(model_versions=["prod-v1"]),
+                                                 rehearsal=rehearse))
+
+    manifest = ActivityEnvironment().run(activities.collect_training_data, request)
+    assert manifest.episodes == 4 and manifest.rehearsal is not None
+    assert manifest.rehearsal.counts == {"read": 6, "accepted": 2, "filtered: fault class full": 1,
+                                         "filtered: not resolved cleanly": 1, "filtered: evaluation scenario": 1,
+                                         "rejected": 1, "rejected: duplicate": 1}
+    assert "already read from the training episodes" in manifest.rehearsal.rejected[0].reasons[0]
+
+    job = TrainJob(request=request, data=manifest, version=f"rehearsal-{uuid.uuid4().hex[:6]}")
+    trained = await ActivityEnvironment().run(activities.train_policy, job)
+    assert trained.offpolicy is not None
+    assert trained.offpolicy.classes == {"bad-image": 2, "oom": 2, "rehearsal:oom": 1, "rehearsal:none": 1}
+    assert sorted(i.uri for i in registry.get(job.version).card.data_manifest) == sorted(
+        i.uri for i in manifest.items + manifest.rehearsal.items)
+
+    nothing = request.model_copy(update={"data": DataSelection(
+        trajectories=request.data.trajectories, rehearsal=rehearse.model_copy(update={"model_versions": ["none-v0"]}))})
+    with pytest.raises(ApplicationError, match="no expert episodes to rehearse") as refused:
+        ActivityEnvironment().run(activities.collect_training_data, nothing)
+    assert refused.value.non_retryable
+    for wrong, why in ((dict(algorithm="sft"), "has no offpolicy stage"),
+                       (dict(data={"rehearsal": {"model_versions": ["runbook-v1"]}}), "must set resolved_only")):
+        with pytest.raises(ValidationError, match=why):
+            TrainingRequest.model_validate({"algorithm": "offpolicy", "base": BASE,
+                                            "data": {"rehearsal": rehearse.model_dump()}, **wrong})

@@ -21,7 +21,7 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import chain
 from pathlib import Path
 from typing import Any, get_args
@@ -35,13 +35,14 @@ from agent_sre.activities.rollout import registry, store
 from agent_sre.config import Settings, get_settings
 from agent_sre.episodes import summarize
 from agent_sre.models.episode import EpisodeResult
+from agent_sre.models.registry import DataItem
 from agent_sre.models.training import (ArchiveRequest, DataManifest, EvalReport, EvalRequest, GateDecision,
                                        GateRequest, StoredDir, StoredStage, TrainedModel, TrainHeartbeat, TrainJob,
-                                       TrainingProgress, TrainingRequest, TrainingStage)
+                                       TrainingProgress, TrainingRequest, TrainingStage, TrajectoryFilter)
 from agent_sre.registry import Registry, RegistryError, UnknownVersionError
 from agent_sre.registry import weights as stored_files
 from agent_sre.scenarios import ScenarioError, default_catalog, load_scenarios
-from agent_sre.training.data import object_key, select_episodes
+from agent_sre.training.data import Selection, object_key, select_episodes
 from agent_sre.training.gate import judge, load_suite
 from agent_sre.training.launch import LaunchError, TrainingProcess, launch_command
 from agent_sre.training.run import BAD_INPUT
@@ -81,6 +82,35 @@ def grpo_scenarios(request: TrainingRequest) -> list[str]:
     return [s.name for s in scenarios]
 
 
+def _listed(client: Minio, bucket: str, wanted: TrajectoryFilter) -> Iterator[tuple[str, bytes]]:
+    """The objects a filter names, or else every stored episode of its date range and model versions."""
+    keys = iter(wanted.objects) if wanted.objects else chain.from_iterable(
+        trajectory_keys(client, bucket, wanted.since, version) for version in (wanted.model_versions or [None]))
+    return _objects(client, bucket, keys)
+
+
+def _pinned(client: Minio, bucket: str, items: list[DataItem]) -> Iterator[tuple[str, bytes]]:
+    """A manifest's objects, refused when their bytes no longer hash as they did at validation."""
+    for item in items:
+        key = object_key(item, bucket)
+        found = cas.read(client, bucket, key)
+        body = found[0] if found else b""
+        if found is None or hashlib.sha256(body).hexdigest() != item.sha256:
+            raise ValueError(f"{item.uri} changed or disappeared since the data was validated; start a new cycle")
+        yield key, body
+
+
+def select_training_data(request: TrainingRequest, episodes: Iterable[tuple[str, bytes]],
+                         rehearsal: Iterable[tuple[str, bytes]], bucket: str) -> tuple[Selection, Selection | None]:
+    """The episodes to learn from, and the expert episodes to rehearse: none of those, none of a scenario the
+    evaluation holds out."""
+    selected = select_episodes(episodes, request.data.trajectories, bucket)
+    if request.data.rehearsal is None:
+        return selected, None
+    held_out = {s.name for s in load_suite(request.evaluation)[1]}
+    return selected, select_episodes(rehearsal, request.data.rehearsal, bucket, exclude=selected, held_out=held_out)
+
+
 @activity.defn
 def collect_training_data(request: TrainingRequest) -> DataManifest:
     client, settings = store()
@@ -88,15 +118,20 @@ def collect_training_data(request: TrainingRequest) -> DataManifest:
     try:
         manifest = DataManifest()
         if request.needs_episodes:
-            wanted = request.data.trajectories
-            keys = iter(wanted.objects) if wanted.objects else chain.from_iterable(
-                trajectory_keys(client, bucket, wanted.since, version) for version in (wanted.model_versions or [None]))
-            selected = select_episodes(_objects(client, bucket, keys), wanted, bucket)
+            wanted = request.data
+            selected, rehearsal = select_training_data(
+                request, _listed(client, bucket, wanted.trajectories),
+                _listed(client, bucket, wanted.rehearsal) if wanted.rehearsal else iter(()), bucket)
             manifest = selected.manifest
+            if rehearsal is not None:
+                if not rehearsal.episodes:
+                    raise ValueError(f"no expert episodes to rehearse: none matches data.rehearsal outside the "
+                                     f"training episodes and the evaluation suite (counts: {rehearsal.manifest.counts})")
+                manifest.rehearsal = rehearsal.manifest
         if request.offpolicy is not None:
             from agent_sre.training.offpolicy import check_learnable
 
-            check_learnable(selected.episodes, request.offpolicy)
+            check_learnable(selected.episodes, request.offpolicy, rehearsal.episodes if rehearsal else [])
         if request.sft is not None:
             from agent_sre.training.sft import is_expert_episode
 
@@ -147,18 +182,20 @@ def resolve_base(versions: Registry, settings: Settings, base: str) -> tuple[Pat
     return versions.local_path(base), base
 
 
-def write_episodes(client: Minio, bucket: str, job: TrainJob, path: Path) -> None:
-    """The manifest's episodes, from objects whose bytes still hash as they did at validation."""
-    objects = []
-    for item in job.data.items:
-        key = object_key(item, bucket)
-        found = cas.read(client, bucket, key)
-        body = found[0] if found else b""
-        if found is None or hashlib.sha256(body).hexdigest() != item.sha256:
-            raise ValueError(f"{item.uri} changed or disappeared since the data was validated; start a new cycle")
-        objects.append((key, body))
-    selected = select_episodes(objects, job.request.data.trajectories, bucket)
-    path.write_text("".join(t.model_dump_json() + "\n" for t in selected.episodes))
+def write_episodes(client: Minio, bucket: str, job: TrainJob, out: Path) -> list[str]:
+    """The manifest's episodes (and rehearsed ones), from objects whose bytes still hash as they did at validation,
+    as files in `out`; returns the training job's arguments naming them."""
+    data = job.data
+    selected, rehearsal = select_training_data(
+        job.request, _pinned(client, bucket, data.items),
+        _pinned(client, bucket, data.rehearsal.items if data.rehearsal else []), bucket)
+    files = [("--data", "episodes.jsonl", selected)] + ([("--rehearsal", "rehearsal.jsonl", rehearsal)]
+                                                         if rehearsal else [])
+    args = []
+    for option, name, selection in files:
+        (out / name).write_text("".join(t.model_dump_json() + "\n" for t in selection.episodes))
+        args += [option, str(out / name)]
+    return args
 
 
 def restore(client: Minio, bucket: str, state: TrainHeartbeat, out: Path) -> Path | None:
@@ -291,8 +328,7 @@ async def train_policy(job: TrainJob) -> TrainedModel:
             args = ["--request", str(out / "request.json"), "--base", str(base_dir), "--out", str(out)]
             (out / "request.json").write_text(request.model_dump_json())
             if request.needs_episodes:
-                await asyncio.to_thread(write_episodes, client, bucket, job, out / "episodes.jsonl")
-                args += ["--data", str(out / "episodes.jsonl")]
+                args += await asyncio.to_thread(write_episodes, client, bucket, job, out)
             if (checkpoint := await asyncio.to_thread(restore, client, bucket, state, out)) is not None:
                 args += ["--resume-from", str(checkpoint)]
             gpus = 0 if request.compute == "cpu" else await asyncio.to_thread(visible_gpus)
@@ -314,7 +350,7 @@ async def train_policy(job: TrainJob) -> TrainedModel:
         final = out / request.stages[-1] / "model"
         await asyncio.to_thread(
             versions.register, job.version, policy="llm", by=request.requested_by, weights_dir=final, parent=parent,
-            training_request=request.model_dump(mode="json"), data_manifest=job.data.items,
+            training_request=request.model_dump(mode="json"), data_manifest=job.data.items + (job.data.rehearsal.items if job.data.rehearsal else []),
             reason=f"trained by {request.algorithm} from {request.base}" + (f": {request.reason}" if request.reason
                                                                              else ""))
         await asyncio.to_thread(remove_prefix, client, bucket, f"{STORE_PREFIX}/{job.version}/")

@@ -130,6 +130,9 @@ class OffPolicyConfig(BaseModel):
     negative_advantages: Literal["keep", "drop"] = Field(
         default="keep", description="drop: an episode worse than its baseline gets advantage 0, so nothing is pushed "
                                     "down and the update imitates the better episodes, weighted by advantage")
+    rehearsal_advantage: float = Field(default=1.0, gt=0, description="the advantage of every rehearsed expert "
+                                                                     "episode (data.rehearsal), in the units of "
+                                                                     "the new episodes' scaled advantages")
     ratio_min: float = Field(default=0.0, ge=0, le=1, description="awpg: importance ratios are truncated to "
                                                                   "[ratio_min, ratio_max]")
     ratio_max: float = Field(default=3.0, ge=1, description="awpg: see ratio_min (1 and 1: no correction)")
@@ -198,6 +201,12 @@ class TrajectoryFilter(BaseModel):
     limit: int | None = Field(default=None, ge=1, description="at most this many accepted episodes (oldest first)")
     objects: list[str] = Field(default_factory=list, description="read exactly these object keys instead of listing "
                                                                  "the trajectory store (a learning cycle's dataset)")
+    resolved_only: bool = Field(default=False, description="only episodes that finished on their own without an "
+                                                           "invalid action and that the observer judged resolved "
+                                                           "without a false positive (an expert's demonstrations)")
+    per_fault_class: int | None = Field(default=None, ge=1, description="at most this many accepted episodes of "
+                                                                        "each fault class (the alert's name when "
+                                                                        "unknown), the first ones read")
 
 
 class SimulatedData(BaseModel):
@@ -212,6 +221,11 @@ class DataSelection(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     trajectories: TrajectoryFilter = Field(default_factory=TrajectoryFilter, description="for SFT and off-policy RL")
+    rehearsal: TrajectoryFilter | None = Field(
+        default=None, description="off-policy RL: expert episodes imitated alongside the new ones at a fixed "
+                                  "advantage (OffPolicyConfig.rehearsal_advantage), so that fault types the new "
+                                  "episodes lack are not forgotten; only resolved_only episodes, none of the new ones, "
+                                  "none of the evaluation suite's scenarios")
     simulated: SimulatedData = Field(default_factory=SimulatedData, description="for GRPO")
 
 
@@ -269,6 +283,12 @@ class TrainingRequest(BaseModel):
                 setattr(self, stage, config_type())
             elif stage not in stages and getattr(self, stage) is not None:
                 raise ValueError(f"a {stage} config was given but algorithm {self.algorithm!r} has no {stage} stage")
+        if (rehearsal := self.data.rehearsal) is not None:
+            if "offpolicy" not in stages:
+                raise ValueError(f"data.rehearsal is for off-policy RL; algorithm {self.algorithm!r} has no offpolicy "
+                                 "stage")
+            if not rehearsal.resolved_only:
+                raise ValueError("data.rehearsal imitates its episodes, so it must set resolved_only: true")
         return self
 
     @property
@@ -294,6 +314,8 @@ class DataManifest(BaseModel):
     items: list[DataItem] = Field(default_factory=list, description="stored objects holding accepted episodes")
     episodes: int = Field(default=0, description="accepted episodes")
     expert_episodes: int = Field(default=0, description="accepted episodes SFT imitates (see SFTConfig)")
+    rehearsal: DataManifest | None = Field(default=None, description="the rehearsed expert episodes "
+                                                                     "(data.rehearsal), validated alike")
     rejected: list[RejectedEpisode] = Field(default_factory=list, description="the first 100 rejections")
     counts: dict[str, int] = Field(default_factory=dict, description="read, accepted, and rejections by reason")
     scenarios: list[str] = Field(default_factory=list, description="GRPO's scenario names")

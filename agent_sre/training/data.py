@@ -3,15 +3,16 @@
 Every rejection has a reason a person can act on: a line that is not a trajectory.v1 (schema), an episode seen
 before (duplicate: same incident id and run, e.g. stored twice or under two model partitions; a re-fired alert
 is the same incident id in a new run and is NOT a duplicate), or an episode that never ended properly
-(incomplete: no verdict, cancelled, no conversation). The selection is a pure function of the objects' bytes,
-so the training job re-applies it to the hash-checked objects of the manifest and gets the same episodes.
+(incomplete: no verdict, cancelled, no conversation). The selection is a pure function of the objects' bytes
+(and of the episodes and scenarios it must leave out), so the training job re-applies it to the hash-checked
+objects of the manifest and gets the same episodes.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
@@ -19,12 +20,34 @@ from pydantic import ValidationError
 from agent_sre.models.registry import DataItem
 from agent_sre.models.training import DataManifest, RejectedEpisode, TrajectoryFilter
 from agent_sre.models.trajectory import Trajectory
+from agent_sre.rewards.base import EpisodeFacts
 
 MAX_LISTED_REJECTIONS = 100
 
 
 def episode_id(t: Trajectory) -> str:
     return f"{t.incident.id}/{t.run_id}"
+
+
+def incident_class(t: Trajectory) -> str:
+    """What makes two incidents comparable: the fault class where one is known (simulated incidents, drills),
+    otherwise the alert's name (a production incident has no ground truth)."""
+    if t.incident.scenario is not None:
+        return t.incident.fault_class
+    if t.incident.alert is not None:
+        return f"alert:{t.incident.alert.labels.get('alertname', 'unnamed')}"
+    return "user report"
+
+
+def resolved_cleanly(t: Trajectory) -> bool:
+    """An episode worth imitating: it finished on its own, with no invalid action, and the observer judged it
+    resolved without a false positive."""
+    if t.verdict is None or t.termination != "finished" or not t.conversation:
+        return False
+    if t.conversation[-1].role != "assistant" or any(s.action is None for s in t.steps):
+        return False
+    facts = EpisodeFacts.of(t)
+    return facts.resolved and not facts.false_positive
 
 
 def incomplete_reasons(t: Trajectory) -> list[str]:
@@ -53,13 +76,15 @@ def _schema_error(exc: ValidationError) -> str:
     return f"schema: not a trajectory.v1 ({exc.error_count()} error(s); first at {where}: {first['msg']})"
 
 
-def select_episodes(objects: Iterable[tuple[str, bytes]], selection: TrajectoryFilter,
-                    bucket: str) -> Selection:
-    """Validate the episodes in `objects` (key, JSON-lines body), in order, keeping those `selection`'s policies
-    allow, up to its limit. Objects holding at least one accepted episode become manifest items."""
+def select_episodes(objects: Iterable[tuple[str, bytes]], selection: TrajectoryFilter, bucket: str, *,
+                    exclude: Selection | None = None, held_out: Collection[str] = ()) -> Selection:
+    """Validate the episodes in `objects` (key, JSON-lines body), in order, keeping those `selection` allows, up to
+    its limits. Episodes of `exclude` (an earlier selection) count as duplicates; episodes of a `held_out`
+    scenario are filtered out. Objects holding at least one accepted episode become manifest items."""
     out = Selection()
     counts: Counter[str] = Counter()
-    seen: dict[str, str] = {}
+    seen = {episode_id(t): "the training episodes" for t in (exclude.episodes if exclude else [])}
+    per_class: Counter[str] = Counter()
     for key, body in objects:
         accepted_here = 0
         for number, line in enumerate(body.decode("utf-8", errors="replace").splitlines(), start=1):
@@ -76,6 +101,9 @@ def select_episodes(objects: Iterable[tuple[str, bytes]], selection: TrajectoryF
             if selection.policies and t.policy not in selection.policies:
                 counts["filtered: policy"] += 1
                 continue
+            if t.incident.scenario is not None and t.incident.scenario.name in held_out:
+                counts["filtered: evaluation scenario"] += 1
+                continue
             ident = episode_id(t)
             reasons = incomplete_reasons(t)
             if ident in seen:
@@ -86,6 +114,14 @@ def select_episodes(objects: Iterable[tuple[str, bytes]], selection: TrajectoryF
             if reasons:
                 _reject(out.manifest, counts, key, number, ident, reasons)
                 continue
+            if selection.resolved_only and not resolved_cleanly(t):
+                counts["filtered: not resolved cleanly"] += 1
+                continue
+            if selection.per_fault_class is not None:
+                if per_class[incident_class(t)] >= selection.per_fault_class:
+                    counts["filtered: fault class full"] += 1
+                    continue
+                per_class[incident_class(t)] += 1
             out.episodes.append(t)
             accepted_here += 1
         if accepted_here:

@@ -36,6 +36,7 @@ from agent_sre.models.training import OffPolicyConfig, OffPolicyResult, OffPolic
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.policy.llm.chat import chat_messages, prompt_token_ids
 from agent_sre.rewards import compute_reward
+from agent_sre.training.data import incident_class
 from agent_sre.training.grpo import (SENTINEL, Rollout, environment_tokens, episode_return, returned_reward,
                                      rollout_batch_layout)
 
@@ -60,16 +61,6 @@ class ScoredEpisode:
 class Scored:
     episodes: list[ScoredEpisode]
     skipped: Counter[str]
-
-
-def incident_class(t: Trajectory) -> str:
-    """What makes two incidents comparable: the fault class where one is known (simulated incidents, drills),
-    otherwise the alert's name (a production incident has no ground truth)."""
-    if t.incident.scenario is not None:
-        return t.incident.fault_class
-    if t.incident.alert is not None:
-        return f"alert:{t.incident.alert.labels.get('alertname', 'unnamed')}"
-    return "user report"
 
 
 def answer_positions(t: Trajectory) -> list[int]:
@@ -110,11 +101,31 @@ def advantages(returns: Sequence[float], classes: Sequence[str], config: OffPoli
     return [a / spread for a in out] if config.scale_advantages and spread > 0 else out
 
 
-def score_episodes(trajectories: Iterable[Trajectory], config: OffPolicyConfig) -> Scored:
+REHEARSAL = "rehearsal"
+
+
+def score_episodes(trajectories: Iterable[Trajectory], config: OffPolicyConfig,
+                   rehearsal: Iterable[Trajectory] = ()) -> Scored:
     """The usable episodes with their returns (recomputed with the config's reward function: late human feedback
     counts, and episodes scored at different times compare) and advantages; the others counted by reason.
-    ValueError when fewer than two remain: off-policy RL learns by comparing episodes."""
+    ValueError when fewer than two remain: off-policy RL learns by comparing episodes. Rehearsed expert episodes
+    are not compared: each gets `config.rehearsal_advantage` (class `rehearsal:<its class>`)."""
     reward_config = RewardConfig(function=config.reward_function)
+    kept = _usable(trajectories, config, reward_config)
+    if len(kept.episodes) < 2:
+        raise ValueError(f"off-policy RL compares episodes and needs at least 2 usable ones; got {len(kept.episodes)}"
+                         + (f" (left out: {dict(kept.skipped)})" if kept.skipped else ""))
+    for e, a in zip(kept.episodes, advantages([e.episode_return for e in kept.episodes],
+                                              [e.incident_class for e in kept.episodes], config), strict=True):
+        e.advantage = a
+    rehearsed = _usable(rehearsal, config.model_copy(update={"missing_logprobs": "on_policy"}), reward_config)
+    for e in rehearsed.episodes:
+        e.incident_class, e.advantage = f"{REHEARSAL}:{e.incident_class}", config.rehearsal_advantage
+    kept.skipped.update({f"{REHEARSAL}: {reason}": n for reason, n in rehearsed.skipped.items()})
+    return Scored(kept.episodes + rehearsed.episodes, kept.skipped)
+
+
+def _usable(trajectories: Iterable[Trajectory], config: OffPolicyConfig, reward_config: RewardConfig) -> Scored:
     kept: list[ScoredEpisode] = []
     skipped: Counter[str] = Counter()
     for t in trajectories:
@@ -135,18 +146,13 @@ def score_episodes(trajectories: Iterable[Trajectory], config: OffPolicyConfig) 
         reward = compute_reward(t, reward_config)
         kept.append(ScoredEpisode(t, answers, reward, incident_class(t),
                                   episode_return(t.model_copy(update={"reward": reward}))))
-    if len(kept) < 2:
-        raise ValueError(f"off-policy RL compares episodes and needs at least 2 usable ones; got {len(kept)}"
-                         + (f" (left out: {dict(skipped)})" if skipped else ""))
-    for e, a in zip(kept, advantages([e.episode_return for e in kept], [e.incident_class for e in kept], config),
-                    strict=True):
-        e.advantage = a
     return Scored(kept, skipped)
 
 
-def check_learnable(trajectories: Iterable[Trajectory], config: OffPolicyConfig) -> Scored:
+def check_learnable(trajectories: Iterable[Trajectory], config: OffPolicyConfig,
+                    rehearsal: Iterable[Trajectory] = ()) -> Scored:
     """The scored episodes, or ValueError when they hold nothing to learn (checked before a training job starts)."""
-    scored = score_episodes(trajectories, config)
+    scored = score_episodes(trajectories, config, rehearsal)
     if config.method == "kto":
         if not kto_rows(scored.episodes):
             raise ValueError("no KTO examples: every episode's return equals its baseline and no action was "
@@ -383,17 +389,19 @@ def _tokenizer(model_dir: Path) -> PreTrainedTokenizerBase:
 
 
 def train_offpolicy(model_dir: Path, episodes: Iterable[Trajectory], output_dir: Path, config: OffPolicyConfig,
-                    work_dir: Path | None = None, *, save_steps: int | None = None, resume_from: Path | None = None,
+                    work_dir: Path | None = None, *, rehearsal: Iterable[Trajectory] = (),
+                    save_steps: int | None = None, resume_from: Path | None = None,
                     callbacks: Sequence[TrainerCallback] = ()) -> OffPolicyResult:
-    """Off-policy RL from `model_dir` on logged `episodes` (a list, or `trajectory_store.iter_trajectories`);
-    saves the policy to `output_dir`. `work_dir` holds the trainer's own files (default: beside `output_dir`): a
-    checkpoint every `save_steps` (the last two kept), from which `resume_from` continues."""
+    """Off-policy RL from `model_dir` on logged `episodes` (a list, or `trajectory_store.iter_trajectories`), and
+    on `rehearsal`, expert episodes imitated at a fixed advantage; saves the policy to `output_dir`. `work_dir`
+    holds the trainer's own files (default: beside `output_dir`): a checkpoint every `save_steps` (the last two
+    kept), from which `resume_from` continues."""
     from agent_sre.policy.llm.checkpoint import check_model_dir, save_model_dir
 
     if output_dir.exists() and any(output_dir.iterdir()):
         raise FileExistsError(f"{output_dir} already holds files; off-policy RL writes a new model directory")
     check_model_dir(model_dir)
-    scored = check_learnable(episodes, config)
+    scored = check_learnable(episodes, config, rehearsal)
     work = work_dir or output_dir.with_name(output_dir.name + ".work")
     build = _awpg if config.method == "awpg" else _kto
     trainer, figures = build(model_dir, scored, work, config, save_steps, callbacks)

@@ -1,7 +1,8 @@
 """The training job, one process (or one per GPU) started by the `train_policy` activity:
 
     accelerate launch --config_file infra/accelerate/<compute>.yaml -m agent_sre.training.run \\
-        --request REQUEST.json --base MODEL_DIR --out DIR [--data EPISODES.jsonl] [--resume-from CHECKPOINT]
+        --request REQUEST.json --base MODEL_DIR --out DIR [--data EPISODES.jsonl] [--rehearsal EXPERTS.jsonl]
+        [--resume-from CHECKPOINT]
 
 It runs the request's stages in order (SFT or off-policy RL on the episodes in `--data`, then GRPO from that
 model) and reports as JSON lines (`training.TrainingProgress`: losses, rewards, KL, each saved checkpoint, each
@@ -83,7 +84,7 @@ def read_episodes(path: Path) -> list[Trajectory]:
 
 
 def run_stage(stage: TrainingStage, request: TrainingRequest, model_dir: Path, out: Path, data: Path | None,
-              resume_from: Path | None, log: ProgressLog) -> tuple[Path, bool]:
+              rehearsal: Path | None, resume_from: Path | None, log: ProgressLog) -> tuple[Path, bool]:
     """Train one stage from `model_dir`; returns (its model directory, whether it ran now)."""
     from agent_sre.scenarios import default_catalog, load_scenarios
     from agent_sre.training.grpo import train_grpo
@@ -107,6 +108,7 @@ def run_stage(stage: TrainingStage, request: TrainingRequest, model_dir: Path, o
     elif stage == "offpolicy":
         assert request.offpolicy is not None and data is not None
         finished = train_offpolicy(model_dir, read_episodes(data), model, request.offpolicy, work,
+                                   rehearsal=read_episodes(rehearsal) if rehearsal else [],
                                    save_steps=request.checkpoint_steps, resume_from=resume_from, callbacks=callbacks)
     else:
         assert request.grpo is not None
@@ -124,6 +126,8 @@ def main(
     out: Annotated[Path, typer.Option(help="output directory (checkpoints, stage models, progress.jsonl)")],
     data: Annotated[Path | None, typer.Option(help="validated episodes, one trajectory.v1 per line (SFT, "
                                                    "off-policy RL)")] = None,
+    rehearsal: Annotated[Path | None, typer.Option(help="expert episodes off-policy RL rehearses (data.rehearsal), "
+                                                        "one trajectory.v1 per line")] = None,
     resume_from: Annotated[Path | None, typer.Option(help="a checkpoint of the first unfinished stage")] = None,
 ) -> None:
     from agent_sre.policy.llm.checkpoint import ModelDirError, check_model_dir
@@ -134,6 +138,8 @@ def main(
         check_model_dir(base)
         if req.needs_episodes and (data is None or not data.is_file()):
             raise ValueError(f"{req.algorithm} needs --data (a file of episodes); got {data}")
+        if (req.data.rehearsal is not None) != (rehearsal is not None and rehearsal.is_file()):
+            raise ValueError(f"--rehearsal ({rehearsal}) goes with, and only with, the request's data.rehearsal")
         if resume_from is not None and not (resume_from / "trainer_state.json").is_file():
             raise ValueError(f"{resume_from} is not a trainer checkpoint (no trainer_state.json)")
     except (OSError, ValidationError, ModelDirError, ValueError) as exc:
@@ -143,7 +149,7 @@ def main(
     log = ProgressLog(out / "progress.jsonl")
     model = base
     for stage in req.stages:
-        model, ran = run_stage(stage, req, model, out, data, resume_from, log)
+        model, ran = run_stage(stage, req, model, out, data, rehearsal, resume_from, log)
         if ran:
             resume_from = None  # a checkpoint belongs to the first stage that runs
     log.write(TrainingProgress(event="done", path=str(model)))

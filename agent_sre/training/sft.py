@@ -20,7 +20,7 @@ from agent_sre.models.training import SFTConfig, SFTResult
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.policy.llm.chat import chat_messages
 from agent_sre.policy.llm.checkpoint import check_model_dir, pick_device, save_model_dir, train_in_bf16
-from agent_sre.rewards.base import EpisodeFacts
+from agent_sre.training.data import resolved_cleanly
 
 if TYPE_CHECKING:
     from transformers import TrainerCallback
@@ -30,14 +30,8 @@ log = logging.getLogger(__name__)
 
 
 def is_expert_episode(t: Trajectory, policies: Iterable[str]) -> bool:
-    """A demonstration worth imitating: an expert policy's episode that finished on its own, with no invalid
-    action, and that the observer judged resolved without a false positive."""
-    if t.policy not in set(policies) or t.verdict is None or t.termination != "finished" or not t.conversation:
-        return False
-    if t.conversation[-1].role != "assistant" or any(s.action is None for s in t.steps):
-        return False
-    facts = EpisodeFacts.of(t)
-    return facts.resolved and not facts.false_positive
+    """A demonstration worth imitating: an expert policy's cleanly resolved episode."""
+    return t.policy in set(policies) and resolved_cleanly(t)
 
 
 def expert_conversations(trajectories: Iterable[Trajectory], policies: Iterable[str]) -> list[list[dict[str, str]]]:
