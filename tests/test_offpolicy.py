@@ -21,9 +21,10 @@ from trajectory_factory import finish, make_trajectory, read, step, write
 from transformers import AutoTokenizer
 
 from agent_sre.activities import training as activities
+from agent_sre.cli import train as train_cli
 from agent_sre.config import Settings
 from agent_sre.models.training import (DataSelection, GRPOTrainingConfig, OffPolicyConfig, TrainingRequest,
-                                       TrainJob, TrajectoryFilter)
+                                       TrainingStatus, TrainJob, TrajectoryFilter)
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.policy.llm.chat import chat_messages
 from agent_sre.policy.llm.checkpoint import load_policy_model
@@ -285,6 +286,11 @@ async def test_a_job_rehearses_expert_episodes_of_other_fault_types_pinned_in_it
                                          "filtered: not resolved cleanly": 1, "filtered: evaluation scenario": 1,
                                          "rejected": 1, "rejected: duplicate": 1}
     assert "already read from the training episodes" in manifest.rehearsal.rejected[0].reasons[0]
+    with train_cli.console.capture() as shown:
+        train_cli.print_status(TrainingStatus(workflow_id="w", phase="training", algorithm="offpolicy", base=BASE,
+                                              data=manifest))
+    assert "2 expert episodes from 2 object(s); filtered: evaluation scenario 1, filtered: fault class full 1" in (
+        " ".join(shown.get().split()))
 
     job = TrainJob(request=request, data=manifest, version=f"rehearsal-{uuid.uuid4().hex[:6]}")
     trained = await ActivityEnvironment().run(activities.train_policy, job)

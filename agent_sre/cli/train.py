@@ -180,6 +180,10 @@ def print_status(st: TrainingStatus) -> None:
                               + (f"; {len(d.scenarios)} GRPO scenarios" if d.scenarios else ""))
         for r in d.rejected[:5]:
             table.add_row("", f"{r.key} line {r.line}: {'; '.join(r.reasons)}")
+        if (rehearsal := d.rehearsal) is not None:
+            table.add_row("rehearsal", f"{rehearsal.episodes} expert episodes from {len(rehearsal.items)} object(s); "
+                                       + ", ".join(f"{k} {v}" for k, v in sorted(rehearsal.counts.items())
+                                                   if k.startswith(("filtered", "rejected: "))))
     if st.metrics is not None:
         table.add_row("progress", progress_line(st))
     if st.trained is not None:
