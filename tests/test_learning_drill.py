@@ -82,6 +82,8 @@ async def test_the_drill_serves_production_shifts_the_mix_and_records_the_schedu
 
     model = report.plan.model
     assert model.startswith("drill-tiny-smollm2-") and report.production_at_end == model
+    # the gate judges with production's step budget (--max-steps), not the config's tighter one
+    assert report.plan.learning.training.evaluation.max_turns == 2
     # incidents were served by production throughout, and the mix shifted
     windows = [c.before for c in report.cycles] + [report.after]
     assert report.after is not None and report.after.incidents >= 4 and not report.notes

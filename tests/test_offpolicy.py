@@ -259,7 +259,7 @@ async def test_an_offpolicy_training_job_runs_through_the_training_activities(
 
 
 async def test_a_job_rehearses_expert_episodes_of_other_fault_types_pinned_in_its_manifest(
-        store: tuple[Settings, Registry]) -> None:
+        store: tuple[Settings, Registry], monkeypatch: pytest.MonkeyPatch) -> None:
     """data.rehearsal: expert episodes beside the new ones, at most `per_fault_class` of each type, never one of the
     new episodes nor of an evaluation scenario; trained on and recorded in the version's lineage."""
     settings, registry = store
@@ -286,11 +286,12 @@ async def test_a_job_rehearses_expert_episodes_of_other_fault_types_pinned_in_it
                                          "filtered: not resolved cleanly": 1, "filtered: evaluation scenario": 1,
                                          "rejected": 1, "rejected: duplicate": 1}
     assert "already read from the training episodes" in manifest.rehearsal.rejected[0].reasons[0]
+    monkeypatch.setattr(train_cli.console, "width", 300)  # one line per row
     with train_cli.console.capture() as shown:
         train_cli.print_status(TrainingStatus(workflow_id="w", phase="training", algorithm="offpolicy", base=BASE,
                                               data=manifest))
-    assert "2 expert episodes from 2 object(s); filtered: evaluation scenario 1, filtered: fault class full 1" in (
-        " ".join(shown.get().split()))
+    assert ("rehearsal │ 2 expert episodes from 2 object(s); filtered: evaluation scenario 1, filtered: fault class "
+            "full 1, filtered: not resolved cleanly 1, rejected: duplicate 1") in shown.get()
 
     job = TrainJob(request=request, data=manifest, version=f"rehearsal-{uuid.uuid4().hex[:6]}")
     trained = await ActivityEnvironment().run(activities.train_policy, job)

@@ -35,7 +35,8 @@ def drill(
     incidents_per_cycle: int = typer.Option(20, "--incidents-per-cycle", min=1,
                                             help="incidents per window between cycles (more while a rollout runs)"),
     concurrency: int = typer.Option(2, "--concurrency", min=1),
-    max_steps: int = typer.Option(15, "--max-steps", min=1, help="actions per incident"),
+    max_steps: int = typer.Option(15, "--max-steps", min=1, help="actions per incident, in production and in the "
+                                                                 "evaluations"),
     mix: str = typer.Option("bad-image,scaled-to-zero,oom,false-alarm", "--mix",
                             help="scenario families served before the shift (comma-separated)"),
     shifted: str = typer.Option("bad-env-value", "--shifted", help="the family the mix shifts to"),
@@ -82,7 +83,8 @@ def drill(
         fail(f"--shifted {shifted} is already in --mix: the shift must bring something new")
     learning = build_config(config_file, name, algorithm, None, steps, compute, min_episodes,
                             "none" if plan == "drill" else plan, settings)
-    evaluation = {**learning.training.evaluation.model_dump(mode="json"), "limit": eval_limit}
+    # the gate judges a candidate with the step budget production serves with, not a tighter one
+    evaluation = {**learning.training.evaluation.model_dump(mode="json"), "limit": eval_limit, "max_turns": max_steps}
     learning = LearningConfig.model_validate({
         **learning.model_dump(mode="json"), "start_at": datetime.now(UTC).isoformat(), "replay_eval_limit": eval_limit,
         "training": {**learning.training.model_dump(mode="json", exclude_none=True), "evaluation": evaluation},
