@@ -298,7 +298,7 @@ async def test_a_job_rehearses_expert_episodes_of_other_fault_types_pinned_in_it
     assert trained.offpolicy is not None
     assert trained.offpolicy.classes == {"bad-image": 2, "oom": 2, "rehearsal:oom": 1, "rehearsal:none": 1}
     assert sorted(i.uri for i in registry.get(job.version).card.data_manifest) == sorted(
-        i.uri for i in manifest.items + manifest.rehearsal.items)
+        i.uri for i in manifest.items + manifest.rehearsal.items) and len(manifest.learnt_from) == 6
 
     nothing = request.model_copy(update={"data": DataSelection(
         trajectories=request.data.trajectories, rehearsal=rehearse.model_copy(update={"model_versions": ["none-v0"]}))})

@@ -126,7 +126,8 @@ def collect_training_data(request: TrainingRequest) -> DataManifest:
             if rehearsal is not None:
                 if not rehearsal.episodes:
                     raise ValueError(f"no expert episodes to rehearse: none matches data.rehearsal outside the "
-                                     f"training episodes and the evaluation suite (counts: {rehearsal.manifest.counts})")
+                                     f"training episodes and the evaluation suite "
+                                     f"(counts: {rehearsal.manifest.counts})")
                 manifest.rehearsal = rehearsal.manifest
         if request.offpolicy is not None:
             from agent_sre.training.offpolicy import check_learnable
@@ -350,7 +351,7 @@ async def train_policy(job: TrainJob) -> TrainedModel:
         final = out / request.stages[-1] / "model"
         await asyncio.to_thread(
             versions.register, job.version, policy="llm", by=request.requested_by, weights_dir=final, parent=parent,
-            training_request=request.model_dump(mode="json"), data_manifest=job.data.items + (job.data.rehearsal.items if job.data.rehearsal else []),
+            training_request=request.model_dump(mode="json"), data_manifest=job.data.learnt_from,
             reason=f"trained by {request.algorithm} from {request.base}" + (f": {request.reason}" if request.reason
                                                                              else ""))
         await asyncio.to_thread(remove_prefix, client, bucket, f"{STORE_PREFIX}/{job.version}/")

@@ -316,6 +316,11 @@ class DataManifest(BaseModel):
     expert_episodes: int = Field(default=0, description="accepted episodes SFT imitates (see SFTConfig)")
     rehearsal: DataManifest | None = Field(default=None, description="the rehearsed expert episodes "
                                                                      "(data.rehearsal), validated alike")
+
+    @property
+    def learnt_from(self) -> list[DataItem]:
+        """Every object the version learns from: the episodes' and the rehearsed ones' (its lineage)."""
+        return self.items + (self.rehearsal.items if self.rehearsal else [])
     rejected: list[RejectedEpisode] = Field(default_factory=list, description="the first 100 rejections")
     counts: dict[str, int] = Field(default_factory=dict, description="read, accepted, and rejections by reason")
     scenarios: list[str] = Field(default_factory=list, description="GRPO's scenario names")
