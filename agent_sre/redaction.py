@@ -30,8 +30,8 @@ PREFIX = "<redacted:"
 SECRET = "<redacted:secret>"
 
 # Key names whose values are secrets: `password=...`, `PASSWORD: ...`, `"api_key": "..."`, `DB_PASSWORD=...`.
-_SECRET_KEY = (r"[A-Za-z0-9_.-]*(?:password|passwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key"
-               r"|credentials?|authorization)[A-Za-z0-9_.-]*")
+_SECRET_WORD = r"(?:password|passwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials?|authorization)"
+_SECRET_KEY = rf"[A-Za-z0-9_.-]*{_SECRET_WORD}[A-Za-z0-9_.-]*"
 _SECRET_KEY_RE = re.compile(rf"^{_SECRET_KEY}$", re.IGNORECASE)
 # Keys that only name, point at or count a secret (`secretName`, `secretKeyRef`, `max_tokens`) are not secrets.
 _NOT_A_SECRET_SUFFIX = re.compile(r"(?:name|ref|refs|file|path|seconds|type|tokens|ids|count)$", re.IGNORECASE)
@@ -74,31 +74,46 @@ def _ipv6(m: re.Match[str]) -> str:
     return "<redacted:ip>"
 
 
-_Rule = tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]
+# What every match of a rule contains: literals of a case-sensitive rule, lower-cased (any one of them), or a
+# pattern far cheaper than the rule's. Most text (tool output, prompts) holds none, and a rule's own scan costs
+# many times the check: without them, redaction was a sixth of a worker's CPU per simulated episode
+# (bench/orchestration.py).
+_Trigger = tuple[str, ...] | re.Pattern[str]
+_Rule = tuple[re.Pattern[str], str | Callable[[re.Match[str]], str], _Trigger]
+_NAMES_A_SECRET = re.compile(_SECRET_WORD, re.IGNORECASE)
 
 # Order matters: specific token shapes first, then `key: value`, then e-mails and addresses.
 _RULES: list[_Rule] = [
     (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.DOTALL),
-     "<redacted:private_key>"),
+     "<redacted:private_key>", ("-----begin",)),
     # credentials inside a URL: scheme://user:password@host
     (re.compile(r"(?P<pre>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@<>]+:)(?!<redacted:)[^\s@/<>]+(?=@)"),
-     rf"\g<pre>{SECRET}"),
+     rf"\g<pre>{SECRET}", ("://",)),
     (re.compile(r"\b(?P<scheme>Bearer|Basic)[ \t]+(?!<redacted:)[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE),
-     r"\g<scheme> <redacted:token>"),
-    (re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"), "<redacted:jwt>"),
-    (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}\b"), "<redacted:aws_key>"),
-    (re.compile(r"\bsk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_]{16,}"), "<redacted:api_key>"),
+     r"\g<scheme> <redacted:token>", re.compile("bearer|basic", re.IGNORECASE)),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"), "<redacted:jwt>", ("eyj",)),
+    (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}\b"), "<redacted:aws_key>",
+     ("akia", "asia", "agpa", "aida", "aroa", "anpa", "anva", "aipa")),
+    (re.compile(r"\bsk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_]{16,}"), "<redacted:api_key>", ("sk-",)),
     (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|xox[abprs]-[A-Za-z0-9-]{10,})"),
-     "<redacted:token>"),
-    (_ENV_ENTRY_RE, _keyed_value),
-    (_KEY_VALUE_RE, _keyed_value),
+     "<redacted:token>", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xoxa-", "xoxb-", "xoxp-", "xoxr-",
+                          "xoxs-")),
+    (_ENV_ENTRY_RE, _keyed_value, _NAMES_A_SECRET),
+    (_KEY_VALUE_RE, _keyed_value, _NAMES_A_SECRET),
     (re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
-     "<redacted:email>"),
+     "<redacted:email>", ("@",)),
     (re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f]{0,4})(?![\w:])"),
-     _ipv6),
+     _ipv6, re.compile(r":[0-9A-Fa-f]{0,4}:")),
     (re.compile(r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
-                r"(?![\w]|\.\d)"), "<redacted:ip>"),
+                r"(?![\w]|\.\d)"), "<redacted:ip>", re.compile(r"\d\.\d{1,3}\.\d{1,3}\.\d")),
 ]
+
+
+def _may_match(trigger: _Trigger, text: str, lowered: str) -> bool:
+    if isinstance(trigger, re.Pattern):
+        return trigger.search(text) is not None
+    return any(literal in lowered for literal in trigger)
+
 
 # A Kubernetes Secret rendered as YAML (`kubectl get secret -o yaml`) or JSON: every value under data/stringData.
 _SECRET_KIND_YAML = re.compile(r"^\s*kind:\s*[\"']?Secret[\"']?\s*$", re.MULTILINE)
@@ -188,8 +203,12 @@ def _redact_secret_manifests(text: str) -> str:
 def redact(text: str) -> str:
     """Replace secrets, tokens, passwords, e-mail and IP addresses in free text by `<redacted:KIND>`."""
     text = _redact_secret_manifests(text)
-    for pattern, replacement in _RULES:
-        text = pattern.sub(replacement, text)
+    lowered = text.lower()
+    for pattern, replacement, trigger in _RULES:
+        if _may_match(trigger, text, lowered):
+            text, replaced = pattern.subn(replacement, text)
+            if replaced:
+                lowered = text.lower()
     return text
 
 
@@ -214,11 +233,16 @@ def _is_secret_object(d: dict[str, Any]) -> bool:
     return isinstance(kind, str) and kind.lower() == "secret"
 
 
-def _redact_value(value: Any) -> Any:
+def _redact_value(value: Any, memo: dict[str, str]) -> Any:
+    """`memo`: text already redacted in this walk. A trajectory holds each tool output and prompt several times
+    (the conversation, the step, the next decision's messages)."""
     if isinstance(value, str):
-        return redact(value)
+        redacted = memo.get(value)
+        if redacted is None:
+            redacted = memo[value] = redact(value)
+        return redacted
     if isinstance(value, list):
-        return [_redact_value(v) for v in value]
+        return [_redact_value(v, memo) for v in value]
     if not isinstance(value, dict):
         return value
     names_secret, secret_object = _names_a_secret(value), _is_secret_object(value)
@@ -231,13 +255,13 @@ def _redact_value(value: Any) -> Any:
                 or (secret_object and key in ("data", "stringData", "value", "patch")):
             out[key] = _redact_all_strings(item)
         else:
-            out[key] = _redact_value(item)
+            out[key] = _redact_value(item, memo)
     return out
 
 
 def redact_model(model: M) -> M:
     """A copy of any contract (a reward record, an incident) with every text field redacted, re-validated."""
-    return type(model).model_validate(_redact_value(model.model_dump(mode="python")))
+    return type(model).model_validate(_redact_value(model.model_dump(mode="python"), {}))
 
 
 def redact_trajectory(t: Trajectory) -> Trajectory:

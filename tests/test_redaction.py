@@ -12,7 +12,7 @@ from agent_sre.models.alert import Alert
 from agent_sre.models.policy import ChatMessage
 from agent_sre.models.reward import HumanFeedback
 from agent_sre.models.tools import ToolCall, ToolResult
-from agent_sre.redaction import is_secret_key, redact, redact_trajectory
+from agent_sre.redaction import _RULES, _may_match, is_secret_key, redact, redact_trajectory
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.simulator.transport import in_process_api_client
 from agent_sre.tools import ToolContext, execute
@@ -87,7 +87,7 @@ def test_base64_data_of_a_secret_in_json() -> None:
     assert json.loads(out)["metadata"] == {"name": "api"}
 
 
-@pytest.mark.parametrize(("text", "leaked", "expected"), [
+LEAKS = [
     ("DB_PASSWORD=hunter2 ./start.sh", "hunter2", "DB_PASSWORD=<redacted:secret> ./start.sh"),
     ("connecting with password=s3cr3t!", "s3cr3t!", "connecting with password=<redacted:secret>"),
     ("    POSTGRES_PASSWORD:  correct-horse-battery", "correct-horse", "    POSTGRES_PASSWORD:  <redacted:secret>"),
@@ -111,7 +111,10 @@ def test_base64_data_of_a_secret_in_json() -> None:
      '{"name": "STRIPE_SECRET", "value": "<redacted:secret>"}'),
     ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\n-----END RSA PRIVATE KEY-----", "MIIEpAIBAAKCAQEA",
      "<redacted:private_key>"),
-])
+]
+
+
+@pytest.mark.parametrize(("text", "leaked", "expected"), LEAKS)
 def test_leaks_in_free_text(text: str, leaked: str, expected: str) -> None:
     out = redact(text)
     assert leaked not in out
@@ -128,6 +131,19 @@ def test_leaks_in_free_text(text: str, leaked: str, expected: str) -> None:
 ])
 def test_ordinary_cluster_text_is_untouched(text: str) -> None:
     assert redact(text) == text
+
+
+def test_a_rule_is_skipped_only_where_it_cannot_match() -> None:
+    """Each rule runs only on text holding its trigger: every match of every rule, in each leak above in any case,
+    must hold it."""
+    matched = set()
+    for text in [text for text, _, _ in LEAKS] + [SECRET_YAML]:
+        for variant in (text, text.upper(), text.lower(), text.swapcase()):
+            for index, (pattern, _, trigger) in enumerate(_RULES):
+                for match in pattern.finditer(variant):
+                    matched.add(index)
+                    assert _may_match(trigger, match.group(0), match.group(0).lower()), (pattern.pattern, match)
+    assert matched == set(range(len(_RULES)))  # every rule was exercised
 
 
 def test_redaction_is_idempotent() -> None:
