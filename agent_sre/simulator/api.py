@@ -15,6 +15,8 @@ from email.utils import formatdate
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+import pydantic_core
+
 from agent_sre.simulator import admission, derived, discovery, tables
 from agent_sre.simulator.cluster import ApiError, Cluster, Obj, clone, rfc3339
 from agent_sre.simulator.patching import apply_patch
@@ -46,7 +48,9 @@ def _http_date(second: int) -> str:
 
 
 def _dump(doc: Any) -> bytes:
-    return json.dumps(doc, separators=(",", ":")).encode()
+    """Compact JSON, UTF-8 (as the apiserver sends it): pydantic-core's encoder, about 3x `json.dumps` on a pod
+    list, where encoding responses took about a tenth of the simulator's CPU."""
+    return pydantic_core.to_json(doc)
 
 
 @dataclass(frozen=True)
