@@ -76,8 +76,8 @@ def _ipv6(m: re.Match[str]) -> str:
 
 # What every match of a rule contains: literals of a case-sensitive rule, lower-cased (any one of them), or a
 # pattern far cheaper than the rule's. Most text (tool output, prompts) holds none, and a rule's own scan costs
-# many times the check: without them, redaction was a sixth of a worker's CPU per simulated episode
-# (bench/orchestration.py).
+# many times the check. (Before these and the walk's memo below, redaction was about a sixth of a worker's CPU
+# per simulated episode, by py-spy; bench/redaction.py measures it.)
 _Trigger = tuple[str, ...] | re.Pattern[str]
 _Rule = tuple[re.Pattern[str], str | Callable[[re.Match[str]], str], _Trigger]
 _NAMES_A_SECRET = re.compile(_SECRET_WORD, re.IGNORECASE)
