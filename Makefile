@@ -26,8 +26,10 @@ test: setup
 test-all: setup
 	$(BIN)/python -m pytest -q -m ""
 
-bench: setup
+bench: setup  # the quick ones (minutes); training and drill benchmarks take hours: see docs/benchmarks.md
 	$(BIN)/python bench/simulator.py
+	$(BIN)/python bench/redaction.py
+	$(BIN)/python bench/orchestration.py --episodes 120 --concurrency 20
 
 clean:  # stop the dev stack first: its processes would outlive their data dir
 	-[ ! -x $(BIN)/agent-sre ] || $(BIN)/agent-sre dev down
