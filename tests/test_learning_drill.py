@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 from isolated_workers import running_workers, terminate_running
-from llm_fixtures import tiny_model_dir  # noqa: F401 (fixture)
+from llm_fixtures import runbook_episode, tiny_model_dir  # noqa: F401 (fixture)
 from rich.console import Console
 from store_fixtures import settings_with_own_bucket
 from temporalio.service import RPCError
 from typer.testing import CliRunner
 
+from agent_sre.activities.training import can_rehearse
 from agent_sre.cli import app
 from agent_sre.cli import demo as demo_cli
 from agent_sre.cli import drill as drill_cli
@@ -35,12 +36,13 @@ from agent_sre.models.episode import OutcomeStats
 from agent_sre.models.learning import (CycleRecord, DrillCycle, DrillPlan, DrillReport, LearningConfig,
                                       RolloutStarted)
 from agent_sre.models.rollout import AbTestStep, PauseStep, RolloutPlan, RolloutRequest
+from agent_sre.models.training import TrajectoryFilter
 from agent_sre.registry import Registry
 from agent_sre.rollout.client import start_rollout
 from agent_sre.scenarios import default_catalog, load_scenarios
 from agent_sre.storage import object_store
 from agent_sre.temporal import connect
-from agent_sre.trajectory_store import trajectory_objects
+from agent_sre.trajectory_store import trajectory_objects, write_trajectory
 
 LENIENT = {"success_rate": 1, "false_positive_rate": 1, "harmful_rate": 1, "invalid_action_rate": 1}
 TINY_TRAINING = {"settle_s": 5, "training": {"algorithm": "grpo", "base": "base", "requested_by": "drill test",
@@ -109,6 +111,27 @@ async def test_the_drill_serves_production_shifts_the_mix_and_records_the_schedu
     assert all(f"cycle {n}" in result.output for n in range(1, len(report.cycles) + 1)) and "after" in result.output
     with pytest.raises(RPCError, match="not found"):  # the drill deletes its schedule
         await client.get_schedule_handle(name).describe()
+
+
+def test_a_drill_whose_cycles_rehearse_refuses_to_start_on_a_store_with_nothing_to_rehearse(
+        stack: Settings, tmp_path: Path) -> None:
+    """Rehearsal reads expert episodes from the store; on a fresh one every cycle would serve a window and then
+    refuse to train. The drill says so before it serves, registers or schedules anything."""
+    rehearse = {"policies": ["runbook"], "resolved_only": True, "per_fault_class": 2}
+    (tmp_path / "learning.json").write_text(json.dumps({"training": {
+        "algorithm": "offpolicy", "base": "base", "requested_by": "drill test", "data": {"rehearsal": rehearse}}}))
+    name = f"drill-{uuid.uuid4().hex[:6]}"
+    with settings_with_own_bucket(stack, "rehearse") as settings:
+        refused = CliRunner().invoke(app, ["drill", "--config", str(tmp_path / "learning.json"), "--name", name,
+                                           "--no-stack", "--no-workers"])
+        client, bucket = object_store(settings), settings.s3_bucket
+        registered = Registry.from_settings(settings).index().versions
+        assert not can_rehearse(client, bucket, TrajectoryFilter(**rehearse))
+        write_trajectory(client, bucket, runbook_episode("oom"))
+        assert can_rehearse(client, bucket, TrajectoryFilter(**rehearse))
+        assert not can_rehearse(client, bucket, TrajectoryFilter(**{**rehearse, "policies": ["scripted"]}))
+    assert refused.exit_code == 1 and "holds none it selects" in " ".join(refused.output.split())
+    assert not any(v.startswith("drill-") for v in registered) and not (settings.data_dir / "drill" / name).exists()
 
 
 async def test_the_drill_aborts_a_rollout_that_waits_for_a_human_and_records_how_it_ended(

@@ -60,12 +60,13 @@ def refuse(exc: Exception) -> ApplicationError:
 
 
 # --- data ----------------------------------------------------------------------------------------------------------
-def _objects(client: Minio, bucket: str, keys: Iterator[str]) -> Iterator[tuple[str, bytes]]:
+def _objects(client: Minio, bucket: str, keys: Iterator[str],
+             progress: Callable[[int], None] = activity.heartbeat) -> Iterator[tuple[str, bytes]]:
     for n, key in enumerate(keys, start=1):
         found = cas.read(client, bucket, key)
         if found is not None:  # deleted since it was listed
             yield key, found[0]
-        activity.heartbeat(n)
+        progress(n)
 
 
 def grpo_scenarios(request: TrainingRequest) -> list[str]:
@@ -82,11 +83,21 @@ def grpo_scenarios(request: TrainingRequest) -> list[str]:
     return [s.name for s in scenarios]
 
 
-def _listed(client: Minio, bucket: str, wanted: TrajectoryFilter) -> Iterator[tuple[str, bytes]]:
+def _listed(client: Minio, bucket: str, wanted: TrajectoryFilter,
+            progress: Callable[[int], None] = activity.heartbeat) -> Iterator[tuple[str, bytes]]:
     """The objects a filter names, or else every stored episode of its date range and model versions."""
     keys = iter(wanted.objects) if wanted.objects else chain.from_iterable(
         trajectory_keys(client, bucket, wanted.since, version) for version in (wanted.model_versions or [None]))
-    return _objects(client, bucket, keys)
+    return _objects(client, bucket, keys, progress)
+
+
+def can_rehearse(client: Minio, bucket: str, rehearsal: TrajectoryFilter) -> bool:
+    """Whether the store holds an episode the rehearsal filter selects (outside an activity). Without one, every
+    training with it refuses: a cycle's own episodes and the held-out scenarios are only ever taken away from it."""
+    if not client.bucket_exists(bucket):  # nothing stored yet
+        return False
+    first = rehearsal.model_copy(update={"limit": 1})
+    return bool(select_episodes(_listed(client, bucket, first, progress=lambda _: None), first, bucket).episodes)
 
 
 def _pinned(client: Minio, bucket: str, items: list[DataItem]) -> Iterator[tuple[str, bytes]]:

@@ -60,10 +60,12 @@ def drill(
     workers: bool = typer.Option(True, "--workers/--no-workers", help="run every queue's worker in this process"),
 ) -> DrillReport:
     """Run the production drill and print (and save) its per-cycle report."""
+    from agent_sre.activities.training import can_rehearse
     from agent_sre.config import get_settings
     from agent_sre.learning.drill import drill_plan, families, markdown, production_model, run_drill
     from agent_sre.registry import Registry, RegistryError
     from agent_sre.scenarios import default_catalog, load_scenarios
+    from agent_sre.storage import object_store
     from agent_sre.temporal import connect
     from agent_sre.workers.main import build_workers
 
@@ -91,6 +93,11 @@ def drill(
         **({"rollout_plan": drill_plan(interval, incidents_per_cycle).model_dump(mode="json")} if plan == "drill"
            else {})})
     registry = Registry.from_settings(settings)
+    rehearsal = learning.training.data.rehearsal
+    if rehearsal is not None and not can_rehearse(object_store(settings), settings.s3_bucket, rehearsal):
+        fail("the learning config rehearses stored episodes (training.data.rehearsal), but the store holds none it "
+             "selects, so every cycle would refuse to train; store some first, e.g. a stage-1 batch of the runbook: "
+             "`agent-sre episodes run --n 151 --policy runbook` with `agent-sre worker` running")
     try:
         served = production_model(registry, model, settings.models_dir)
     except (ValueError, RegistryError) as exc:

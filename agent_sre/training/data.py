@@ -86,6 +86,8 @@ def select_episodes(objects: Iterable[tuple[str, bytes]], selection: TrajectoryF
     seen = {episode_id(t): "the training episodes" for t in (exclude.episodes if exclude else [])}
     per_class: Counter[str] = Counter()
     for key, body in objects:
+        if selection.limit is not None and len(out.episodes) >= selection.limit:
+            break  # the rest would not be read: `objects` may be reading them from the store as it goes
         accepted_here = 0
         for number, line in enumerate(body.decode("utf-8", errors="replace").splitlines(), start=1):
             if not line.strip():
