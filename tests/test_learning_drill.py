@@ -39,7 +39,7 @@ from agent_sre.models.rollout import AbTestStep, PauseStep, RolloutPlan, Rollout
 from agent_sre.models.training import TrajectoryFilter
 from agent_sre.registry import Registry
 from agent_sre.rollout.client import start_rollout
-from agent_sre.scenarios import default_catalog, load_scenarios
+from agent_sre.scenarios import default_catalog, heldout_suite, load_scenarios
 from agent_sre.storage import object_store
 from agent_sre.temporal import connect
 from agent_sre.trajectory_store import trajectory_objects, write_trajectory
@@ -126,10 +126,18 @@ def test_a_drill_whose_cycles_rehearse_refuses_to_start_on_a_store_with_nothing_
                                            "--no-stack", "--no-workers"])
         client, bucket = object_store(settings), settings.s3_bucket
         registered = Registry.from_settings(settings).index().versions
-        assert not can_rehearse(client, bucket, TrajectoryFilter(**rehearse))
+        request = LearningConfig.model_validate_json((tmp_path / "learning.json").read_text()).training
+        assert not can_rehearse(client, bucket, request)
+        held_out = runbook_episode("oom", run_id="held-out")
+        assert held_out.incident.scenario is not None
+        held_out.incident.scenario.name = load_scenarios(heldout_suite())[0].name  # never rehearsed
+        write_trajectory(client, bucket, held_out)
+        assert not can_rehearse(client, bucket, request)
         write_trajectory(client, bucket, runbook_episode("oom"))
-        assert can_rehearse(client, bucket, TrajectoryFilter(**rehearse))
-        assert not can_rehearse(client, bucket, TrajectoryFilter(**{**rehearse, "policies": ["scripted"]}))
+        assert can_rehearse(client, bucket, request)
+        other = TrajectoryFilter(**{**rehearse, "policies": ["scripted"]})
+        assert not can_rehearse(client, bucket, request.model_copy(update={"data": request.data.model_copy(
+            update={"rehearsal": other})}))
     assert refused.exit_code == 1 and "holds none it selects" in " ".join(refused.output.split())
     assert not any(v.startswith("drill-") for v in registered) and not (settings.data_dir / "drill" / name).exists()
 

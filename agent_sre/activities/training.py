@@ -91,13 +91,16 @@ def _listed(client: Minio, bucket: str, wanted: TrajectoryFilter,
     return _objects(client, bucket, keys, progress)
 
 
-def can_rehearse(client: Minio, bucket: str, rehearsal: TrajectoryFilter) -> bool:
-    """Whether the store holds an episode the rehearsal filter selects (outside an activity). Without one, every
-    training with it refuses: a cycle's own episodes and the held-out scenarios are only ever taken away from it."""
-    if not client.bucket_exists(bucket):  # nothing stored yet
+def can_rehearse(client: Minio, bucket: str, request: TrainingRequest) -> bool:
+    """Whether the store holds an episode that `request.data.rehearsal` selects outside the evaluation suite (read
+    outside an activity). Without one, the training refuses, and so does every learning cycle made from it: a
+    cycle's own episodes are only ever taken away from what it rehearses."""
+    if request.data.rehearsal is None or not client.bucket_exists(bucket):  # nothing stored yet
         return False
-    first = rehearsal.model_copy(update={"limit": 1})
-    return bool(select_episodes(_listed(client, bucket, first, progress=lambda _: None), first, bucket).episodes)
+    first = request.data.rehearsal.model_copy(update={"limit": 1})
+    held_out = {s.name for s in load_suite(request.evaluation)[1]}
+    return bool(select_episodes(_listed(client, bucket, first, progress=lambda _: None), first, bucket,
+                                held_out=held_out).episodes)
 
 
 def _pinned(client: Minio, bucket: str, items: list[DataItem]) -> Iterator[tuple[str, bytes]]:

@@ -93,8 +93,8 @@ def drill(
         **({"rollout_plan": drill_plan(interval, incidents_per_cycle).model_dump(mode="json")} if plan == "drill"
            else {})})
     registry = Registry.from_settings(settings)
-    rehearsal = learning.training.data.rehearsal
-    if rehearsal is not None and not can_rehearse(object_store(settings), settings.s3_bucket, rehearsal):
+    rehearses = learning.training.data.rehearsal is not None
+    if rehearses and not can_rehearse(object_store(settings), settings.s3_bucket, learning.training):
         fail("the learning config rehearses stored episodes (training.data.rehearsal), but the store holds none it "
              "selects, so every cycle would refuse to train; store some first, e.g. a stage-1 batch of the runbook: "
              "`agent-sre episodes run --n 151 --policy runbook` with `agent-sre worker` running")
