@@ -1,8 +1,9 @@
 """ContinuousLearningWorkflow against the session's real Temporal dev server and S3 store, with the tiny model
 trained for real (TrainingCycleWorkflow as its child): a cycle below the data threshold is skipped and commits
 nothing; a cycle whose candidate passes every gate registers it with its data, commits the watermark and starts a
-rollout that outlives it, and the next cycle skips while that rollout runs; a failing gate archives the candidate,
-starts no rollout and leaves the data for the next cycle."""
+rollout that outlives it (the incidents its production gate re-creates are not trained on), and the next cycle
+skips while that rollout runs; a failing gate archives the candidate, starts no rollout and leaves the data for the
+next cycle."""
 
 from __future__ import annotations
 
@@ -38,7 +39,9 @@ from agent_sre.temporal import connect
 from agent_sre.trajectory_store import write_trajectory
 
 BASE = "tiny-v0"
-REPLAYED = "bad-image-cart-s0"  # a catalog scenario the runbook resolves: production's incidents in these tests
+# production's incidents in these tests: two catalog scenarios of one fault class that the runbook resolves; the
+# replay split keeps one of a class out of training to evaluate on (REPLAYED, the first by its hash)
+REPLAYED, TRAINED = "bad-image-cart-s0", "bad-image-checkout-s0"
 HOLD = RolloutPlan(name="hold", steps=[SetWeightStep(weight=10), BakeStep(duration=timedelta(hours=1)),
                                        AnalyzeStep(), SetWeightStep(weight=100)])
 LENIENT = {"success_rate": 1, "false_positive_rate": 1, "harmful_rate": 1, "invalid_action_rate": 1}
@@ -66,10 +69,11 @@ class Stream:
             "rollout_workflow_id": f"rollout-{uuid.uuid4().hex[:8]}", **kw})
 
     def serve(self, n: int) -> list[str]:
-        """n resolved production episodes of the replayed scenario; returns their keys."""
-        scenario = next(s for s in load_scenarios(default_catalog()) if s.name == REPLAYED)
+        """n resolved production episodes, of the replayed and the trained scenario in turn; returns their keys."""
+        catalog = {s.name: s for s in load_scenarios(default_catalog())}
         keys = []
-        for _ in range(n):
+        for i in range(n):
+            scenario = catalog[(REPLAYED, TRAINED)[i % 2]]
             t: Trajectory = recent(runbook_episode(run_id=f"run-{uuid.uuid4().hex[:6]}"))
             t = t.model_copy(update={"incident": t.incident.model_copy(update={"scenario": scenario})})
             keys.append(write_trajectory(self.s3, self.settings.s3_bucket, t).key)
@@ -125,8 +129,10 @@ async def test_a_passing_cycle_registers_commits_and_starts_a_rollout_that_the_n
     assert data is not None and (data.episodes, data.usable) == (3, 3)
     sources = streams.read_sources(stream.s3, stream.settings.s3_bucket, data.sources)
     assert sorted(i.uri for i in sources) == sorted(f"s3://{stream.settings.s3_bucket}/{k}" for k in keys)
-    assert data.replay.evaluate == [REPLAYED] and data.replay.train == []
-    assert record.training is not None and record.training.registered and record.training.data.episodes == 3
+    assert data.replay.evaluate == [REPLAYED] and data.replay.train == [TRAINED]
+    # the incidents the production gate re-creates are not trained on: 2 of the 3 episodes are REPLAYED's
+    assert record.training is not None and record.training.registered and record.training.data.episodes == 1
+    assert record.training.data.counts["filtered: evaluation scenario"] == 2
     candidate, production = record.production_eval
     assert (candidate.version, production.version) == (record.version, "runbook-v1")
     assert production.overall.success_rate == 1.0 and record.production_gate.passed

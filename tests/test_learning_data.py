@@ -226,6 +226,26 @@ def test_replay_sets_split_by_scenario_keep_the_evaluation_suite_out_and_read_ba
     assert replay_scenario(served(redacted, 97)).startswith("redacted:")
 
 
+def test_the_replay_split_judges_every_fault_class_production_saw_more_than_once() -> None:
+    """A hash of the name alone can put every scenario of a class in training, the class a shift brings included
+    (a drill's init-fail, both of its scenarios); the split is by class."""
+    catalog = load_scenarios(default_catalog())
+    classes = ["bad_image", "oom_limit", "scaled_to_zero", "none", "init_container_fail"]
+    served = [s for fault in classes for s in [c for c in catalog if c.fault == fault][:2]]
+    episodes = [runbook_episode(run_id=f"run-{i}") for i in range(len(served))]
+    episodes = [t.model_copy(update={"incident": t.incident.model_copy(update={"scenario": s})})
+                for t, s in zip(episodes, served, strict=True)]
+
+    sets = replay_sets(episodes, eval_share=0.2, eval_limit=10, held_out=set())
+    assert sorted(s.fault for s in sets.evaluate) == sorted(classes)  # one of each class judged,
+    assert sorted(s.fault for s in sets.train) == sorted(classes)  # the other trained
+    few = replay_sets(episodes, eval_share=0.2, eval_limit=3, held_out=set())
+    assert len({s.fault for s in few.evaluate}) == 3  # a limit spans classes before it takes a second of one
+    assert replay_sets(episodes, eval_share=0, eval_limit=10, held_out=set()).evaluate == []
+    alone = replay_sets(episodes[:1], eval_share=0.99, eval_limit=10, held_out=set())
+    assert len(alone.evaluate) == 1 and alone.train == []  # a class of one goes by its hash
+
+
 def test_what_each_algorithm_can_learn_from_decides_the_usable_count() -> None:
     catalog = {s.name: s for s in load_scenarios(default_catalog())}
 

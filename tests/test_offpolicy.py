@@ -261,7 +261,8 @@ async def test_an_offpolicy_training_job_runs_through_the_training_activities(
 async def test_a_job_rehearses_expert_episodes_of_other_fault_types_pinned_in_its_manifest(
         store: tuple[Settings, Registry], monkeypatch: pytest.MonkeyPatch) -> None:
     """data.rehearsal: expert episodes beside the new ones, at most `per_fault_class` of each type, never one of the
-    new episodes nor of an evaluation scenario; trained on and recorded in the version's lineage."""
+    new episodes nor of an evaluation scenario (nor are new ones of those); trained on and recorded in the version's
+    lineage."""
     settings, registry = store
     client, bucket = object_store(settings), settings.s3_bucket
     new = [runbook_episode(fault, outcome, run_id=f"run-{i}").model_copy(update={"model_version": "prod-v1"})
@@ -273,15 +274,21 @@ async def test_a_job_rehearses_expert_episodes_of_other_fault_types_pinned_in_it
     experts = [runbook_episode("oom", run_id="run-10"), runbook_episode("oom", run_id="run-11"),
                runbook_episode("none", run_id="run-12"), runbook_episode("bad-image", "unresolved", run_id="run-13"),
                new[0].model_copy(update={"model_version": "runbook-v1"}), held_out]
-    for t in new + experts:
+    # production served one held-out scenario, and one that a learning cycle's production gate re-creates
+    replayed = runbook_episode("oom", run_id="run-15").model_copy(update={"model_version": "prod-v1"})
+    assert replayed.incident.scenario is not None
+    replayed.incident.scenario.name = "oom-replayed-s9"
+    not_new = [held_out.model_copy(update={"model_version": "prod-v1", "run_id": "run-16"}), replayed]
+    for t in new + experts + not_new:
         write_trajectory(client, bucket, t)
     rehearse = TrajectoryFilter(model_versions=["runbook-v1"], resolved_only=True, per_fault_class=1)
+    trajectories = TrajectoryFilter(model_versions=["prod-v1"], exclude_scenarios=["oom-replayed-s9"])
     request = TrainingRequest(algorithm="offpolicy", base=BASE, offpolicy=OffPolicyConfig(**FAST), requested_by="test",
-                              data=DataSelection(trajectories=TrajectoryFilter(model_versions=["prod-v1"]),
-                                                 rehearsal=rehearse))
+                              data=DataSelection(trajectories=trajectories, rehearsal=rehearse))
 
     manifest = ActivityEnvironment().run(activities.collect_training_data, request)
-    assert manifest.episodes == 4 and manifest.rehearsal is not None
+    assert manifest.episodes == 4 and manifest.counts["filtered: evaluation scenario"] == 2
+    assert manifest.rehearsal is not None
     assert manifest.rehearsal.counts == {"read": 6, "accepted": 2, "filtered: fault class full": 1,
                                          "filtered: not resolved cleanly": 1, "filtered: evaluation scenario": 1,
                                          "rejected": 1, "rejected: duplicate": 1}

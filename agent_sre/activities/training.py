@@ -116,12 +116,12 @@ def _pinned(client: Minio, bucket: str, items: list[DataItem]) -> Iterator[tuple
 
 def select_training_data(request: TrainingRequest, episodes: Iterable[tuple[str, bytes]],
                          rehearsal: Iterable[tuple[str, bytes]], bucket: str) -> tuple[Selection, Selection | None]:
-    """The episodes to learn from, and the expert episodes to rehearse: none of those, none of a scenario the
-    evaluation holds out."""
-    selected = select_episodes(episodes, request.data.trajectories, bucket)
+    """The episodes to learn from, and the expert episodes to rehearse (none of those); none of either of a
+    scenario the evaluation holds out."""
+    held_out = {s.name for s in load_suite(request.evaluation)[1]}
+    selected = select_episodes(episodes, request.data.trajectories, bucket, held_out=held_out)
     if request.data.rehearsal is None:
         return selected, None
-    held_out = {s.name for s in load_suite(request.evaluation)[1]}
     return selected, select_episodes(rehearsal, request.data.rehearsal, bucket, exclude=selected, held_out=held_out)
 
 

@@ -4,14 +4,15 @@
 A simulated incident carries its scenario. A scenario from the catalog is re-created from the catalog (the stored
 copy went through redaction); another one only when its fault and app are the simulator's and redaction left it
 intact. An incident without a scenario (a real alert) has no known fault class and is not replayed.
-Scenarios are split by a hash of their name, so training and evaluation never share one and a rerun splits the
-same way; training leaves out the scenarios of the evaluation suite (held-out means never trained on).
+Scenarios are split within each fault class by a hash of their name, so training and evaluation never share one,
+every class production saw more than once is judged (the one a shift in the traffic brings included), and a rerun
+splits the same way; training leaves out the scenarios of the evaluation suite (held-out means never trained on).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
@@ -61,6 +62,24 @@ class Replay:
     not_replayable: Counter[str] = field(default_factory=Counter)
 
 
+def _evaluated(scenarios: Iterable[Scenario], eval_share: float, eval_limit: int) -> list[Scenario]:
+    """Stratified by fault class: each class keeps `eval_share` of its scenarios for evaluation, at least one of a
+    class with two or more and never all of them; a class of one goes by its hash. The classes take turns up to
+    `eval_limit`, so a small limit still spans them."""
+    by_class: defaultdict[str, list[Scenario]] = defaultdict(list)
+    for s in sorted(scenarios, key=lambda s: _position(s.name)):
+        by_class[s.fault].append(s)
+    picked: list[list[Scenario]] = []
+    for group in by_class.values():
+        if len(group) == 1 or eval_share == 0:
+            quota = sum(_position(s.name) < eval_share for s in group)
+        else:
+            quota = min(max(1, round(len(group) * eval_share)), len(group) - 1)
+        picked.append(group[:quota])
+    turns = (group[turn] for turn in range(max(map(len, picked), default=0)) for group in picked if turn < len(group))
+    return list(turns)[:eval_limit]
+
+
 def replay_sets(episodes: Iterable[Trajectory], eval_share: float, eval_limit: int,
                 held_out: set[str]) -> Replay:
     """Distinct scenarios of the episodes' incidents, split into training and evaluation (at most `eval_limit`;
@@ -73,8 +92,7 @@ def replay_sets(episodes: Iterable[Trajectory], eval_share: float, eval_limit: i
         else:
             scenarios[found.name] = found
             seen[found.name] += 1
-    ordered = sorted(scenarios.values(), key=lambda s: _position(s.name))
-    chosen = [s for s in ordered if _position(s.name) < eval_share][:eval_limit]
+    chosen = _evaluated(scenarios.values(), eval_share, eval_limit)
     out.evaluate = sorted(chosen, key=lambda s: s.name)
     for s in sorted(set(scenarios) - {c.name for c in chosen}):
         if s in held_out:

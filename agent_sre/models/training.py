@@ -207,6 +207,9 @@ class TrajectoryFilter(BaseModel):
     per_fault_class: int | None = Field(default=None, ge=1, description="at most this many accepted episodes of "
                                                                         "each fault class (the alert's name when "
                                                                         "unknown), the first ones read")
+    exclude_scenarios: list[str] = Field(default_factory=list, description="leave out the episodes of these "
+                                                                       "simulated scenarios (a learning cycle's "
+                                                                       "production gate re-creates them)")
 
 
 class SimulatedData(BaseModel):

@@ -80,11 +80,13 @@ def select_episodes(objects: Iterable[tuple[str, bytes]], selection: TrajectoryF
                     exclude: Selection | None = None, held_out: Collection[str] = ()) -> Selection:
     """Validate the episodes in `objects` (key, JSON-lines body), in order, keeping those `selection` allows, up to
     its limits. Episodes of `exclude` (an earlier selection) count as duplicates; episodes of a `held_out`
-    scenario are filtered out. Objects holding at least one accepted episode become manifest items."""
+    scenario, or of one the selection excludes, are filtered out. Objects holding at least one accepted episode
+    become manifest items."""
     out = Selection()
     counts: Counter[str] = Counter()
     seen = {episode_id(t): "the training episodes" for t in (exclude.episodes if exclude else [])}
     per_class: Counter[str] = Counter()
+    held_out = {*held_out, *selection.exclude_scenarios}
     for key, body in objects:
         if selection.limit is not None and len(out.episodes) >= selection.limit:
             break  # the rest would not be read: `objects` may be reading them from the store as it goes

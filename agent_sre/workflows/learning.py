@@ -53,6 +53,8 @@ def training_request(config: LearningConfig, record: CycleRecord, data: CycleDat
     """The template, with the cycle's base, version name, dataset and replay scenarios."""
     template = config.training.model_dump(mode="json")
     template["data"]["trajectories"]["objects"] = [data.dataset_key]
+    trajectories = template["data"]["trajectories"]
+    trajectories["exclude_scenarios"] = [*trajectories["exclude_scenarios"], *data.replay.evaluate]  # its gate's
     if data.replay.train_file is not None:
         template["data"]["simulated"]["scenarios"] = data.replay.train_file
     return TrainingRequest.model_validate({
