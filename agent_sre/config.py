@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     # The LLM policy. A model version resolves to a local directory; each worker keeps the last few loaded (LRU).
     llm_models_dir: Path | None = Field(default=None, description="converted base model cache; None: data_dir/models")
     llm_cache_size: int = Field(default=2, ge=1, description="model versions kept loaded per worker process")
+    llm_kv_cache_tokens: int = Field(default=8192, ge=0, description="per loaded model: tokens of recent "
+                                                                      "conversations whose KV cache is kept, so a "
+                                                                      "turn reads only its new tokens; 0: none")
     llm_device: str = Field(default="auto", description="auto (a GPU when there is one), cpu, cuda, cuda:1, ...")
     llm_sampling: SamplingConfig = Field(default_factory=SamplingConfig, description='JSON, e.g. {"temperature": 0.7}')
     # Serve the LLM policy from an OpenAI-compatible endpoint (vLLM, Ollama) instead of local weights: its API root,

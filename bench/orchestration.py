@@ -52,7 +52,7 @@ from agent_sre.episodes import interleave_by_fault, run_episode, run_episodes  #
 from agent_sre.models.episode import EpisodeRequest, InjectRequest  # noqa: E402
 from agent_sre.models.remediation import ToolExecution  # noqa: E402
 from agent_sre.models.incident import Incident, RemediationLimits  # noqa: E402
-from agent_sre.models.policy import ChatMessage  # noqa: E402
+from agent_sre.models.policy import ChatMessage, PolicyDecision  # noqa: E402
 from agent_sre.models.remediation import ObserveRequest, PolicyRef, PolicyRequest, RewardRequest  # noqa: E402
 from agent_sre.models.scenario import Scenario  # noqa: E402
 from agent_sre.models.tools import ToolInvocation  # noqa: E402
@@ -128,18 +128,27 @@ NOTES = """- `queue`: every tool call and the observation are activities on `age
 
 def direct_episode(scenario: Scenario, ref: PolicyRef) -> tuple[float, int]:
     """One episode with every activity called in-process, in the workflow's order. Returns (seconds, steps)."""
-    run = ActivityEnvironment().run
     began = time.perf_counter()
+    t = direct_trajectory(scenario, ref)
+    return time.perf_counter() - began, len(t.steps)
+
+
+def direct_trajectory(scenario: Scenario, ref: PolicyRef,
+                      decide: Callable[[PolicyRequest], PolicyDecision] | None = None,
+                      limits: RemediationLimits = LIMITS) -> Trajectory:
+    """`direct_episode`'s episode; `decide` replaces the policy activity (a policy configured by the caller)."""
+    run = ActivityEnvironment().run
+    decide = decide or (lambda req: run(policy.decide_next_action, req))
     name = environment_name(f"direct-{uuid.uuid4().hex}")
     injected = run(simulation.create_and_inject, InjectRequest(environment=name, scenario=scenario))
     env = injected.environment
     incident = Incident(id=uuid.uuid4().hex[:12], source="simulation", alert=injected.alert,
-                        namespace=scenario.namespace, kubeconfig=env.server, scenario=scenario, limits=LIMITS)
+                        namespace=scenario.namespace, kubeconfig=env.server, scenario=scenario, limits=limits)
     baseline = injected.health or run(observer.snapshot_cluster, incident)  # as the remediation takes it
     t = Trajectory(incident=incident, workflow_id=f"direct-{incident.id}", run_id="direct", policy=ref.name,
                    model_version=ref.version, started_at=datetime.now(UTC))
-    while len(t.steps) < LIMITS.max_steps:
-        decision = run(policy.decide_next_action, PolicyRequest(policy=ref, trajectory=t.for_policy()))
+    while len(t.steps) < limits.max_steps:
+        decision = decide(PolicyRequest(policy=ref, trajectory=t.for_policy()))
         t.conversation += [*decision.new_messages, ChatMessage(role="assistant", content=decision.completion)]
         step = Step(index=len(t.steps), decision=decision, at=datetime.now(UTC))
         t.steps.append(step)
@@ -155,7 +164,7 @@ def direct_episode(scenario: Scenario, ref: PolicyRef) -> tuple[float, int]:
     t.reward = run(rewards.compute_reward, RewardRequest(trajectory=t, config=EpisodeRequest(scenario=scenario).reward))
     run(trajectories.store_trajectory, t)
     run(simulation.delete_environment, env.name)
-    return time.perf_counter() - began, len(t.steps)
+    return t
 
 
 def cpu_seconds(settings: Settings) -> dict[str, float]:

@@ -41,7 +41,7 @@ from agent_sre.storage import object_store
 from agent_sre.temporal import connect, start_incident
 from agent_sre.tools.client import api_client
 from agent_sre.trajectory_store import read_trajectories
-from agent_sre.policy.llm.backends import PrefixCache, TransformersBackend
+from agent_sre.policy.llm.backends import ConversationCaches, PrefixCache, TransformersBackend
 from agent_sre.policy.llm.chat import CHATML_TEMPLATE, TOOL_RESULT_PREFIX
 
 SHORT = SamplingConfig(temperature=1.0, max_new_tokens=12)
@@ -141,6 +141,52 @@ def test_a_prefix_cached_conversation_generates_what_a_fresh_read_does(tiny_mode
     again = backend.continue_conversation(rewritten, sampling, cache)
     assert again.token_ids == backend.continue_conversation(rewritten, sampling, PrefixCache()).token_ids
     assert cache.ids[:6] == rewritten[:6]
+
+
+def test_served_turns_continue_their_conversation_and_copy_a_shared_opening(tiny_model_dir: Path) -> None:
+    """Serving (one prompt per call) with conversations' KV caches kept: two incidents' turns interleaved answer
+    exactly as re-reading everything does, each turn after the first reads only what its previous turn did not,
+    and a new incident starts from a copy of the other's opening without spoiling that one's cache."""
+    loaded = load_policy_model(tiny_model_dir)
+    kept, fresh = TransformersBackend(loaded, cached_tokens=50_000), TransformersBackend(loaded)
+    episodes = [runbook_episode("oom"), runbook_episode("bad-image", run_id="run-0002")]
+    read_before: dict[int, int] = {}
+    for k in range(4):
+        for n, episode in enumerate(episodes):
+            prompt = prompt_messages(before_step(episode, k))
+            [got], [want] = kept.generate([prompt], GREEDY), fresh.generate([prompt], GREEDY)
+            assert got.token_ids == want.token_ids
+            assert got.logprobs == pytest.approx(want.logprobs, abs=1e-3)
+            assert want.cached_prompt_tokens == 0 and got.prompt_tokens == want.prompt_tokens
+            if k:  # the whole previous prompt was kept
+                assert got.cached_prompt_tokens >= read_before[n]
+            elif n:  # the other incident's opening: the system prompt at least
+                system = len(prompt_token_ids(loaded.tokenizer, prompt[:1]))
+                assert system - 5 <= got.cached_prompt_tokens < (got.prompt_tokens or 0)
+            else:
+                assert got.cached_prompt_tokens == 0
+            read_before[n] = got.prompt_tokens or 0
+
+
+def test_kept_caches_are_bounded_in_tokens_and_the_least_recent_conversation_goes_first() -> None:
+    caches = ConversationCaches(max_tokens=10, min_shared=2)
+
+    def cache(ids: list[int]) -> PrefixCache:
+        c = PrefixCache()
+        c.kv, c.ids = object(), ids
+        return c
+
+    first, second = cache([1, 2, 3, 4, 5, 6]), cache([1, 2, 7, 8])
+    caches.put(first)
+    caches.put(second)
+    assert caches.tokens == 10
+    caches.put(cache([9, 9, 9]))  # 13 tokens: the least recently used conversation is dropped
+    assert caches.tokens == 7
+    assert caches.take([1, 2, 7, 8, 5]) is second  # its own conversation: continued, out of the store
+    assert caches.tokens == 3
+    assert caches.take([1, 5]).kv is None  # nothing shares 2 tokens with it
+    caches.put(cache(list(range(11))))  # longer than the bound: not kept
+    assert caches.tokens == 3
 
 
 def test_a_conversation_longer_than_the_context_is_an_invalid_action_not_a_crash(tiny_model_dir: Path) -> None:

@@ -5,6 +5,7 @@ the token ids and logprobs the backend gives, so every action can be learned fro
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import threading
 from collections.abc import Sequence
@@ -37,6 +38,7 @@ class Generation:
     logprobs: list[float] | None
     finish_reason: FinishReason
     prompt_tokens: int | None = None
+    cached_prompt_tokens: int = 0  # of the prompt's tokens, how many were not read again (their KV was kept)
     problem: str | None = None
 
 
@@ -54,29 +56,75 @@ class PrefixCache:
         self.ids: list[int] = []
 
     def keep_prefix_of(self, ids: list[int]) -> None:
-        common = next((i for i, (a, b) in enumerate(zip(self.ids, ids, strict=False)) if a != b),
-                      min(len(self.ids), len(ids)))
-        common = min(common, len(ids) - 1)  # at least one new token must be read to produce the next one
+        common = min(self.shared_with(ids), len(ids) - 1)  # at least one new token must be read to produce the next one
         if self.kv is not None and common < len(self.ids):
             self.kv.crop(common - len(self.ids))  # transformers 5: how many tokens to remove, negative
             self.ids = self.ids[:common]
         if self.kv is not None and common == 0:
             self.kv, self.ids = None, []
 
+    def shared_with(self, ids: list[int]) -> int:
+        """How many leading tokens this cache holds of `ids`."""
+        return next((i for i, (a, b) in enumerate(zip(self.ids, ids, strict=False)) if a != b),
+                    min(len(self.ids), len(ids)))
+
+
+class ConversationCaches:
+    """The KV caches of the conversations served last, so that a conversation's next turn reads only its new
+    tokens. Serving asks for one turn per policy call, each turn's prompt extending the previous one's, and all of
+    them open with the same system prompt: re-reading that every turn was most of a decision's time on a CPU
+    (docs/benchmarks.md, "Serving"). A turn continues the cache holding its whole conversation so far, or else
+    starts from a copy of the longest shared prefix of another (at least `min_shared` tokens: the system prompt).
+    At most `max_tokens` are kept, the least recently used conversations dropped first."""
+
+    def __init__(self, max_tokens: int, min_shared: int = 64) -> None:
+        self.max_tokens, self.min_shared = max_tokens, min_shared
+        self._caches: list[PrefixCache] = []  # least recently used first
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(c.ids) for c in self._caches)
+
+    def take(self, ids: list[int]) -> PrefixCache:
+        """The cache to continue for a prompt (out of the store until `put` back); an empty one when none helps."""
+        best = max(self._caches, key=lambda c: c.shared_with(ids), default=None)
+        shared = best.shared_with(ids) if best is not None else 0
+        if best is None or shared < self.min_shared:
+            return PrefixCache()
+        if shared == len(best.ids):  # this conversation's own cache: it goes on
+            self._caches.remove(best)
+            return best
+        branch = PrefixCache()  # another conversation with the same opening: copy, and keep the original
+        branch.kv, branch.ids = copy.deepcopy(best.kv), list(best.ids)
+        return branch
+
+    def put(self, cache: PrefixCache) -> None:
+        if cache.kv is None or len(cache.ids) > self.max_tokens:
+            return
+        self._caches.append(cache)
+        while self.tokens > self.max_tokens:
+            self._caches.pop(0)
+
 
 class TransformersBackend:
     """Batched generation with a local model (KV cache on, left padding). One batch at a time per model: the
     activity worker runs decisions in threads, and interleaving them on one model only thrashes the CPU."""
 
-    def __init__(self, loaded: LoadedModel) -> None:
+    def __init__(self, loaded: LoadedModel, cached_tokens: int = 0) -> None:
+        """`cached_tokens`: how many tokens of served conversations to keep the KV cache of (0: none)."""
         self.loaded = loaded
+        self.conversations = ConversationCaches(cached_tokens) if cached_tokens > 0 else None
         self._lock = threading.Lock()
 
     def generate(self, prompts: Sequence[Sequence[ChatMessage]], sampling: SamplingConfig) -> list[Generation]:
+        """A batch of one (a served turn) continues its conversation's cache; a bigger batch reads afresh."""
         with self._lock:  # also guards the tokenizer: a fast tokenizer is not safe to share between threads
             encoded = [prompt_token_ids(self.loaded.tokenizer, p) for p in prompts]
             fitting = [i for i, ids in enumerate(encoded) if self._fits(ids, sampling)]
-            generated = self._generate([encoded[i] for i in fitting], sampling) if fitting else []
+            if len(fitting) == 1 and self.conversations is not None:
+                generated = [self._continue(encoded[fitting[0]], sampling, self.conversations)]
+            else:
+                generated = self._generate([encoded[i] for i in fitting], sampling) if fitting else []
         results = dict(zip(fitting, generated, strict=True))
         return [results.get(i) or self._too_long(ids, sampling) for i, ids in enumerate(encoded)]
 
@@ -89,6 +137,13 @@ class TransformersBackend:
         with self._lock:
             cache.keep_prefix_of(ids)
             return self._generate([ids], sampling, cache)[0]
+
+    def _continue(self, ids: list[int], sampling: SamplingConfig, conversations: ConversationCaches) -> Generation:
+        cache = conversations.take(ids)
+        cache.keep_prefix_of(ids)
+        generation = self._generate([ids], sampling, cache)[0]
+        conversations.put(cache)  # not after a failure: a half-written cache is dropped with the conversation
+        return generation
 
     def _fits(self, ids: list[int], sampling: SamplingConfig) -> bool:
         return len(ids) + sampling.max_new_tokens <= self.loaded.context_length
@@ -120,6 +175,7 @@ class TransformersBackend:
             reuse = {"past_key_values": cache.kv} if cache is not None and cache.kv is not None else {}
             out = model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config, **reuse)
         new = out.sequences[:, width:]
+        cached = len(cache.ids) if cache is not None else 0
         if cache is not None:
             cache.kv = out.past_key_values
             cache.ids = out.sequences[0, :cache.kv.get_seq_length()].tolist()
@@ -134,7 +190,7 @@ class TransformersBackend:
             generations.append(Generation(
                 text=tokenizer.decode(text_ids, skip_special_tokens=True), token_ids=kept,
                 logprobs=logprobs[row, :len(kept)].tolist(), finish_reason="stop" if end is not None else "length",
-                prompt_tokens=len(batch[row])))
+                prompt_tokens=len(batch[row]), cached_prompt_tokens=cached))
         return generations
 
 

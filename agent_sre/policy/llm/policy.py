@@ -49,10 +49,11 @@ class LocalModels:
     two versions that resolve to the same directory share one copy."""
 
     def __init__(self, resolver: VersionResolver, max_loaded: int = 2, device: str = "auto",
-                 loader: Callable[[Path, str], LoadedModel] = load_policy_model) -> None:
+                 loader: Callable[[Path, str], LoadedModel] = load_policy_model, kv_cache_tokens: int = 0) -> None:
         if max_loaded < 1:
             raise ValueError(f"max_loaded must be at least 1, got {max_loaded}")
         self.resolver, self.max_loaded, self.device, self.loader = resolver, max_loaded, device, loader
+        self.kv_cache_tokens = kv_cache_tokens
         self._loaded: OrderedDict[Path, TransformersBackend] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -66,7 +67,7 @@ class LocalModels:
         with self._lock:  # held while loading, so concurrent first calls load a version once
             backend = self._loaded.get(path)
             if backend is None:
-                backend = TransformersBackend(self.loader(path, self.device))
+                backend = TransformersBackend(self.loader(path, self.device), self.kv_cache_tokens)
                 self._loaded[path] = backend
                 while len(self._loaded) > self.max_loaded:
                     self._loaded.popitem(last=False)
@@ -83,7 +84,8 @@ def backends_from_settings(settings: Settings, registry: VersionResolver | None 
                                              token_ids=settings.llm_endpoint_token_ids)
     models_dir = settings.models_dir
     return LocalModels(lambda version: local_version_dir(version, models_dir, registry),
-                       max_loaded=settings.llm_cache_size, device=settings.llm_device)
+                       max_loaded=settings.llm_cache_size, device=settings.llm_device,
+                       kv_cache_tokens=settings.llm_kv_cache_tokens)
 
 
 class LLMPolicy:
