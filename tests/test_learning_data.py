@@ -27,7 +27,9 @@ from agent_sre.learning.data import usable_for
 from agent_sre.learning.replay import replay_scenario, replay_sets, scenario_file
 from agent_sre.models.learning import (BeginCycle, CycleClaim, CycleData, CycleRecord, FinishRequest, GatherRequest,
                                        LearningConfig)
+from agent_sre.models.registry import DataItem
 from agent_sre.models.reward import HumanFeedback
+from agent_sre.models.training import DataSelection, OffPolicyConfig, TrainingRequest, TrajectoryFilter
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.rewards import compute_reward
 from agent_sre.scenarios import default_catalog, heldout_suite, load_scenarios
@@ -35,6 +37,7 @@ from agent_sre.config import Settings
 from agent_sre.storage import object_store
 from agent_sre.temporal import connect
 from agent_sre.trajectory_store import feedback_prefix, write_late_feedback, write_trajectory
+from agent_sre.workflows.learning import training_request
 
 
 @pytest.fixture
@@ -267,3 +270,23 @@ def test_what_each_algorithm_can_learn_from_decides_the_usable_count() -> None:
     assert count({"algorithm": "sft", "sft": {"expert_policies": ["runbook"]}}, mixed) == (3, None)  # clean successes
     assert count({"algorithm": "grpo"}, mixed) == (1, None)  # the one incident the simulator can re-create
     assert count({"algorithm": "offpolicy"}, []) == (0, None)
+
+
+def test_a_cycle_rehearses_only_what_was_stored_by_its_window_end() -> None:
+    """A cycle's training request bounds its rehearsal listing by the window's end (or the template's own earlier
+    bound), so a late or retried cycle rehearses what its own time saw, not episodes stored while it ran."""
+    end = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+    data = CycleData(window_start=None, window_end=end, episodes=9, usable=9,
+                     dataset=DataItem(uri="s3://b/learning/x/episodes.jsonl", sha256="0" * 64))
+    record = CycleRecord(name="drill", cycle_id="c1", run_id="r1", cutoff=end, started_at=end, base="prod-v1",
+                         version="drill-v2")
+    earlier = datetime(2026, 11, 21, tzinfo=UTC)
+    for template_until, expected in ((None, end), (earlier, earlier)):
+        rehearse = TrajectoryFilter(model_versions=["prod-v1"], resolved_only=True, written_until=template_until)
+        config = LearningConfig(training=TrainingRequest(
+            algorithm="offpolicy", base="base", offpolicy=OffPolicyConfig(), data=DataSelection(rehearsal=rehearse)))
+        request = training_request(config, record, data)
+        assert request.data.rehearsal is not None and request.data.rehearsal.written_until == expected
+        assert request.data.trajectories.objects == ["learning/x/episodes.jsonl"]
+    plain = training_request(LearningConfig(), record, data)
+    assert plain.data.rehearsal is None

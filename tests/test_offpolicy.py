@@ -5,8 +5,10 @@ unusable data, and an `offpolicy` training job through the training activities (
 from __future__ import annotations
 
 import math
+import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -293,6 +295,16 @@ async def test_a_job_rehearses_expert_episodes_of_other_fault_types_pinned_in_it
                                          "filtered: not resolved cleanly": 1, "filtered: evaluation scenario": 1,
                                          "rejected": 1, "rejected: duplicate": 1}
     assert "already read from the training episodes" in manifest.rehearsal.rejected[0].reasons[0]
+    # what was stored after `written_until` (a learning cycle's window end) is not rehearsed: S3 keeps whole seconds
+    time.sleep(1.1)
+    cutoff = datetime.now(UTC)
+    time.sleep(1.1)
+    write_trajectory(client, bucket, runbook_episode("none", run_id="run-17"))
+    for until, listed in ((cutoff, 6), (None, 7)):
+        bounded = request.model_copy(update={"data": DataSelection(
+            trajectories=trajectories, rehearsal=rehearse.model_copy(update={"written_until": until}))})
+        again = ActivityEnvironment().run(activities.collect_training_data, bounded).rehearsal
+        assert again is not None and again.counts["read"] == listed and again.episodes == 2
     monkeypatch.setattr(train_cli.console, "width", 300)  # one line per row
     with train_cli.console.capture() as shown:
         train_cli.print_status(TrainingStatus(workflow_id="w", phase="training", algorithm="offpolicy", base=BASE,

@@ -46,7 +46,7 @@ from agent_sre.training.data import Selection, object_key, select_episodes
 from agent_sre.training.gate import judge, load_suite
 from agent_sre.training.launch import LaunchError, TrainingProcess, launch_command
 from agent_sre.training.run import BAD_INPUT
-from agent_sre.trajectory_store import trajectory_keys
+from agent_sre.trajectory_store import trajectory_objects
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +85,15 @@ def grpo_scenarios(request: TrainingRequest) -> list[str]:
 
 def _listed(client: Minio, bucket: str, wanted: TrajectoryFilter,
             progress: Callable[[int], None] = activity.heartbeat) -> Iterator[tuple[str, bytes]]:
-    """The objects a filter names, or else every stored episode of its date range and model versions."""
-    keys = iter(wanted.objects) if wanted.objects else chain.from_iterable(
-        trajectory_keys(client, bucket, wanted.since, version) for version in (wanted.model_versions or [None]))
+    """The objects a filter names, or else every stored episode of its date range, model versions and writing
+    cutoff."""
+    if wanted.objects:
+        return _objects(client, bucket, iter(wanted.objects), progress)
+    listing = chain.from_iterable(trajectory_objects(client, bucket, wanted.since, version)
+                                  for version in (wanted.model_versions or [None]))
+    until = wanted.written_until
+    keys = (o.object_name for o in listing
+            if until is None or (o.last_modified is not None and o.last_modified <= until))
     return _objects(client, bucket, keys, progress)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import date, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from agent_sre.models.episode import OutcomeStats
 from agent_sre.models.registry import VERSION_PATTERN, DataItem, FileEntry, Stage
@@ -196,6 +196,9 @@ class TrajectoryFilter(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     since: date | None = Field(default=None, description="episodes started on or after this UTC date")
+    written_until: AwareDatetime | None = Field(
+        default=None, description="episodes stored at or before this instant, when listing (a learning cycle's "
+                                  "window end: a retried or backfilled cycle reads what its own time saw)")
     model_versions: list[str] = Field(default_factory=list, description="served by these versions; empty: any")
     policies: list[str] = Field(default_factory=list, description="acted by these policies; empty: any")
     limit: int | None = Field(default=None, ge=1, description="at most this many accepted episodes (oldest first)")

@@ -55,6 +55,9 @@ def training_request(config: LearningConfig, record: CycleRecord, data: CycleDat
     template["data"]["trajectories"]["objects"] = [data.dataset_key]
     trajectories = template["data"]["trajectories"]
     trajectories["exclude_scenarios"] = [*trajectories["exclude_scenarios"], *data.replay.evaluate]  # its gate's
+    if (rehearsal := config.training.data.rehearsal) is not None:  # stored by the window's end, however late it runs
+        until = min(t for t in (rehearsal.written_until, data.window_end) if t is not None)
+        template["data"]["rehearsal"]["written_until"] = until.isoformat()
     if data.replay.train_file is not None:
         template["data"]["simulated"]["scenarios"] = data.replay.train_file
     return TrainingRequest.model_validate({
