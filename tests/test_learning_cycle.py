@@ -169,9 +169,11 @@ async def test_a_failing_gate_archives_the_candidate_starts_no_rollout_and_keeps
     record = await stream.cycle(config)
 
     assert record.status == "rejected", record.reason
-    assert record.reason == f"{record.version} is worse than production runbook-v1 on re-created recent incidents"
+    assert record.reason.startswith(f"{record.version} is worse than production runbook-v1 on re-created recent "
+                                    "incidents: success rate 0.0% vs parent 100.0% (tolerance 0.0%): worse beyond")
     assert record.production_gate is not None and not record.production_gate.passed
     assert record.production_gate.reasons[0].startswith("success rate 0.0% vs parent 100.0%")
+    assert ": ok" not in record.reason  # only what failed
     version = stream.registry.get(record.version)
     assert version.stage == "archived" and "failed the training gate against runbook-v1" in version.history[-1].reason
     assert record.rollout is None

@@ -105,8 +105,10 @@ class ContinuousLearningWorkflow:
                 return await self._end("failed" if r.training.phase == "stopped" else "rejected",
                                        f"training {r.training.phase}: {why}", config)
             if data.replay.evaluate_file is not None and not await self._production_gate(config, data):
+                assert r.production_gate is not None
+                worse = [why for why in r.production_gate.reasons if not why.endswith(": ok")]
                 return await self._end("rejected", f"{r.version} is worse than production {r.production} on "
-                                                   "re-created recent incidents", config)
+                                                   f"re-created recent incidents: {'; '.join(worse)}", config)
             reason = f"{r.version} passed its gates"
             if config.rollout_plan is not None:
                 reason += "; " + await self._roll_out(config)
