@@ -34,6 +34,14 @@ def load_suite(config: EvaluationConfig) -> tuple[str, list[Scenario]]:
     return f"{name}-{len(scenarios)}-{digest}", scenarios
 
 
+WORSE = "worse beyond tolerance"
+
+
+def failures(reasons: list[str]) -> list[str]:
+    """Of `judge`'s reasons, those of the metrics that failed."""
+    return [why for why in reasons if why.endswith(f": {WORSE}")]
+
+
 def judge(candidate: OutcomeStats, parent: OutcomeStats, tolerances: GateTolerances) -> tuple[bool, list[str]]:
     """Not worse than the parent beyond the tolerances on success, false positives, harm and invalid actions.
     Returns (passed, one reason per metric)."""
@@ -48,6 +56,6 @@ def judge(candidate: OutcomeStats, parent: OutcomeStats, tolerances: GateToleran
         worse_by = (theirs - mine) if higher_is_better else (mine - theirs)
         ok = worse_by <= tolerance + 1e-9
         passed &= ok
-        verdict = "ok" if ok else "worse beyond tolerance"
+        verdict = "ok" if ok else WORSE
         reasons.append(f"{name} {mine:.1%} vs parent {theirs:.1%} (tolerance {tolerance:.1%}): {verdict}")
     return passed, reasons

@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
                                            FinishRequest, GatherRequest, LearningConfig, LearningCycleInput,
                                            RolloutPrep, RolloutStarted)
     from agent_sre.models.training import EvalRequest, GateRequest, TrainingRequest
+    from agent_sre.training.gate import failures
     from agent_sre.workflows.training import COLLECT, EVALUATE, QUICK, TrainingCycleWorkflow
 
 SCHEDULED_AT = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")  # set on runs a Schedule starts
@@ -106,9 +107,9 @@ class ContinuousLearningWorkflow:
                                        f"training {r.training.phase}: {why}", config)
             if data.replay.evaluate_file is not None and not await self._production_gate(config, data):
                 assert r.production_gate is not None
-                worse = [why for why in r.production_gate.reasons if not why.endswith(": ok")]
                 return await self._end("rejected", f"{r.version} is worse than production {r.production} on "
-                                                   f"re-created recent incidents: {'; '.join(worse)}", config)
+                                                   f"re-created recent incidents: "
+                                                   f"{'; '.join(failures(r.production_gate.reasons))}", config)
             reason = f"{r.version} passed its gates"
             if config.rollout_plan is not None:
                 reason += "; " + await self._roll_out(config)
