@@ -51,6 +51,27 @@ def test_rollout_tokens_are_the_rendered_conversation_and_only_answers_are_train
         assert "Tool result:" in tok.decode([i for i, m in zip(r.completion_ids, r.env_mask, strict=True) if not m])
 
 
+def test_a_group_shares_its_cached_prompt_and_plays_as_a_lone_rollout_would(tiny: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent_sre.models.llm import SamplingConfig
+    from agent_sre.policy.llm.backends import ConversationCaches
+
+    loaded = load_policy_model(tiny, device="cpu")
+    config, greedy = GRPOTrainingConfig(max_turns=3), SamplingConfig(temperature=0.0, max_new_tokens=12)
+    lone = run_rollouts(loaded, _scenarios("bad_image"), config, Simulator(speed=0), greedy)
+    reused: list[int] = []  # per generation, how many of its prompt's tokens a kept cache already held
+    take = ConversationCaches.take
+    monkeypatch.setattr(ConversationCaches, "take",
+                        lambda self, ids: (cache := take(self, ids), reused.append(cache.shared_with(ids)))[0])
+    group = run_rollouts(loaded, _scenarios("bad_image", "bad_image", "bad_config"), config, Simulator(speed=0), greedy)
+    for r in group[:2]:
+        assert (r.prompt_ids, r.completion_ids) == (lone[0].prompt_ids, lone[0].completion_ids)
+        assert r.logprobs == pytest.approx(lone[0].logprobs, abs=1e-3)
+    first, second, other = reused[:3]  # the first turns: nothing kept yet, the group's prompt, the system prompt
+    assert first == 0 and second == len(group[1].prompt_ids)
+    assert 64 <= other < len(group[2].prompt_ids)
+
+
 def test_episode_return_adds_step_shaping_to_the_outcome() -> None:
     def scored(steps):
         t = make_trajectory(steps)
@@ -125,3 +146,47 @@ def test_a_lone_sequence_is_scored_without_the_batch_padding_and_gives_the_padde
     torch.testing.assert_close(cut[real], whole[real], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(cut_entropy[real], whole_entropy[real], atol=1e-4, rtol=1e-4)
     assert (cut[~real] == 0).all()
+
+
+def test_a_lone_rollout_scores_only_the_models_own_tokens_as_trl_would(tiny: Path, tmp_path: Path) -> None:
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from agent_sre.training.grpo import returned_reward
+    from agent_sre.training.unpadded import UnpaddedGRPOTrainer, scores_own_tokens
+
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=1, gradient_accumulation_steps=2,
+                      num_generations=2, use_cpu=True, report_to=[], bf16=False, temperature=0.7)
+    trainer = UnpaddedGRPOTrainer(model=str(tiny), reward_funcs=[returned_reward], args=args,
+                                  train_dataset=Dataset.from_dict({"prompt": ["a", "b"]}))
+    model = trainer.model.eval()
+    assert scores_own_tokens(model)
+    # Two rollouts: prompts of 3 and 5 tokens; completions of 6 and 4 tokens interleaving the model's answers (1)
+    # with a tool's (0), the second right-padded.
+    prompt_mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    completion_mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+    own = [[1, 1, 0, 0, 0, 1], [0, 1, 1, 0]]
+    mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    ids = torch.randint(5, 200, mask.shape).masked_fill(mask == 0, 0)
+    trainer._own_tokens = own
+    ours, our_entropy, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, 6, batch_size=1,
+                                                                       compute_entropy=True)
+    theirs, their_entropy, _ = GRPOTrainer._get_per_token_logps_and_entropies(trainer, model, ids, mask, 6,
+                                                                              batch_size=1, compute_entropy=True)
+    scored = torch.tensor([own[0], own[1] + [0, 0]], dtype=torch.bool)
+    torch.testing.assert_close(ours[scored], theirs[scored], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(our_entropy[scored], their_entropy[scored], atol=1e-4, rtol=1e-4)
+    assert (ours[~scored] == 0).all() and (theirs[~scored] != 0).any()  # the tool's tokens were not scored
+    # the gradient the loss sees is TRL's too
+    grads = []
+    for scoring in (trainer._get_per_token_logps_and_entropies,
+                    lambda *a, **k: GRPOTrainer._get_per_token_logps_and_entropies(trainer, *a, **k)):
+        model.zero_grad()
+        scoring(model, ids, mask, 6, batch_size=1)[0][scored].sum().backward()
+        grads.append(model.model.layers[0].mlp.up_proj.weight.grad.clone())
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-4, rtol=1e-3)
+    # without the rows' masks (another batch), every completion token is scored, as TRL does
+    trainer._own_tokens = [[1] * 6]
+    unmasked, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, 6, batch_size=1)
+    real = completion_mask.bool()
+    torch.testing.assert_close(unmasked[real], theirs[real], atol=1e-4, rtol=1e-4)

@@ -125,22 +125,25 @@ def test_a_batch_decides_like_single_calls(tiny_model_dir: Path) -> None:
 
 def test_a_prefix_cached_conversation_generates_what_a_fresh_read_does(tiny_model_dir: Path) -> None:
     """Turn by turn with the KV cache kept (the CPU rollout path), greedy answers equal reading the whole
-    conversation afresh; a rewritten history cuts the cache back instead of reusing stale keys."""
+    conversation afresh; a rewritten history cuts a copy of the cache back instead of reusing stale keys."""
     loaded = load_policy_model(tiny_model_dir)
-    backend, cache = TransformersBackend(loaded), PrefixCache()
+    backend, caches = TransformersBackend(loaded), ConversationCaches(max_tokens=100_000)
     sampling = SamplingConfig(temperature=0.0, max_new_tokens=6)
     ids = prompt_token_ids(loaded.tokenizer, prompt_messages(opening(runbook_episode())))
     for turn in range(3):
-        cached = backend.continue_conversation(ids, sampling, cache)
-        fresh = backend.continue_conversation(ids, sampling, PrefixCache())
+        cached = backend.continue_conversation(ids, sampling, caches)
+        fresh = backend.continue_conversation(ids, sampling, ConversationCaches(max_tokens=0))
         assert cached.token_ids == fresh.token_ids
         assert cached.logprobs == pytest.approx(fresh.logprobs, abs=1e-3)
-        assert cache.ids == ids + cached.token_ids[:len(cache.ids) - len(ids)]  # the cache holds this turn
+        assert cached.cached_prompt_tokens == (0 if turn == 0 else read_before)  # all that the last turn read
+        assert caches.tokens == len(ids) + len(cached.token_ids or []) - 1  # this turn, but its last token
+        read_before = caches.tokens
         ids = ids + (cached.token_ids or []) + loaded.tokenizer(f" tool answer {turn}")["input_ids"]
-    rewritten = ids[:5] + [ids[5] + 1] + ids[6:]
-    again = backend.continue_conversation(rewritten, sampling, cache)
-    assert again.token_ids == backend.continue_conversation(rewritten, sampling, PrefixCache()).token_ids
-    assert cache.ids[:6] == rewritten[:6]
+    rewritten = ids[:70] + [ids[70] + 1] + ids[71:]
+    again = backend.continue_conversation(rewritten, sampling, caches)
+    assert again.cached_prompt_tokens == 70
+    assert again.token_ids == backend.continue_conversation(rewritten, sampling, ConversationCaches(0)).token_ids
+    assert backend.continue_conversation(ids, sampling, caches).cached_prompt_tokens == read_before  # kept intact
 
 
 def test_served_turns_continue_their_conversation_and_copy_a_shared_opening(tiny_model_dir: Path) -> None:

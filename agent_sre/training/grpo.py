@@ -20,6 +20,7 @@ weighted toward fault families whose recent success rate is neither ~0 nor ~1 (w
 from __future__ import annotations
 
 import random
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -34,7 +35,7 @@ from agent_sre.models.reward import RewardConfig
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.training import GRPOResult, GRPOStepStats, GRPOTrainingConfig
 from agent_sre.models.trajectory import Trajectory
-from agent_sre.policy.llm.backends import PrefixCache, TransformersBackend
+from agent_sre.policy.llm.backends import ConversationCaches, TransformersBackend
 from agent_sre.policy.llm.chat import chat_messages, prompt_token_ids
 from agent_sre.policy.llm.checkpoint import LoadedModel
 from agent_sre.simulator.simulator import Simulator
@@ -89,8 +90,9 @@ def run_rollouts(loaded: LoadedModel, scenarios: Sequence[Scenario], config: GRP
                  model_version: str = "candidate") -> list[Rollout]:
     """One rollout per scenario (repeat a scenario G times for a group), generated turn by turn: in batches on an
     accelerator; on a CPU one conversation at a time with its KV cache kept across turns, which reads each token
-    once instead of once per turn (4-5x less work for 9-turn episodes). The model continues exactly the token
-    sequence it will be trained on (prompt + completion ids). `sampling` defaults to the training temperature;
+    once instead of once per turn (4-5x less work for 9-turn episodes), and a conversation's first turn starts from
+    a copy of another's cached opening (the system prompt; a group's whole prompt). The model continues exactly the
+    token sequence it will be trained on (prompt + completion ids). `sampling` defaults to the training temperature;
     evaluation passes greedy decoding."""
     tokenizer = loaded.tokenizer
     backend = TransformersBackend(loaded)
@@ -104,11 +106,11 @@ def run_rollouts(loaded: LoadedModel, scenarios: Sequence[Scenario], config: GRP
     rollouts = [Rollout(prompt_ids=prompt_token_ids(tokenizer, p)) for p in prompts]
     conversations = [list(p) for p in prompts]
     active = list(range(len(envs)))
-    caches = [PrefixCache() for _ in envs] if loaded.device.type == "cpu" else None
+    caches = ConversationCaches(max_tokens=sys.maxsize) if loaded.device.type == "cpu" else None
     while active:
         if caches is not None:  # one conversation at a time, each reading only its new tokens
             generations = [backend.continue_conversation(rollouts[i].prompt_ids + rollouts[i].completion_ids,
-                                                         sampling, caches[i]) for i in active]
+                                                         sampling, caches) for i in active]
         else:  # an accelerator: one batch, every conversation re-read
             generations = backend.generate([conversations[i] for i in active], sampling)
         still_active = []

@@ -128,15 +128,16 @@ class TransformersBackend:
         results = dict(zip(fitting, generated, strict=True))
         return [results.get(i) or self._too_long(ids, sampling) for i, ids in enumerate(encoded)]
 
-    def continue_conversation(self, ids: list[int], sampling: SamplingConfig, cache: PrefixCache) -> Generation:
-        """The next answer of one conversation given as token ids, reusing the KV cache of its earlier turns:
-        only the new tokens (the tool's answer, the next header) are read, instead of the whole conversation at
-        every turn. On a CPU this beats batching several conversations that re-read everything."""
+    def continue_conversation(self, ids: list[int], sampling: SamplingConfig,
+                              conversations: ConversationCaches) -> Generation:
+        """The next answer of one conversation given as token ids, continuing the cache in `conversations` that
+        holds its earlier turns (or a copy of another's opening, e.g. a GRPO group's shared prompt): only the new
+        tokens (the tool's answer, the next header) are read, instead of the whole conversation at every turn. On
+        a CPU this beats batching several conversations that re-read everything."""
         if not self._fits(ids, sampling):
             return self._too_long(ids, sampling)
         with self._lock:
-            cache.keep_prefix_of(ids)
-            return self._generate([ids], sampling, cache)[0]
+            return self._continue(ids, sampling, conversations)
 
     def _continue(self, ids: list[int], sampling: SamplingConfig, conversations: ConversationCaches) -> Generation:
         cache = conversations.take(ids)
