@@ -130,12 +130,13 @@ def test_a_prefix_cached_conversation_generates_what_a_fresh_read_does(tiny_mode
     backend, caches = TransformersBackend(loaded), ConversationCaches(max_tokens=100_000)
     sampling = SamplingConfig(temperature=0.0, max_new_tokens=6)
     ids = prompt_token_ids(loaded.tokenizer, prompt_messages(opening(runbook_episode())))
+    read_before = 0
     for turn in range(3):
         cached = backend.continue_conversation(ids, sampling, caches)
         fresh = backend.continue_conversation(ids, sampling, ConversationCaches(max_tokens=0))
         assert cached.token_ids == fresh.token_ids
         assert cached.logprobs == pytest.approx(fresh.logprobs, abs=1e-3)
-        assert cached.cached_prompt_tokens == (0 if turn == 0 else read_before)  # all that the last turn read
+        assert cached.cached_prompt_tokens == read_before  # all that the last turn read
         assert caches.tokens == len(ids) + len(cached.token_ids or []) - 1  # this turn, but its last token
         read_before = caches.tokens
         ids = ids + (cached.token_ids or []) + loaded.tokenizer(f" tool answer {turn}")["input_ids"]
