@@ -191,6 +191,13 @@ def test_kept_caches_are_bounded_in_tokens_and_the_least_recent_conversation_goe
     assert caches.take([1, 5]).kv is None  # nothing shares 2 tokens with it
     caches.put(cache(list(range(11))))  # longer than the bound: not kept
     assert caches.tokens == 3
+    # A conversation goes on in its own cache even where another conversation, alike so far, shares more of it:
+    # copying that one would leave its own in the store for nothing.
+    caches = ConversationCaches(max_tokens=100, min_shared=2)
+    mine, alike = cache([1, 2, 3]), cache([1, 2, 3, 4, 5, 6])
+    caches.put(mine)
+    caches.put(alike)
+    assert caches.take([1, 2, 3, 4, 5, 7]) is mine and caches.tokens == 6
 
 
 def test_a_conversation_longer_than_the_context_is_an_invalid_action_not_a_crash(tiny_model_dir: Path) -> None:

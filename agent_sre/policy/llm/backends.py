@@ -86,14 +86,17 @@ class ConversationCaches:
         return sum(len(c.ids) for c in self._caches)
 
     def take(self, ids: list[int]) -> PrefixCache:
-        """The cache to continue for a prompt (out of the store until `put` back); an empty one when none helps."""
+        """The cache to continue for a prompt (out of the store until `put` back); an empty one when none helps.
+        A cache that `ids` wholly extends (this conversation's own) goes on, even where another shares more: a
+        copy of that one would leave this one in the store unused (a GRPO group's rollouts often answer alike)."""
+        own = max((c for c in self._caches if c.ids and c.shared_with(ids) == len(c.ids)),
+                  key=lambda c: len(c.ids), default=None)
+        if own is not None:
+            self._caches.remove(own)
+            return own
         best = max(self._caches, key=lambda c: c.shared_with(ids), default=None)
-        shared = best.shared_with(ids) if best is not None else 0
-        if best is None or shared < self.min_shared:
+        if best is None or best.shared_with(ids) < self.min_shared:
             return PrefixCache()
-        if shared == len(best.ids):  # this conversation's own cache: it goes on
-            self._caches.remove(best)
-            return best
         branch = PrefixCache()  # another conversation with the same opening: copy, and keep the original
         branch.kv, branch.ids = copy.deepcopy(best.kv), list(best.ids)
         return branch
