@@ -13,10 +13,8 @@ training uses (bf16 autocast where the CPU has it). Median of --repeats after a 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchdocs import provenance, write_section  # noqa: E402
+from precision import timed  # noqa: E402
 
 from agent_sre.config import get_settings  # noqa: E402
 from agent_sre.models.training import GRPOTrainingConfig  # noqa: E402
@@ -36,16 +35,6 @@ from agent_sre.simulator.simulator import Simulator  # noqa: E402
 from agent_sre.training.grpo import Rollout, returned_reward, run_rollouts  # noqa: E402
 
 HEADING = "## GRPO scoring passes (bench/grpo_scoring.py)"
-
-
-def median_seconds(run: Callable[[], object], repeats: int) -> float:
-    run()  # warm-up
-    samples = []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        run()
-        samples.append(time.perf_counter() - began)
-    return statistics.median(samples)
 
 
 def main() -> None:
@@ -103,8 +92,8 @@ def main() -> None:
         largest_gap = max(largest_gap, float((scoring(rollout, True, False)()
                                               - scoring(rollout, False, False)()).abs().max()))
         for own_only in (False, True):
-            train_s = median_seconds(scoring(rollout, own_only, True), args.repeats)
-            ref_s = median_seconds(scoring(rollout, own_only, False), args.repeats)
+            train_s = timed(scoring(rollout, own_only, True), args.repeats)
+            ref_s = timed(scoring(rollout, own_only, False), args.repeats)
             totals[own_only][0] += train_s
             totals[own_only][1] += ref_s
             cells = [scenario.name, f"{tokens:,}", f"{own:,}",
