@@ -196,7 +196,7 @@ def main() -> None:
     parser.add_argument("--sft-episodes", type=int, default=24, help="expert conversations for SFT")
     parser.add_argument("--sft-steps", type=int, default=24, help="SFT optimizer steps (batch 1)")
     parser.add_argument("--sft-lr", type=float, default=1e-4)
-    parser.add_argument("--grpo-steps", type=int, default=6)
+    parser.add_argument("--grpo-steps", type=int, default=6, help="0: SFT only, no GRPO stage")
     parser.add_argument("--grpo-lr", type=float, default=3e-6)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--groups", type=int, default=2, help="GRPO groups (scenarios) per step")
@@ -206,6 +206,8 @@ def main() -> None:
     parser.add_argument("--beta", type=float, default=0.04, help="GRPO's KL penalty to the SFT model")
     parser.add_argument("--eval", type=int, default=16, help="held-out scenarios, spread over the fault families")
     parser.add_argument("--false-alarms", type=int, default=3, help="held-out false alarms, a table of their own")
+    parser.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto",
+                        help="training arithmetic of SFT and GRPO (auto: bf16 autocast where the CPU computes it)")
     parser.add_argument("--max-turns", type=int, default=10)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--skip-untrained", action="store_true", help="leave the untrained model out of the table")
@@ -225,22 +227,27 @@ def main() -> None:
     stage("expert data")
     expert = cached(out / "expert.json", Expert, lambda: expert_data(args.sft_episodes))
     stage("SFT")
-    sft = cached(out / "sft.json", SFTResult, lambda: train_sft(
-        base, expert.trajectories, out / "sft-model",
-        SFTConfig(max_steps=args.sft_steps, learning_rate=args.sft_lr, lr_scheduler="linear", warmup_steps=2,
-                  max_length=6144, device="cpu")))
-    stage("GRPO")
-    grpo_config = GRPOTrainingConfig(max_steps=args.grpo_steps, group_size=args.group_size, groups_per_step=args.groups,
-                                     learning_rate=args.grpo_lr, beta=args.beta, scale_rewards=args.scale_rewards,
-                                     reward_function=args.grpo_reward, max_turns=args.max_turns,
-                                     max_new_tokens=args.max_new_tokens, temperature=0.9, device="cpu")
-    grpo: GRPOResult | None
     try:
-        grpo = cached(out / "grpo.json", GRPOResult, lambda: train_grpo(
-            Path(sft.output_dir), load_scenarios(default_catalog()), out / "grpo-model", grpo_config,
-            save_steps=1, resume_from=last_checkpoint(out / "grpo-model.work")), args.finished_only)
+        sft = cached(out / "sft.json", SFTResult, lambda: train_sft(
+            base, expert.trajectories, out / "sft-model",
+            SFTConfig(max_steps=args.sft_steps, learning_rate=args.sft_lr, lr_scheduler="linear", warmup_steps=2,
+                      max_length=6144, device="cpu", precision=args.precision)), args.finished_only)
     except Unfinished:
-        grpo = None
+        sys.exit(f"SFT has not finished under {out}: nothing to report")
+    grpo_config = GRPOTrainingConfig(max_steps=max(args.grpo_steps, 1), group_size=args.group_size,
+                                     groups_per_step=args.groups, learning_rate=args.grpo_lr, beta=args.beta,
+                                     scale_rewards=args.scale_rewards, reward_function=args.grpo_reward,
+                                     max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, temperature=0.9,
+                                     device="cpu", precision=args.precision)
+    grpo: GRPOResult | None = None
+    if args.grpo_steps > 0:
+        stage("GRPO")
+        try:
+            grpo = cached(out / "grpo.json", GRPOResult, lambda: train_grpo(
+                Path(sft.output_dir), load_scenarios(default_catalog()), out / "grpo-model", grpo_config,
+                save_steps=1, resume_from=last_checkpoint(out / "grpo-model.work")), args.finished_only)
+        except Unfinished:
+            pass
 
     policies: list[tuple[str, str, Callable[[list[Scenario]], Evaluation]]] = [
         ("untrained SmolLM2-135M", "untrained", lambda suite: evaluate_model(base, suite, args, "base")),
@@ -271,7 +278,8 @@ def main() -> None:
     heldout_md, evaluations = evaluate_all("", suite)
     alarms = [s for s in load_scenarios(heldout_suite()) if s.fault == "none"][:args.false_alarms]
     alarms_md, _ = evaluate_all("-false-alarms", alarms) if alarms else ("", {})
-    curve = curve_markdown(grpo) if grpo is not None else "GRPO did not finish in this run."
+    curve = (curve_markdown(grpo) if grpo is not None else "GRPO did not finish in this run." if args.grpo_steps
+             else "No GRPO stage in this run (`--grpo-steps 0`).")
     console.print(curve)
     costs = cost_markdown(expert, sft, grpo)
     console.print(costs)
