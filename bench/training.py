@@ -208,6 +208,7 @@ def main() -> None:
     parser.add_argument("--false-alarms", type=int, default=3, help="held-out false alarms, a table of their own")
     parser.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto",
                         help="training arithmetic of SFT and GRPO (auto: bf16 autocast where the CPU computes it)")
+    parser.add_argument("--seed", type=int, default=0, help="SFT's and GRPO's seed (data order, sampling)")
     parser.add_argument("--max-turns", type=int, default=10)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--skip-untrained", action="store_true", help="leave the untrained model out of the table")
@@ -231,14 +232,14 @@ def main() -> None:
         sft = cached(out / "sft.json", SFTResult, lambda: train_sft(
             base, expert.trajectories, out / "sft-model",
             SFTConfig(max_steps=args.sft_steps, learning_rate=args.sft_lr, lr_scheduler="linear", warmup_steps=2,
-                      max_length=6144, device="cpu", precision=args.precision)), args.finished_only)
+                      max_length=6144, device="cpu", precision=args.precision, seed=args.seed)), args.finished_only)
     except Unfinished:
         sys.exit(f"SFT has not finished under {out}: nothing to report")
     grpo_config = GRPOTrainingConfig(max_steps=max(args.grpo_steps, 1), group_size=args.group_size,
                                      groups_per_step=args.groups, learning_rate=args.grpo_lr, beta=args.beta,
                                      scale_rewards=args.scale_rewards, reward_function=args.grpo_reward,
                                      max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, temperature=0.9,
-                                     device="cpu", precision=args.precision)
+                                     device="cpu", precision=args.precision, seed=args.seed)
     grpo: GRPOResult | None = None
     if args.grpo_steps > 0:
         stage("GRPO")
