@@ -4,10 +4,10 @@ A multi-turn rollout's completion is mostly the tools' answers, which the loss m
 unlabelled positions only on a GPU (Triton), so on a CPU it projects every completion position onto the whole
 vocabulary. `UnpaddedGRPOTrainer` projects only the model's tokens. This plays a few rollouts of the training
 catalog with the policy model at the training temperature, then times, for each rollout and each way of scoring,
-the training pass (forward, backward) and the reference pass (forward without gradients), with the arithmetic
-training uses (bf16 autocast where the CPU has it). Median of --repeats after a warm-up.
+the training pass (forward, backward) and the reference pass (forward without gradients), in the arithmetic of
+--precision (training's `precision`: auto is fp32 on a CPU). Median of --repeats after a warm-up.
 
-    .venv/bin/python bench/grpo_scoring.py [--model DIR] [--rollouts 2] [--repeats 2] [--no-docs]
+    .venv/bin/python bench/grpo_scoring.py [--model DIR] [--rollouts 2] [--repeats 2] [--precision bf16] [--no-docs]
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ def main() -> None:
     parser.add_argument("--model", type=Path, help="default: the SFT model of bench/training.py, else the base")
     parser.add_argument("--rollouts", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
     parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args()
     sft = get_settings().data_dir / "bench-training" / "sft-model"
@@ -52,7 +53,7 @@ def main() -> None:
 
     from agent_sre.training.unpadded import UnpaddedGRPOTrainer
 
-    config = GRPOTrainingConfig(max_turns=10, max_new_tokens=64, temperature=0.9)
+    config = GRPOTrainingConfig(max_turns=10, max_new_tokens=64, temperature=0.9, precision=args.precision)
     first_of_family = {s.fault: s for s in reversed(load_scenarios(default_catalog()))}
     scenarios = [first_of_family[f] for f in sorted(first_of_family)][:args.rollouts]
     rollouts = run_rollouts(load_policy_model(model_dir, "cpu"), scenarios, config, Simulator(speed=0))
@@ -80,7 +81,8 @@ def main() -> None:
             return logps[own].detach()
         return run
 
-    table = Table(title=f"GRPO scoring passes ({'bf16 autocast' if bf16 else 'fp32'})")
+    arithmetic = "bf16 autocast" if bf16 else "fp32"
+    table = Table(title=f"GRPO scoring passes ({arithmetic})")
     headers = ["rollout", "tokens", "model's tokens", "scored", "training pass s", "reference pass s"]
     for h in headers:
         table.add_column(h)
@@ -108,10 +110,11 @@ def main() -> None:
     Console().print(summary)
     if not args.no_docs:
         write_section(HEADING, f"""{provenance()}
-Model `{model_dir.name}`, torch {torch.__version__}, {torch.get_num_threads()} threads. Rollouts: catalog scenarios
-played by the model at temperature {config.temperature} (at most {config.max_turns} actions of {config.max_new_tokens}
-tokens); each pass reads one whole rollout alone, as GRPO's CPU layout does; the training pass is forward and
-backward of the summed log-probabilities of the model's tokens; median of {args.repeats} after a warm-up.
+Model `{model_dir.name}`, torch {torch.__version__}, {torch.get_num_threads()} threads, {arithmetic}. Rollouts:
+catalog scenarios played by the model at temperature {config.temperature} (at most {config.max_turns} actions of
+{config.max_new_tokens} tokens); each pass reads one whole rollout alone, as GRPO's CPU layout does; the training
+pass is forward and backward of the summed log-probabilities of the model's tokens;
+median of {args.repeats} after a warm-up.
 
 {chr(10).join(lines)}
 

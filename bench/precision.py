@@ -114,7 +114,7 @@ def main() -> None:
     Console().print(table)
     (_, fp32_train, fp32_roll), (_, bf16_train, bf16_roll) = rows
     summary = (f"bf16 autocast trains {fp32_train / bf16_train:.1f}x as fast as fp32 here and generates "
-               f"{fp32_roll / bf16_roll:.2f}x as fast, so `precision: auto` autocasts training only.")
+               f"{fp32_roll / bf16_roll:.2f}x as fast, so generation is never autocast on a CPU.")
     summary += (f" Two episodes (2,500 and 2,000 tokens, bf16) as one padded batch: {padded_s:.1f} s; one pass "
                 f"each: {unpadded_s:.1f} s ({padded_s / unpadded_s:.1f}x), so a CPU trains one sequence per pass.")
     Console().print(summary)

@@ -207,7 +207,7 @@ def main() -> None:
     parser.add_argument("--eval", type=int, default=16, help="held-out scenarios, spread over the fault families")
     parser.add_argument("--false-alarms", type=int, default=3, help="held-out false alarms, a table of their own")
     parser.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto",
-                        help="training arithmetic of SFT and GRPO (auto: bf16 autocast where the CPU computes it)")
+                        help="training arithmetic of SFT and GRPO (auto: fp32 on a CPU)")
     parser.add_argument("--seed", type=int, default=0, help="SFT's and GRPO's seed (data order, sampling)")
     parser.add_argument("--max-turns", type=int, default=10)
     parser.add_argument("--max-new-tokens", type=int, default=64)

@@ -12,8 +12,8 @@ from agent_sre.models.registry import VERSION_PATTERN, DataItem, FileEntry, Stag
 from agent_sre.models.reward import RewardFunctionName
 
 Precision = Literal["auto", "fp32", "bf16"]
-PRECISION_HELP = ("training arithmetic: bf16 autocast over fp32 weights, fp32, or auto (bf16 where the GPU or CPU "
-                  "computes it natively)")
+PRECISION_HELP = ("training arithmetic: bf16 autocast over fp32 weights, fp32, or auto (bf16 on a GPU that computes "
+                  "it natively, fp32 on a CPU)")
 
 
 class SFTConfig(BaseModel):

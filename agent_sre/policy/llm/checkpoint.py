@@ -157,9 +157,10 @@ def pick_device(device: str = "auto") -> torch.device:
 
 
 def train_in_bf16(device: torch.device, precision: Precision = "auto") -> bool:
-    """Whether to train with bf16 autocast over fp32 master weights. "auto": where the hardware computes bf16
-    natively — a GPU that supports it, or a CPU with AVX512-BF16/AMX, where a 135M model's forward and backward ran
-    about twice as fast as in fp32 (bench/precision.py). Generation is not autocast: on a CPU that slows decoding."""
+    """Whether to train with bf16 autocast over fp32 master weights. "auto": on a GPU that computes bf16, not on a
+    CPU. A CPU with AVX512-BF16/AMX trains a 135M model about twice as fast in bf16 (bench/precision.py), but the SFT
+    models it trained resolved fewer held-out scenarios (docs/training-cycle.md, "Arithmetic"); "bf16" still asks
+    for it. Generation is not autocast: on a CPU that slows decoding."""
     import torch
 
     if device.type == "cuda":
@@ -168,7 +169,7 @@ def train_in_bf16(device: torch.device, precision: Precision = "auto") -> bool:
         native = device.type == "cpu" and torch.ops.mkldnn._is_mkldnn_bf16_supported()
     if precision == "bf16" and not native:
         raise ValueError(f"precision bf16 was asked for, but {device} has no native bf16; use auto or fp32")
-    return native if precision == "auto" else precision == "bf16"
+    return native and device.type == "cuda" if precision == "auto" else precision == "bf16"
 
 
 def load_policy_model(path: Path | str, device: str = "auto") -> LoadedModel:
