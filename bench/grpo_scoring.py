@@ -17,6 +17,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import get_args
 
 import torch
 from rich.console import Console
@@ -27,7 +28,7 @@ from benchdocs import provenance, write_section  # noqa: E402
 from precision import timed  # noqa: E402
 
 from agent_sre.config import get_settings  # noqa: E402
-from agent_sre.models.training import GRPOTrainingConfig  # noqa: E402
+from agent_sre.models.training import GRPOTrainingConfig, Precision  # noqa: E402
 from agent_sre.policy.llm.checkpoint import load_policy_model, train_in_bf16  # noqa: E402
 from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir  # noqa: E402
 from agent_sre.scenarios import default_catalog, load_scenarios  # noqa: E402
@@ -42,7 +43,7 @@ def main() -> None:
     parser.add_argument("--model", type=Path, help="default: the SFT model of bench/training.py, else the base")
     parser.add_argument("--rollouts", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
+    parser.add_argument("--precision", choices=get_args(Precision), default="auto")
     parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args()
     sft = get_settings().data_dir / "bench-training" / "sft-model"

@@ -24,7 +24,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, get_args
 
 from pydantic import BaseModel
 from rich.console import Console
@@ -38,7 +38,7 @@ from agent_sre.episodes import summarize  # noqa: E402
 from agent_sre.models.episode import EpisodeResult, OutcomeStats  # noqa: E402
 from agent_sre.models.remediation import PolicyRef  # noqa: E402
 from agent_sre.models.scenario import Scenario  # noqa: E402
-from agent_sre.models.training import GRPOResult, GRPOTrainingConfig, SFTConfig, SFTResult  # noqa: E402
+from agent_sre.models.training import GRPOResult, GRPOTrainingConfig, Precision, SFTConfig, SFTResult  # noqa: E402
 from agent_sre.models.trajectory import Trajectory  # noqa: E402
 from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir  # noqa: E402
 from agent_sre.policy.runbook import RunbookPolicy  # noqa: E402
@@ -206,7 +206,7 @@ def main() -> None:
     parser.add_argument("--beta", type=float, default=0.04, help="GRPO's KL penalty to the SFT model")
     parser.add_argument("--eval", type=int, default=16, help="held-out scenarios, spread over the fault families")
     parser.add_argument("--false-alarms", type=int, default=3, help="held-out false alarms, a table of their own")
-    parser.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto",
+    parser.add_argument("--precision", choices=get_args(Precision), default="auto",
                         help="training arithmetic of SFT and GRPO (auto: fp32 on a CPU)")
     parser.add_argument("--seed", type=int, default=0, help="SFT's and GRPO's seed (data order, sampling)")
     parser.add_argument("--max-turns", type=int, default=10)
