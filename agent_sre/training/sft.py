@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from agent_sre.models.training import SFTConfig, SFTResult
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.policy.llm.chat import chat_messages
-from agent_sre.policy.llm.checkpoint import check_model_dir, pick_device, save_model_dir, train_in_bf16
+from agent_sre.policy.llm.checkpoint import (check_model_dir, device_name, pick_device, save_model_dir,
+                                             train_in_bf16)
 from agent_sre.training.data import resolved_cleanly
 
 if TYPE_CHECKING:
@@ -122,4 +123,4 @@ def train_sft(model_dir: Path, trajectories: Iterable[Trajectory], output_dir: P
                      truncated=truncated,
                      steps=trainer.state.global_step, losses=losses, train_runtime_s=output.metrics["train_runtime"],
                      train_tokens=int(max((entry.get("num_tokens", 0) for entry in logs), default=0)),
-                     bf16=trainer.args.bf16)
+                     bf16=trainer.args.bf16, device=device_name(trainer.args.device))

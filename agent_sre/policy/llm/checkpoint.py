@@ -156,6 +156,13 @@ def pick_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
+def device_name(device: torch.device) -> str:
+    """What a training result records as its device: a GPU's product name (its peak FLOPs follow from it), or cpu."""
+    import torch
+
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
 def train_in_bf16(device: torch.device, precision: Precision = "auto") -> bool:
     """Whether to train with bf16 autocast over fp32 master weights. "auto": on a GPU that computes bf16, not on a
     CPU. A CPU with AVX512-BF16/AMX trains a 135M model about twice as fast in bf16 (bench/precision.py), but the SFT
