@@ -21,8 +21,7 @@ import json
 import os
 import sys
 import time
-from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar, get_args
 
@@ -34,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchdocs import provenance, write_section  # noqa: E402
 
 from agent_sre.config import get_settings  # noqa: E402
-from agent_sre.episodes import summarize  # noqa: E402
+from agent_sre.episodes import interleave_by_fault, summarize  # noqa: E402
 from agent_sre.models.episode import EpisodeResult, OutcomeStats  # noqa: E402
 from agent_sre.models.remediation import PolicyRef  # noqa: E402
 from agent_sre.models.scenario import Scenario  # noqa: E402
@@ -58,19 +57,6 @@ M = TypeVar("M", bound=BaseModel)
 class Row(BaseModel):
     policy: str
     stats: OutcomeStats
-
-
-def round_robin(scenarios: Sequence[Scenario], n: int) -> list[Scenario]:
-    """`n` scenarios spread over the fault families: one of each family in turn, in file order."""
-    families: dict[str, list[Scenario]] = defaultdict(list)
-    for s in scenarios:
-        families[s.fault].append(s)
-    picked: list[Scenario] = []
-    while len(picked) < n and any(families.values()):
-        for fault in sorted(families):
-            if families[fault] and len(picked) < n:
-                picked.append(families[fault].pop(0))
-    return picked
 
 
 class Unfinished(Exception):
@@ -109,7 +95,7 @@ def expert_data(n: int) -> Expert:
     played = [play(runbook, RUNBOOK, s, simulator) for s in load_scenarios(default_catalog())]
     experts = [t for t in played if is_expert_episode(t, ["runbook"])]
     by_name = {t.incident.scenario.name: t for t in experts if t.incident.scenario is not None}
-    chosen = {s.name for s in round_robin([t.incident.scenario for t in experts if t.incident.scenario], n)}
+    chosen = {s.name for s in interleave_by_fault([t.incident.scenario for t in experts if t.incident.scenario])[:n]}
     return Expert(trajectories=[by_name[name] for name in sorted(chosen)], played=len(played),
                   seconds=time.perf_counter() - began)
 
@@ -163,21 +149,24 @@ def heldout_table(rows: list[Row]) -> tuple[Table, str]:
 
 def curve_markdown(grpo: GRPOResult) -> str:
     """Every step's mean return as the trainer logged it; success, invalid actions, tokens and time for the steps
-    this process played (a resumed run's earlier steps were played by the process that was stopped)."""
+    this process played (a resumed run's earlier steps were played by the process that was stopped); and the probe
+    after each step (step 0: before training), which the trainer's log keeps across a resume."""
     played = {s.step + 1: s for s in grpo.steps}
+    probes = {p.step: p for p in grpo.probes}
     earlier = sorted(set(grpo.logged_rewards) - set(played))
     lines = [] if not earlier else [
         f"Steps {earlier[0]}–{earlier[-1]} were played by an earlier process; this one resumed from step "
         f"{earlier[-1]}'s checkpoint (its curriculum afresh), so those steps show only the reward the trainer logged.",
         ""]
-    lines += ["| step | mean group reward | success | invalid actions | generated tokens | rollout s |",
-              "|---|---|---|---|---|---|"]
-    for step in sorted(set(played) | set(grpo.logged_rewards)):
-        s = played.get(step)
-        reward = grpo.logged_rewards[step] if step in grpo.logged_rewards else played[step].mean_group_reward
-        lines.append(f"| {step} | {reward:+.3f} | " + (
-            f"{s.success_rate:.0%} | {s.invalid_rate:.0%} | {s.generated_tokens} | {s.rollout_s:.0f} |" if s
-            else "– | – | – | – |"))
+    lines += ["| step | mean group reward | success | invalid actions | generated tokens | rollout s | "
+              "probe success | probe return |", "|---|---|---|---|---|---|---|---|"]
+    for step in sorted(set(played) | set(grpo.logged_rewards) | set(probes)):
+        s, p = played.get(step), probes.get(step)
+        reward = grpo.logged_rewards.get(step, s.mean_group_reward if s else None)
+        rollouts = (f"{s.success_rate:.0%} | {s.invalid_rate:.0%} | {s.generated_tokens} | {s.rollout_s:.0f}" if s
+                    else "– | – | – | –")
+        probe = f"{p.success_rate:.0%} | {p.mean_return:+.3f}" if p else "– | –"
+        lines.append(f"| {step} | {fmt(reward, '+.3f')} | {rollouts} | {probe} |")
     return "\n".join(lines)
 
 
@@ -221,6 +210,9 @@ def main() -> None:
     parser.add_argument("--grpo-reward", choices=["sre", "outcome", "weighted"], default="weighted",
                         help="the reward GRPO maximises (weighted: success, then fewer steps, safety)")
     parser.add_argument("--scale-rewards", choices=["group", "batch", "none"], default="batch")
+    parser.add_argument("--probe", type=int, default=8, help="training scenarios, one fault family after another, "
+                        "played greedily before GRPO and after every --probe-every steps (0: none)")
+    parser.add_argument("--probe-every", type=int, default=1)
     parser.add_argument("--beta", type=float, default=0.04, help="GRPO's KL penalty to the SFT model")
     parser.add_argument("--eval", type=int, default=16, help="held-out scenarios, spread over the fault families")
     parser.add_argument("--false-alarms", type=int, default=3, help="held-out false alarms, a table of their own")
@@ -242,7 +234,7 @@ def main() -> None:
     console = Console()
     out: Path = args.out
     base = local_version_dir(BASE_VERSION, get_settings().models_dir)
-    suite = round_robin(load_scenarios(heldout_suite()), args.eval)
+    suite = interleave_by_fault(load_scenarios(heldout_suite()))[:args.eval]  # one family after another
 
     def stage(name: str) -> None:
         console.print(f"[bold]{name}[/] (load average {os.getloadavg()[0]:.1f})")
@@ -262,7 +254,8 @@ def main() -> None:
                                      groups_per_step=args.groups, learning_rate=args.grpo_lr, beta=args.beta,
                                      scale_rewards=args.scale_rewards, reward_function=args.grpo_reward,
                                      max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, temperature=0.9,
-                                     device=args.device, precision=args.precision, seed=args.seed)
+                                     device=args.device, precision=args.precision, seed=args.seed,
+                                     probe_scenarios=args.probe, probe_every=args.probe_every)
     grpo: GRPOResult | None = None
     if args.grpo_steps > 0:
         stage("GRPO")
@@ -307,6 +300,9 @@ def main() -> None:
     console.print(curve)
     costs = cost_markdown(expert, sft, grpo, args.peak_tflops)
     console.print(costs)
+    probe_note = (f"; probe = the policy after that step, greedy, on the same {args.probe} training scenarios every "
+                  "time, one fault family after another, so the curriculum's choice does not move it"
+                  if args.probe else "")
     eval_times = ", ".join(f"{name} {e.seconds / 60:.1f} min" for name, e in evaluations.items())
     families = sorted({s.fault for s in suite})
     if not args.no_docs:
@@ -331,7 +327,8 @@ False alarms ({len(alarms)} held-out scenarios where nothing is wrong; success =
 
 {alarms_md}
 
-GRPO learning curve (mean group reward = outcome reward + per-step shaping, per step):
+GRPO learning curve (mean group reward = outcome reward + per-step shaping, per step, on the scenarios the
+curriculum drew for it{probe_note}):
 
 {curve}
 

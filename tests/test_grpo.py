@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from agent_sre.models.llm import SamplingConfig
 from agent_sre.models.training import GRPOTrainingConfig
 from agent_sre.policy.llm.chat import chat_messages
 from agent_sre.policy.llm.checkpoint import load_policy_model, tiny_model
@@ -53,7 +54,6 @@ def test_rollout_tokens_are_the_rendered_conversation_and_only_answers_are_train
 
 def test_a_group_shares_its_cached_prompt_and_plays_as_a_lone_rollout_would(tiny: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    from agent_sre.models.llm import SamplingConfig
     from agent_sre.policy.llm.backends import ConversationCaches
 
     loaded = load_policy_model(tiny, device="cpu")
@@ -102,6 +102,28 @@ def test_one_grpo_step_through_trl_saves_a_servable_policy(tiny: Path, tmp_path:
     assert result.logged_rewards == {1: pytest.approx(result.steps[0].mean_group_reward)}
     assert (result.bf16, result.device) == (False, "cpu")  # precision auto on a CPU, recorded with the device
     assert load_policy_model(tmp_path / "policy", device="cpu").model is not None
+
+
+def test_the_probe_curve_has_every_step_once_across_a_resume(tiny: Path, tmp_path: Path) -> None:
+    config = GRPOTrainingConfig(max_steps=2, group_size=2, max_turns=2, max_new_tokens=8, device="cpu",
+                                probe_scenarios=3, probe_every=1)
+    scenarios = _scenarios("bad_image", "none", "oom_limit")
+    full = train_grpo(tiny, scenarios, tmp_path / "full", config, tmp_path / "work", save_steps=1)
+    assert [(p.step, p.episodes) for p in full.probes] == [(0, 3), (1, 3), (2, 3)]
+    assert all(0.0 <= p.success_rate <= 1.0 for p in full.probes)
+    # the probe is the scenarios played greedily, so the untrained model's row is what evaluation would give it
+    greedy = run_rollouts(load_policy_model(tiny, device="cpu"), scenarios, config, Simulator(speed=0),
+                          SamplingConfig(temperature=0.0, max_new_tokens=config.max_new_tokens))
+    assert full.probes[0].mean_return == pytest.approx(
+        sum(episode_return(r.trajectory) for r in greedy if r.trajectory) / len(scenarios))
+
+    resumed = train_grpo(tiny, scenarios, tmp_path / "resumed", config, tmp_path / "work-resumed",
+                         resume_from=tmp_path / "work" / "checkpoint-1")
+    assert [s.step for s in resumed.steps] == [1]  # this process played step 2 only...
+    assert [p.step for p in resumed.probes] == [0, 1, 2]  # ...but the curve has every step, step 1 not probed twice
+    assert resumed.probes[:2] == full.probes[:2]
+    assert train_grpo(tiny, scenarios, tmp_path / "unprobed", config.model_copy(update={"probe_scenarios": 0,
+                                                                                         "max_steps": 1})).probes == []
 
 
 def test_a_cpu_reads_one_unpadded_sequence_per_pass_and_an_accelerator_the_whole_batch() -> None:

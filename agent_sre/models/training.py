@@ -76,6 +76,11 @@ class GRPOTrainingConfig(BaseModel):
     reward_function: Literal["sre", "outcome", "weighted"] = "sre"
     curriculum: bool = Field(default=True, description="sample fault families neither solved nor hopeless")
     curriculum_floor: float = Field(default=0.1, gt=0, le=1, description="least sampling weight of a family")
+    probe_scenarios: int = Field(
+        default=0, ge=0, description="training scenarios, one fault family after another, played greedily before "
+                                     "the first step and every `probe_every` steps: a learning curve that the "
+                                     "curriculum's choice of scenarios does not move (0: no probe)")
+    probe_every: int = Field(default=1, ge=1, description="optimizer steps between probes (and after the last)")
     device: str = "auto"
     precision: Precision = Field(default="auto", description=PRECISION_HELP)
     seed: int = 0
@@ -91,6 +96,15 @@ class GRPOStepStats(BaseModel):
     rollout_s: float
 
 
+class GRPOProbe(BaseModel):
+    """The policy after `step` optimizer steps, played greedily on the fixed probe scenarios."""
+
+    step: int
+    success_rate: float
+    mean_return: float = Field(description="outcome reward + per-step shaping, as GRPO's episode return")
+    episodes: int
+
+
 class GRPOResult(BaseModel):
     output_dir: str
     base_model: str
@@ -101,6 +115,8 @@ class GRPOResult(BaseModel):
     train_runtime_s: float
     generated_tokens: int
     losses: list[float] = Field(default_factory=list)
+    probes: list[GRPOProbe] = Field(default_factory=list, description="the probe curve, every step of the run "
+                                                                      "including those before a resume")
     bf16: bool | None = Field(default=None, description="trained with bf16 autocast (None: not recorded)")
     device: str | None = Field(default=None, description="trained on: a GPU's product name, or cpu (None: not "
                                                          "recorded)")

@@ -33,7 +33,7 @@ from agent_sre.models.llm import SamplingConfig
 from agent_sre.models.policy import ChatMessage
 from agent_sre.models.reward import RewardConfig
 from agent_sre.models.scenario import Scenario
-from agent_sre.models.training import GRPOResult, GRPOStepStats, GRPOTrainingConfig
+from agent_sre.models.training import GRPOProbe, GRPOResult, GRPOStepStats, GRPOTrainingConfig
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.policy.llm.backends import ConversationCaches, TransformersBackend
 from agent_sre.policy.llm.chat import chat_messages, prompt_token_ids
@@ -158,7 +158,8 @@ class Curriculum:
         for t in trajectories:
             assert t.incident.scenario is not None and t.verdict is not None
             fault = t.incident.scenario.fault
-            self.success[fault] = self.decay * self.success[fault] + (1 - self.decay) * (t.verdict.outcome == "resolved")
+            resolved = t.verdict.outcome == "resolved"
+            self.success[fault] = self.decay * self.success[fault] + (1 - self.decay) * resolved
 
 
 def step_stats(step: int, rollouts: Sequence[Rollout], seconds: float) -> GRPOStepStats:
@@ -170,6 +171,61 @@ def step_stats(step: int, rollouts: Sequence[Rollout], seconds: float) -> GRPOSt
         invalid_rate=sum(s.action is None for t in trajectories for s in t.steps) / max(steps, 1),
         generated_tokens=sum(sum(r.env_mask) for r in rollouts),
         sequence_tokens=sum(len(r.prompt_ids) + len(r.completion_ids) for r in rollouts), rollout_s=seconds)
+
+
+def play_in_training(model: Any, tokenizer: PreTrainedTokenizerBase, work_dir: Path, scenarios: Sequence[Scenario],
+                     config: GRPOTrainingConfig, simulator: Simulator,
+                     sampling: SamplingConfig | None = None) -> list[Rollout]:
+    """`run_rollouts` with the model being trained, in eval mode for the episodes (no dropout) and back after."""
+    was_training = model.training
+    model.eval()
+    try:
+        return run_rollouts(LoadedModel(path=work_dir, model=model, tokenizer=tokenizer, device=model.device),
+                            scenarios, config, simulator, sampling)
+    finally:
+        model.train(was_training)
+
+
+PROBE_KEYS = ("probe/success", "probe/return", "probe/episodes")
+
+
+def probe_callback(scenarios: Sequence[Scenario], config: GRPOTrainingConfig) -> TrainerCallback:
+    """A TrainerCallback playing the first `config.probe_scenarios` of `scenarios` (one fault family after another)
+    greedily before the first step and every `probe_every` steps. Its rows go into the trainer's log history, so a
+    checkpoint keeps them and a resumed run's curve has every step; a step already probed is not probed again."""
+    from transformers import TrainerCallback
+
+    from agent_sre.episodes import interleave_by_fault
+
+    probes = interleave_by_fault(scenarios)[:config.probe_scenarios]
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=config.max_new_tokens)
+    simulator = Simulator(speed=0)
+
+    def probe(args: Any, state: Any, model: Any, tokenizer: PreTrainedTokenizerBase) -> None:
+        probed = any(row.get("step") == state.global_step and PROBE_KEYS[0] in row for row in state.log_history)
+        if probed or not state.is_world_process_zero:  # one process probes: the others' rows would not be saved
+            return
+        played = step_stats(state.global_step, play_in_training(model, tokenizer, Path(args.output_dir), probes,
+                                                                 config, simulator, greedy), 0.0)
+        state.log_history.append({"step": state.global_step, PROBE_KEYS[0]: played.success_rate,
+                                  PROBE_KEYS[1]: played.mean_group_reward, PROBE_KEYS[2]: len(probes)})
+
+    class Probe(TrainerCallback):
+        def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None,
+                           processing_class: Any = None, **_: Any) -> None:
+            probe(args, state, model, processing_class)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None,
+                        processing_class: Any = None, **_: Any) -> None:
+            if state.global_step % config.probe_every == 0 or state.global_step == state.max_steps:
+                probe(args, state, model, processing_class)
+
+    return Probe()
+
+
+def logged_probes(log_history: Sequence[dict[str, Any]]) -> list[GRPOProbe]:
+    return [GRPOProbe(step=int(row["step"]), success_rate=row[PROBE_KEYS[0]], mean_return=row[PROBE_KEYS[1]],
+                      episodes=int(row[PROBE_KEYS[2]])) for row in log_history if PROBE_KEYS[0] in row]
 
 
 class SimulatorRollouts:
@@ -187,16 +243,9 @@ class SimulatorRollouts:
         if len(prompts) % size:
             raise ValueError(f"{len(prompts)} rollouts requested, not a multiple of the group size {size}")
         scenarios = [s for _ in range(len(prompts) // size) for s in [self.curriculum.draw()] * size]
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        was_training = model.training
-        model.eval()
         began = time.perf_counter()
-        try:
-            rollouts = run_rollouts(LoadedModel(path=Path(trainer.args.output_dir), model=model,
-                                                tokenizer=trainer.processing_class, device=model.device),
-                                    scenarios, self.config, self.simulator)
-        finally:
-            model.train(was_training)
+        rollouts = play_in_training(trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class,
+                                    Path(trainer.args.output_dir), scenarios, self.config, self.simulator)
         trajectories = [r.trajectory for r in rollouts if r.trajectory is not None]
         self.curriculum.update(trajectories)
         # the trainer's step, not a count of this process's calls: a run resumed from a checkpoint carries on from it
@@ -229,7 +278,8 @@ def train_grpo(model_dir: Path, scenarios: Sequence[Scenario], output_dir: Path,
     """GRPO from `model_dir` (e.g. the SFT checkpoint) on `scenarios`; saves the policy to `output_dir`.
     `work_dir` holds the trainer's own files (default: beside `output_dir`): a checkpoint every `save_steps`
     (the last two kept), from which `resume_from` continues. A resumed run's curriculum starts afresh; its
-    `GRPOResult.steps` (numbered by the trainer's step) cover the resumed steps only, its `logged_rewards` every step."""
+    `GRPOResult.steps` (numbered by the trainer's step) cover the resumed steps only, its `logged_rewards` and
+    `probes` every step."""
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import GRPOConfig
@@ -246,7 +296,8 @@ def train_grpo(model_dir: Path, scenarios: Sequence[Scenario], output_dir: Path,
     device = pick_device(config.device)
     batch = config.group_size * config.groups_per_step
     args = GRPOConfig(
-        output_dir=str(work_dir or output_dir.with_name(output_dir.name + ".work")), max_steps=config.max_steps, learning_rate=config.learning_rate,
+        output_dir=str(work_dir or output_dir.with_name(output_dir.name + ".work")), max_steps=config.max_steps,
+        learning_rate=config.learning_rate,
         **rollout_batch_layout(device, batch), num_generations=config.group_size,
         beta=config.beta, epsilon=config.epsilon, scale_rewards=config.scale_rewards, temperature=config.temperature,
         max_completion_length=config.max_turns * (config.max_new_tokens + 1024), logging_steps=1,
@@ -256,13 +307,16 @@ def train_grpo(model_dir: Path, scenarios: Sequence[Scenario], output_dir: Path,
     slots = Dataset.from_dict({"prompt": [f"slot-{i}" for i in range(config.max_steps * config.groups_per_step)]})
     trainer = UnpaddedGRPOTrainer(model=str(model_dir), reward_funcs=[returned_reward], args=args,
                                   train_dataset=slots, processing_class=tokenizer, rollout_func=rollouts,
-                                  callbacks=list(callbacks))
+                                  callbacks=[*callbacks, *([probe_callback(scenarios, config)]
+                                                           if config.probe_scenarios else [])])
     began = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     runtime = time.perf_counter() - began
     save_model_dir(trainer.accelerator.unwrap_model(trainer.model), tokenizer, output_dir)
     losses = [row["loss"] for row in trainer.state.log_history if "loss" in row]
     logged = {int(row["step"]): float(row["reward"]) for row in trainer.state.log_history if "reward" in row}
-    return GRPOResult(output_dir=str(output_dir), base_model=str(model_dir), steps=rollouts.stats, logged_rewards=logged,
+    return GRPOResult(output_dir=str(output_dir), base_model=str(model_dir), steps=rollouts.stats,
+                      logged_rewards=logged,
                       train_runtime_s=runtime, generated_tokens=sum(s.generated_tokens for s in rollouts.stats),
-                      losses=losses, bf16=args.bf16, device=device_name(device))
+                      losses=losses, probes=logged_probes(trainer.state.log_history), bf16=args.bf16,
+                      device=device_name(device))
