@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 from collections.abc import Awaitable, Callable
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import get_args
 
@@ -23,6 +23,7 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.service import RPCError, RPCStatusCode
 
 from agent_sre.cli.episodes import outcome_table
 from agent_sre.cli.models import console, registry_call
@@ -35,6 +36,10 @@ from agent_sre.models.training import (EvalReport, EvalRequest, EvaluationConfig
 app = typer.Typer(help="Train a model version: collect data, train, evaluate, gate (a Temporal workflow).",
                   invoke_without_command=True, no_args_is_help=False)
 FOLLOW_EVERY_S = 2.0
+# A busy server (training beside the dev server on a small machine) can let a poll time out: following keeps
+# polling through such failures for this long before it gives up. The cycle itself is durable either way.
+FOLLOW_PATIENCE_S = 120.0
+TRANSIENT = {RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE}
 
 
 
@@ -111,12 +116,26 @@ def start(
     _run(go)
 
 
-async def follow(client: Client, workflow_id: str, final: bool = True) -> None:
-    """Print each change of phase and step until the cycle ends, then (`final`) its whole status."""
+async def follow(client: Client, workflow_id: str, final: bool = True,
+                 rpc_timeout: timedelta = timedelta(seconds=10)) -> None:
+    """Print each change of phase and step until the cycle ends, then (`final`) its whole status. A poll that times
+    out or finds the server unavailable is retried, for up to FOLLOW_PATIENCE_S in a row."""
     handle = client.get_workflow_handle(workflow_id, result_type=TrainingStatus)
-    shown = None
-    while (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
-        st = await handle.query("progress", result_type=TrainingStatus)
+    shown, failing_since = None, None
+    while True:
+        try:
+            if (await handle.describe(rpc_timeout=rpc_timeout)).status != WorkflowExecutionStatus.RUNNING:
+                break
+            st = await handle.query("progress", result_type=TrainingStatus, rpc_timeout=rpc_timeout)
+        except RPCError as exc:
+            now = asyncio.get_running_loop().time()
+            failing_since = failing_since if failing_since is not None else now
+            if exc.status not in TRANSIENT or now - failing_since > FOLLOW_PATIENCE_S:
+                raise
+            console.print(f"[dim]Temporal did not answer ({exc.message}); polling again[/]")
+            await asyncio.sleep(FOLLOW_EVERY_S)
+            continue
+        failing_since = None
         line = progress_line(st)
         if line != shown:
             console.print(line)
