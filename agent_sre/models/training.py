@@ -75,12 +75,12 @@ class GRPOTrainingConfig(BaseModel):
     step_cost_s: float = Field(default=3.0, ge=0, description="simulated seconds each action takes")
     reward_function: Literal["sre", "outcome", "weighted"] = "sre"
     curriculum: bool = Field(default=True, description="sample fault families neither solved nor hopeless")
+    curriculum_floor: float = Field(default=0.1, gt=0, le=1, description="least sampling weight of a family")
     mask_penalised_turns: bool = Field(
         default=False, description="in a rollout that beat its group's mean return, leave the turns with a negative "
                                    "step reward (invalid, refused, failed or repeated actions) out of the loss, so a "
                                    "good episode does not reinforce its bad actions; a rollout below the mean still "
                                    "pushes them down")
-    curriculum_floor: float = Field(default=0.1, gt=0, le=1, description="least sampling weight of a family")
     probe_scenarios: int = Field(
         default=0, ge=0, description="training scenarios, one fault family after another, played greedily before "
                                      "the first step and every `probe_every` steps: a learning curve that the "
