@@ -11,6 +11,7 @@ peak.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -38,12 +39,7 @@ def parameter_count(model_dir: Path) -> int:
     total = 0
     for path in files:
         with safe_open(str(path), "pt") as f:
-            for name in f.keys():
-                shape = f.get_slice(name).get_shape()
-                count = 1
-                for size in shape:
-                    count *= size
-                total += count
+            total += sum(math.prod(f.get_slice(name).get_shape()) for name in f.keys())
     return total
 
 
