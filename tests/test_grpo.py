@@ -151,6 +151,12 @@ def test_the_probe_curve_has_every_step_once_across_a_resume(tiny: Path, tmp_pat
     assert [s.step for s in resumed.steps] == [1]  # this process played step 2 only...
     assert [p.step for p in resumed.probes] == [0, 1, 2]  # ...but the curve has every step, step 1 not probed twice
     assert resumed.probes[:2] == full.probes[:2]
+    sparse = config.model_copy(update={"max_steps": 3, "probe_every": 3})
+    assert [p.step for p in train_grpo(tiny, scenarios, tmp_path / "sparse", sparse, tmp_path / "work-sparse",
+                                       save_steps=1).probes] == [0, 3]
+    resumed = train_grpo(tiny, scenarios, tmp_path / "sparse-resumed", sparse, tmp_path / "work-sparse-resumed",
+                         resume_from=tmp_path / "work-sparse" / "checkpoint-2")
+    assert [p.step for p in resumed.probes] == [0, 3]  # the schedule kept: step 2, where it resumed, not probed
     assert train_grpo(tiny, scenarios, tmp_path / "unprobed", config.model_copy(update={"probe_scenarios": 0,
                                                                                          "max_steps": 1})).probes == []
 

@@ -214,14 +214,18 @@ def probe_callback(scenarios: Sequence[Scenario], config: GRPOTrainingConfig) ->
         state.log_history.append({"step": state.global_step, PROBE_KEYS[0]: played.success_rate,
                                   PROBE_KEYS[1]: played.mean_group_reward, PROBE_KEYS[2]: len(probes)})
 
+    def due(state: Any) -> bool:  # a resumed run keeps the schedule: no extra probe at the step it resumed from
+        return state.global_step % config.probe_every == 0 or state.global_step == state.max_steps
+
     class Probe(TrainerCallback):
         def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None,
                            processing_class: Any = None, **_: Any) -> None:
-            probe(args, state, model, processing_class)
+            if due(state):
+                probe(args, state, model, processing_class)
 
         def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None,
                         processing_class: Any = None, **_: Any) -> None:
-            if state.global_step % config.probe_every == 0 or state.global_step == state.max_steps:
+            if due(state):
                 probe(args, state, model, processing_class)
 
     return Probe()
