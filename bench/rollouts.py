@@ -1,0 +1,160 @@
+"""GRPO rollout benchmark: where the time of a step's rollouts goes, per attention kernel.
+
+A GRPO step's rollouts are most of its time (on an H100, 9.3 of 12.4 min in the 16-step run of
+docs/benchmarks.md). A one-off profile there (32 rollouts, random weights) found 96 % of the rollouts' time in
+`generate` and two thirds of that in `scaled_dot_product_attention`. The batch is left-padded, so attention
+gets a mask, which the flash kernel does not take; which kernel serves these shapes best is what this measures.
+It plays a step's rollouts (`run_rollouts`: G rollouts of each scenario, turn by turn, as training does)
+once per variant and reports the wall time, the time inside `generate` and the tokens generated:
+
+    sdpa            transformers' SDPA attention, PyTorch's kernel choice
+    sdpa:BACKEND    the same, the kernel forced (flash, efficient, cudnn, math); "not available" when the kernel
+                    cannot serve the shape (flash takes no padding mask)
+    eager           transformers' matmul-softmax-matmul attention
+
+`--random` re-initialises the model's weights: every answer then runs to `--max-new-tokens` (the worst case, the
+same in every variant) and every action is invalid, so episodes last `--max-turns`. Sampling at temperature 0.9.
+
+    .venv/bin/python bench/rollouts.py [--model DIR|base] [--random] [--rollouts 32] [--max-turns 6]
+                                       [--variants sdpa,sdpa:efficient,sdpa:math,eager] [--no-docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchdocs import provenance, write_section  # noqa: E402
+
+from agent_sre.config import get_settings  # noqa: E402
+from agent_sre.episodes import interleave_by_fault  # noqa: E402
+from agent_sre.models.training import GRPOTrainingConfig  # noqa: E402
+from agent_sre.policy.llm.checkpoint import LoadedModel, device_name, load_policy_model  # noqa: E402
+from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir  # noqa: E402
+from agent_sre.scenarios import default_catalog, load_scenarios  # noqa: E402
+from agent_sre.simulator.simulator import Simulator  # noqa: E402
+from agent_sre.training.grpo import run_rollouts  # noqa: E402
+
+HEADING = "## GRPO rollouts (bench/rollouts.py)"
+
+
+@contextlib.contextmanager
+def attention(loaded: LoadedModel, variant: str) -> Iterator[None]:
+    """The model generating with `variant`'s attention; the model's own implementation restored after."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backends = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+    implementation, _, backend = variant.partition(":")
+    before = loaded.model.config._attn_implementation
+    loaded.model.set_attn_implementation(implementation)
+    try:
+        with sdpa_kernel([backends[backend]]) if backend else contextlib.nullcontext():
+            yield
+    finally:
+        loaded.model.set_attn_implementation(before)
+
+
+class GenerateTimer:
+    """Wall time spent inside the model's `generate`, the device synchronised around each call."""
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        self.seconds = 0.0
+        self.synchronize = torch.cuda.synchronize if loaded.device.type == "cuda" else (lambda: None)
+        generate = loaded.model.generate
+
+        def timed(*args: object, **kwargs: object) -> object:
+            self.synchronize()
+            began = time.perf_counter()
+            try:
+                return generate(*args, **kwargs)
+            finally:
+                self.synchronize()
+                self.seconds += time.perf_counter() - began
+
+        loaded.model.generate = timed
+
+
+def load(args: argparse.Namespace) -> LoadedModel:
+    path = local_version_dir(BASE_VERSION, get_settings().models_dir) if args.model == "base" else Path(args.model)
+    loaded = load_policy_model(path, device=args.device)
+    if args.random:
+        torch.manual_seed(0)
+        with torch.no_grad():
+            for weight in (p for p in loaded.model.parameters() if p.dim() > 1):
+                weight.normal_(std=0.02)
+    return loaded
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="base", help="a model directory, or base (SmolLM2-135M, converted)")
+    parser.add_argument("--random", action="store_true", help="re-initialise the weights (answers run to the limit)")
+    parser.add_argument("--rollouts", type=int, default=32, help="rollouts per step (groups of --group-size)")
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--max-turns", type=int, default=6)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--variants", default="sdpa,sdpa:efficient,sdpa:math,eager",
+                        help="comma-separated: sdpa, sdpa:flash|efficient|cudnn|math, eager")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--no-docs", action="store_true")
+    args = parser.parse_args()
+    console = Console()
+
+    loaded = load(args)
+    timer = GenerateTimer(loaded)
+    catalog = interleave_by_fault(load_scenarios(default_catalog()))
+    groups = max(args.rollouts // args.group_size, 1)
+    scenarios = [s for s in catalog[:groups] for _ in range(args.group_size)]
+    config = GRPOTrainingConfig(max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, temperature=0.9)
+    simulator = Simulator(speed=0)
+    run_rollouts(loaded, scenarios[:2], config.model_copy(update={"max_turns": 1}), simulator)  # warm-up
+
+    headers = ["attention", "rollouts", "turns", "generated tokens", "wall s", "in generate s", "tokens/s"]
+    table, lines = Table(title="GRPO rollouts"), ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for h in headers:
+        table.add_column(h)
+    for variant in args.variants.split(","):
+        timer.seconds = 0.0
+        began = time.perf_counter()
+        try:
+            with attention(loaded, variant):
+                rollouts = run_rollouts(loaded, scenarios, config, simulator)
+        except RuntimeError as e:  # the kernel cannot serve these shapes
+            cells = [variant, "–", "–", "–", "–", "–", f"not available: {str(e).splitlines()[0][:60]}"]
+        else:
+            wall = time.perf_counter() - began
+            tokens = sum(sum(r.env_mask) for r in rollouts)
+            cells = [variant, str(len(rollouts)), str(sum(len(r.turns) for r in rollouts)), f"{tokens:,}",
+                     f"{wall:.1f}", f"{timer.seconds:.1f}", f"{tokens / wall:.0f}"]
+        table.add_row(*cells)
+        lines.append("| " + " | ".join(cells) + " |")
+    console.print(table)
+
+    device = device_name(loaded.device)
+    if not args.no_docs:
+        heading = HEADING if loaded.device.type == "cpu" else f"## GRPO rollouts on {device} (bench/rollouts.py)"
+        weights = "random weights (every answer runs to the token limit)" if args.random else "its trained weights"
+        path = "one conversation at a time, each continuing its KV cache" if loaded.device.type == "cpu" else \
+            "one batch of every active conversation per turn, each re-read"
+        write_section(heading, f"""{provenance()}
+{args.rollouts} rollouts ({groups} training scenarios × {args.group_size}) played as a GRPO step plays them
+(`run_rollouts`, {path}), by `{args.model}` with {weights}, on {device}, in {loaded.model.dtype}; at most
+{args.max_turns} actions and {args.max_new_tokens} new tokens an action, temperature 0.9. Each variant once,
+after a warm-up; "in generate" is the time inside the model's `generate`, the device synchronised around it.
+
+{chr(10).join(lines)}
+""")
+
+
+if __name__ == "__main__":
+    main()
