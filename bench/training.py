@@ -223,7 +223,8 @@ def main() -> None:
     parser.add_argument("--mask-penalised-turns", action="store_true",
                         help="leave the penalised turns of rollouts above their group's mean out of the loss")
     parser.add_argument("--beta", type=float, default=0.04, help="GRPO's KL penalty to the SFT model")
-    parser.add_argument("--eval", type=int, default=16, help="held-out scenarios, spread over the fault families")
+    parser.add_argument("--eval", type=int, default=16, help="held-out scenarios, spread over the fault families "
+                        "(more than the suite holds: all of it)")
     parser.add_argument("--false-alarms", type=int, default=3, help="held-out false alarms, a table of their own")
     parser.add_argument("--precision", choices=get_args(Precision), default="auto",
                         help="training arithmetic of SFT and GRPO (auto: fp32 on a CPU)")
