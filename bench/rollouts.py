@@ -39,7 +39,7 @@ from agent_sre.config import get_settings  # noqa: E402
 from agent_sre.episodes import interleave_by_fault  # noqa: E402
 from agent_sre.models.training import GRPOTrainingConfig  # noqa: E402
 from agent_sre.policy.llm.checkpoint import LoadedModel, device_name, load_policy_model  # noqa: E402
-from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir  # noqa: E402
+from agent_sre.policy.llm.policy import local_version_dir  # noqa: E402
 from agent_sre.scenarios import default_catalog, load_scenarios  # noqa: E402
 from agent_sre.simulator.simulator import Simulator  # noqa: E402
 from agent_sre.training.grpo import run_rollouts  # noqa: E402
@@ -85,8 +85,7 @@ class GenerateTimer:
 
 
 def load(args: argparse.Namespace) -> LoadedModel:
-    path = local_version_dir(BASE_VERSION, get_settings().models_dir) if args.model == "base" else Path(args.model)
-    loaded = load_policy_model(path, device=args.device)
+    loaded = load_policy_model(local_version_dir(args.model, get_settings().models_dir), device=args.device)
     if args.random:
         torch.manual_seed(0)
         with torch.no_grad():
