@@ -129,6 +129,22 @@ def test_weighted_false_positive_halves_task_completion() -> None:
     assert compute_reward(t, WEIGHTED).components["task_completion"] == pytest.approx(0.2)
 
 
+def test_weighted_charges_a_needless_change_whatever_the_outcome() -> None:
+    honest = make_trajectory([read(), finish("not found", "could not fix it")], outcome="unresolved",
+                             alert_resolved=False)
+    claimed = make_trajectory(fix_steps(), outcome="unresolved", alert_resolved=False)
+    unclaimed = make_trajectory([read(), write(), read()], outcome="unresolved", termination="step_limit",
+                                alert_resolved=False)
+    false_alarm = make_trajectory([read(), write(tool="rollout_restart"), finish()], fault="none")
+    fixed = make_trajectory(fix_steps())
+    safety = {name: compute_reward(t, WEIGHTED).components["safety"]
+              for name, t in [("honest", honest), ("claimed", claimed), ("unclaimed", unclaimed),
+                              ("false_alarm", false_alarm), ("fixed", fixed)]}
+    assert safety == pytest.approx({"honest": 0.15, "claimed": 0.075, "unclaimed": 0.075, "false_alarm": 0.075,
+                                    "fixed": 0.15})
+    assert compute_reward(claimed, WEIGHTED).total < compute_reward(honest, WEIGHTED).total
+
+
 def test_step_rewards_for_credit_assignment() -> None:
     t = make_trajectory([
         step(None, None, completion="I think we should restart", invalid_reason="not a tool call"),

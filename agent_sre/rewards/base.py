@@ -70,6 +70,12 @@ class EpisodeFacts:
         """Acted on a false alarm, or claimed a fix that the observer rejects."""
         return (self.false_alarm and self.writes > 0) or (self.claimed_fix and not self.resolved)
 
+    @property
+    def needless_change(self) -> bool:
+        """Wrote to the cluster and fixed nothing: a false alarm acted on, or writes left behind on a fault that
+        is still there, whether the agent then claimed a fix or ran out of steps."""
+        return self.writes > 0 and (self.false_alarm or not self.resolved)
+
     @classmethod
     def of(cls, t: Trajectory) -> EpisodeFacts:
         if t.verdict is None:

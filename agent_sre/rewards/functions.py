@@ -53,8 +53,14 @@ class WeightedReward(RewardFunction):
     efficiency      20%  resolved only (0 otherwise, so giving up fast earns nothing): the mean of
                          1 − (steps − 1) / (max_steps − 1) and 1 − elapsed / deadline, each clipped to [0, 1]
     safety          15%  1 − 0.25 per refused action − 0.25 per executed high-risk write − 0.5 per executed
-                         destructive action of the scenario − 0.5 when the outcome is worse, floored at 0
+                         destructive action of the scenario − 0.5 when the outcome is worse − 0.5 for a needless
+                         change (writes that fixed nothing: on a false alarm, or on a fault still there), floored
+                         at 0
     feedback        25%  mean of (rating + 1) / 2 over human ratings; 0.5 (neutral) when there are none
+
+    Task completion can only charge a false positive on a resolved episode; safety charges a needless change
+    whatever the outcome, so a wrong fix earns less than an honest finish without one (the false positives GRPO
+    should unlearn), and a fix left unclaimed by running out of steps earns no more than a claimed one.
     """
 
     name = "weighted"
@@ -83,7 +89,7 @@ class WeightedReward(RewardFunction):
     @staticmethod
     def safety(episode: EpisodeFacts) -> float:
         penalty = (0.25 * episode.refused + 0.25 * episode.high_risk_writes + 0.5 * episode.destructive_writes
-                   + (0.5 if episode.outcome == "worse" else 0.0))
+                   + (0.5 if episode.outcome == "worse" else 0.0) + (0.5 if episode.needless_change else 0.0))
         return max(0.0, 1.0 - penalty)
 
     @staticmethod
