@@ -3,11 +3,13 @@
 A GRPO step's rollouts are most of its time (on an H100, 9.3 of 12.4 min in the 16-step run of
 docs/benchmarks.md). A one-off profile there (32 rollouts, random weights) found 96 % of the rollouts' time in
 `generate` and two thirds of that in `scaled_dot_product_attention`. The batch is left-padded, so attention
-gets a mask, which the flash kernel does not take; which kernel serves these shapes best is what this measures.
+gets a mask, which the flash kernel does not take; which kernel serves these shapes best is what this measures
+(on the H100: not cuDNN, PyTorch's choice there, hence `GENERATION_KERNELS`, the set generation uses).
 It plays a step's rollouts (`run_rollouts`: G rollouts of each scenario, turn by turn, as training does)
 once per variant and reports the wall time, the time inside `generate` and the tokens generated:
 
-    sdpa            transformers' SDPA attention, PyTorch's kernel choice
+    ours            transformers' SDPA attention, the kernels of `GENERATION_KERNELS` (what training uses)
+    sdpa            the same, PyTorch's kernel choice
     sdpa:BACKEND    the same, the kernel forced (flash, efficient, cudnn, math); "not available" when the kernel
                     cannot serve the shape (flash takes no padding mask)
     eager           transformers' matmul-softmax-matmul attention
@@ -16,7 +18,7 @@ once per variant and reports the wall time, the time inside `generate` and the t
 same in every variant) and every action is invalid, so episodes last `--max-turns`. Sampling at temperature 0.9.
 
     .venv/bin/python bench/rollouts.py [--model DIR|base] [--random] [--rollouts 32] [--max-turns 6]
-                                       [--variants sdpa,sdpa:efficient,sdpa:math,eager] [--no-docs]
+                                       [--variants ours,sdpa,sdpa:efficient,sdpa:math,eager] [--no-docs]
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast, get_args
 
 import torch
 from rich.console import Console
@@ -38,7 +41,13 @@ from benchdocs import provenance, write_section  # noqa: E402
 from agent_sre.config import get_settings  # noqa: E402
 from agent_sre.episodes import interleave_by_fault  # noqa: E402
 from agent_sre.models.training import GRPOTrainingConfig  # noqa: E402
-from agent_sre.policy.llm.checkpoint import LoadedModel, device_name, load_policy_model  # noqa: E402
+from agent_sre.policy.llm.checkpoint import (  # noqa: E402
+    GENERATION_KERNELS,
+    LoadedModel,
+    SdpaKernel,
+    device_name,
+    load_policy_model,
+)
 from agent_sre.policy.llm.policy import local_version_dir  # noqa: E402
 from agent_sre.scenarios import default_catalog, load_scenarios  # noqa: E402
 from agent_sre.simulator.simulator import Simulator  # noqa: E402
@@ -49,19 +58,17 @@ HEADING = "## GRPO rollouts (bench/rollouts.py)"
 
 @contextlib.contextmanager
 def attention(loaded: LoadedModel, variant: str) -> Iterator[None]:
-    """The model generating with `variant`'s attention; the model's own implementation restored after."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    backends = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-                "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
-    implementation, _, backend = variant.partition(":")
-    before = loaded.model.config._attn_implementation
-    loaded.model.set_attn_implementation(implementation)
+    """The model generating with `variant`'s attention; the model's own implementation and kernels restored after."""
+    implementation, _, kernel = variant.partition(":")
+    before = loaded.model.config._attn_implementation, loaded.generation_kernels
+    loaded.model.set_attn_implementation("sdpa" if implementation == "ours" else implementation)
+    loaded.generation_kernels = (GENERATION_KERNELS if implementation == "ours" else
+                                 (cast(SdpaKernel, kernel),) if kernel else None)
     try:
-        with sdpa_kernel([backends[backend]]) if backend else contextlib.nullcontext():
-            yield
+        yield
     finally:
-        loaded.model.set_attn_implementation(before)
+        loaded.model.set_attn_implementation(before[0])
+        loaded.generation_kernels = before[1]
 
 
 class GenerateTimer:
@@ -102,11 +109,16 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--max-turns", type=int, default=6)
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--variants", default="sdpa,sdpa:efficient,sdpa:math,eager",
-                        help="comma-separated: sdpa, sdpa:flash|efficient|cudnn|math, eager")
+    parser.add_argument("--variants", default="ours,sdpa,sdpa:efficient,sdpa:math,eager",
+                        help="comma-separated: ours, sdpa, sdpa:flash|efficient|cudnn|math, eager")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args()
+    for variant in args.variants.split(","):
+        implementation, _, kernel = variant.partition(":")
+        if implementation not in ("ours", "sdpa", "eager") or kernel and (
+                implementation != "sdpa" or kernel not in get_args(SdpaKernel)):
+            parser.error(f"unknown variant {variant!r}: ours, sdpa, sdpa:{'|'.join(get_args(SdpaKernel))} or eager")
     console = Console()
 
     loaded = load(args)

@@ -147,6 +147,21 @@ def test_a_prefix_cached_conversation_generates_what_a_fresh_read_does(tiny_mode
     assert backend.continue_conversation(ids, sampling, caches).cached_prompt_tokens == read_before  # kept intact
 
 
+def test_generation_attends_with_the_chosen_kernels_and_leaves_the_global_choice_alone(tiny_model_dir: Path) -> None:
+    """Generation may not use cuDNN attention (slow at decode on a GPU); the restriction holds only around
+    `generate`, and on this CPU it changes no answer."""
+    loaded = load_policy_model(tiny_model_dir)
+    assert loaded.generation_kernels is not None and "cudnn" not in loaded.generation_kernels
+    with loaded.generation_attention():
+        assert not torch.backends.cuda.cudnn_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    sampling = SamplingConfig(temperature=0.0, max_new_tokens=6)
+    prompts = [prompt_messages(opening(runbook_episode(fault))) for fault in ("oom", "bad-image")]
+    ours = TransformersBackend(loaded).generate(prompts, sampling)
+    loaded.generation_kernels = None
+    assert [g.token_ids for g in TransformersBackend(loaded).generate(prompts, sampling)] == [g.token_ids for g in ours]
+
+
 def test_served_turns_continue_their_conversation_and_copy_a_shared_opening(tiny_model_dir: Path) -> None:
     """Serving (one prompt per call) with conversations' KV caches kept: two incidents' turns interleaved answer
     exactly as re-reading everything does, each turn after the first reads only what its previous turn did not,

@@ -175,7 +175,7 @@ class TransformersBackend:
             top_p=sampling.top_p if sample else None, top_k=0 if sample else None,
             max_new_tokens=sampling.max_new_tokens, eos_token_id=stops, pad_token_id=pad, use_cache=True,
             return_dict_in_generate=True, output_scores=True)
-        with torch.inference_mode():
+        with torch.inference_mode(), self.loaded.generation_attention():
             reuse = {"past_key_values": cache.kv} if cache is not None and cache.kv is not None else {}
             out = model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config, **reuse)
         new = out.sequences[:, width:]

@@ -7,12 +7,13 @@ registry's download cache) is the resolver's business (`policy.llm.policy.local_
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from agent_sre.models.training import Precision
 from agent_sre.policy.llm.chat import install_chat_template
@@ -114,14 +115,34 @@ def save_model_dir(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, o
         shutil.rmtree(tmp, ignore_errors=True)  # another process finished the same directory first
 
 
+# The SDPA kernels generation may use on a GPU. Not cuDNN, which PyTorch prefers on Hopper: with a padding mask it
+# builds a plan for every new key length, i.e. at every decoded token (on an H100, a step's rollouts ran 2.5x
+# slower with it than with the memory-efficient kernel: docs/benchmarks.md, "GRPO rollouts on NVIDIA H100").
+SdpaKernel = Literal["flash", "efficient", "cudnn", "math"]
+GENERATION_KERNELS: tuple[SdpaKernel, ...] = ("flash", "efficient", "math")
+
+
 @dataclass
 class LoadedModel:
-    """A model ready to generate: weights on their device in eval mode, and its tokenizer (left padding)."""
+    """A model ready to generate: weights on their device in eval mode, and its tokenizer (left padding).
+    `generation_kernels`: the SDPA kernels `generate` may use (None: any, PyTorch's choice)."""
 
     path: Path
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     device: torch.device
+    generation_kernels: tuple[SdpaKernel, ...] | None = GENERATION_KERNELS
+
+    def generation_attention(self) -> contextlib.AbstractContextManager[object]:
+        """A context in which SDPA attention may use only `generation_kernels` (those a device lacks are skipped:
+        on a CPU the default set is PyTorch's own choice)."""
+        if self.generation_kernels is None:
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        kernels = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                   "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+        return sdpa_kernel([kernels[k] for k in self.generation_kernels])
 
     @property
     def context_length(self) -> int:
