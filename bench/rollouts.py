@@ -4,7 +4,8 @@ A GRPO step's rollouts are most of its time (on an H100, 9.3 of 12.4 min in the 
 docs/benchmarks.md). A one-off profile there (32 rollouts, random weights) found 96 % of the rollouts' time in
 `generate` and two thirds of that in `scaled_dot_product_attention`. The batch is left-padded, so attention
 gets a mask, which the flash kernel does not take; which kernel serves these shapes best is what this measures
-(on the H100: not cuDNN, PyTorch's choice there, hence `GENERATION_KERNELS`, the set generation uses).
+(on an H100 PyTorch's choice, cuDNN on Hopper, was 2.5x slower than the memory-efficient kernel: hence
+`GENERATION_KERNELS`, the kernels generation may use, without cuDNN).
 It plays a step's rollouts (`run_rollouts`: G rollouts of each scenario, turn by turn, as training does)
 once per variant and reports the wall time, the time inside `generate` and the tokens generated:
 

@@ -115,9 +115,9 @@ def save_model_dir(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, o
         shutil.rmtree(tmp, ignore_errors=True)  # another process finished the same directory first
 
 
-# The SDPA kernels generation may use on a GPU. Not cuDNN, which PyTorch prefers on Hopper: with a padding mask it
-# builds a plan for every new key length, i.e. at every decoded token (on an H100, a step's rollouts ran 2.5x
-# slower with it than with the memory-efficient kernel: docs/benchmarks.md, "GRPO rollouts on NVIDIA H100").
+# The SDPA kernels generation may use. Not cuDNN, which PyTorch prefers on Hopper GPUs: on an H100, PyTorch's own
+# choice generated a GRPO step's rollouts (a left-padded batch, so attention takes a mask) 2.5x slower than the
+# memory-efficient kernel (docs/benchmarks.md, "GRPO rollouts on NVIDIA H100 80GB HBM3").
 SdpaKernel = Literal["flash", "efficient", "cudnn", "math"]
 GENERATION_KERNELS: tuple[SdpaKernel, ...] = ("flash", "efficient", "math")
 
