@@ -256,8 +256,9 @@ def test_episodes_run_plays_a_batch_with_the_policy_named_and_prints_the_outcome
      "Invalid value for --policy: unknown model version 'llm'; registered:"),
     (("episodes", "run", "--policy", "nope"), "unknown model version 'nope'"),
     (("episodes", "run", "--scenarios", "/nonexistent.yaml"), "/nonexistent.yaml: no such file or directory"),
-    (("incident", "status", "incident-nope-0"), "no such workflow"),
-    (("incident", "cancel", "incident-nope-0"), "no such workflow"),
+    (("incident", "status", "incident-nope-0"), "no workflow 'incident-nope-0': check the id"),
+    (("incident", "cancel", "incident-nope-0"), "no running workflow 'incident-nope-0': the id is wrong, or it has "
+                                                "ended and takes no more signals"),
     (("incident", "feedback", "incident-nope-0", "--rating", "2"), "--rating"),
     (("incident", "feedback", "incident-nope-0", "--rating", "1"), "unknown incident incident-nope-0"),
     (("incident", "feedback", "incident-nope-0", "--rating", "1", "--trajectory", "rewards/x.json"),

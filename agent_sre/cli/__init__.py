@@ -9,6 +9,7 @@ app = typer.Typer(
     help="A Kubernetes SRE agent that learns from its own incidents, on Temporal durable execution.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",  # docstrings are wrapped for the source: rejoin their lines in help
 )
 
 

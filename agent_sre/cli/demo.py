@@ -45,7 +45,9 @@ def demo(
                                help="end with a production drill: the mix shifts, the learning schedule runs a cycle "
                                     "on what production served (about 5 minutes on 2 CPU cores)"),
 ) -> None:
-    """Bring up the stack, run a batch of simulated incidents with the runbook policy through Temporal, print the
+    """The whole loop on the embedded stack, in minutes: incidents, training, a rollout, a production drill.
+
+    Bring up the stack, run a batch of simulated incidents with the runbook policy through Temporal, print the
     outcome table; train SmolLM2 on those episodes (a small SFT, a GRPO step) and compare it with the untrained
     model; roll a new version out in minutes and roll a degraded one back, with incidents routed by the rollout;
     then a production drill, in which a scheduled learning cycle trains on what production served after its mix

@@ -55,7 +55,8 @@ def drill(
                                                           "each incident production leaves unhealthy, and the cycles "
                                                           "learn from its episode too; none: nobody does"),
     time_limit: str = typer.Option("3h", "--time-limit", help="end the drill after this long, whatever happened"),
-    name: str = typer.Option(None, "--name", help="the drill's learning stream (default: drill-<time>)"),
+    name: str = typer.Option(None, "--name",
+                             help="the drill's learning stream (default: drill-YYYYmmdd-HHMMSS, the start time)"),
     stack: bool = typer.Option(True, "--stack/--no-stack", help="bring the dev stack up first"),
     workers: bool = typer.Option(True, "--workers/--no-workers", help="run every queue's worker in this process"),
 ) -> DrillReport:

@@ -155,7 +155,7 @@ def status(workflow_id: str = typer.Argument(..., metavar="ID", help="the remedi
             table.add_row("ended", f"[red]{desc.status.name.lower()}[/] (see the Temporal UI for why)")
         console.print(table)
 
-    _run(show)
+    _run(show, not_found=_no_workflow(workflow_id))
 
 
 @app.command("feedback")
@@ -216,7 +216,7 @@ def feedback(
             _fail(f"{workflow_id} ended {status_name}: it stored no trajectory to rate")
         _record_late(settings, workflow_id, outcome.trajectory_key, fb)
 
-    _run(send)
+    _run(send, not_found=_no_workflow(workflow_id))
 
 
 AFTER_THE_WINDOW = frozenset({"rewarding", "storing", "done"})
@@ -276,7 +276,7 @@ def cancel(workflow_id: str = typer.Argument(..., metavar="ID")) -> None:
         await client.get_workflow_handle(workflow_id).signal("cancel")
         console.print(f"cancel sent to {workflow_id}")
 
-    _run(send)
+    _run(send, not_found=_not_running(workflow_id))
 
 
 # --- helpers ----------------------------------------------------------------------------------------------------
@@ -295,7 +295,7 @@ def _decide(workflow_id: str, decision: ApprovalDecision) -> None:
         verb = "approved" if decision.approved else "rejected"
         console.print(f"step {decision.step} ({st.pending_approval.tool}) of {workflow_id} {verb}")
 
-    _run(send)
+    _run(send, not_found=_not_running(workflow_id))
 
 
 def _firing_alerts(path: Path) -> list[Alert]:
@@ -406,10 +406,18 @@ def _bad_input(make: Callable[[], T], where: str = "") -> T:
 
 
 
-def _run(action: Callable[[Client, Settings], Awaitable[None]]) -> None:
+def _no_workflow(workflow_id: str) -> str:
+    return f"no workflow {workflow_id!r}: check the id (`temporal workflow list` lists them)"
+
+
+def _not_running(workflow_id: str) -> str:
+    return f"no running workflow {workflow_id!r}: the id is wrong, or it has ended and takes no more signals"
+
+
+def _run(action: Callable[[Client, Settings], Awaitable[None]], not_found: str = "no such workflow") -> None:
     """Connect, run, and report Temporal's refusals as errors rather than tracebacks."""
     try:
-        run_with_client(action, not_found="no such workflow, or it has ended and cannot take signals")
+        run_with_client(action, not_found=not_found)
     except WorkflowQueryFailedError as e:
         _fail(f"the workflow did not answer: {e}")
     except WorkflowFailureError as e:

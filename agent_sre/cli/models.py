@@ -49,14 +49,20 @@ def registry_call(action: Callable[[Registry], T]) -> T:
 def list_versions() -> None:
     """Every registered version with its stage and its last stage change."""
     index = registry_call(lambda r: r.index())
-    table = Table(title="model versions")
-    for col in ("version", "policy", "stage", "since", "by", "why"):
-        table.add_column(col, no_wrap=col != "why")
+    rows = []
     for version, entry in sorted(index.versions.items(), key=lambda kv: kv[1].history[-1].at, reverse=True):
         last = entry.history[-1]
-        style = {"production": "bold green", "canary": "yellow", "rolled_back": "red"}.get(entry.stage, "")
-        table.add_row(version, entry.policy, f"[{style}]{entry.stage}[/]" if style else entry.stage,
-                      f"{last.at:%Y-%m-%d %H:%M}", last.by, last.reason)
+        rows.append((version, entry.policy, entry.stage, f"{last.at:%Y-%m-%d %H:%M}", last.by, last.reason))
+    table = Table(title="model versions")
+    widths = [max((len(r[i]) for r in rows), default=len(col))
+              for i, col in enumerate(("version", "policy", "stage", "since", "by"))]
+    for col, width in zip(("version", "policy", "stage", "since", "by"), widths, strict=True):
+        table.add_column(col, no_wrap=True, min_width=width)  # whole, so a version can be copied
+    # One line a version (`models show` has the whole history): the reason gets what the others leave.
+    table.add_column("why", no_wrap=True, overflow="ellipsis", max_width=max(10, console.width - sum(widths) - 19))
+    for *head, stage, since, by, why in rows:
+        style = {"production": "bold green", "canary": "yellow", "rolled_back": "red"}.get(stage, "")
+        table.add_row(*head, f"[{style}]{stage}[/]" if style else stage, since, by, why)
     console.print(table)
 
 
