@@ -259,6 +259,8 @@ def test_episodes_run_plays_a_batch_with_the_policy_named_and_prints_the_outcome
     (("incident", "status", "incident-nope-0"), "no workflow 'incident-nope-0': check the id"),
     (("incident", "cancel", "incident-nope-0"), "no running workflow 'incident-nope-0': the id is wrong, or it has "
                                                 "ended and takes no more signals"),
+    (("train", "status", "train-nope-0"), "no training cycle 'train-nope-0'"),
+    (("train", "stop", "train-nope-0"), "no running training cycle 'train-nope-0': the id is wrong, or it has ended"),
     (("incident", "feedback", "incident-nope-0", "--rating", "2"), "--rating"),
     (("incident", "feedback", "incident-nope-0", "--rating", "1"), "unknown incident incident-nope-0"),
     (("incident", "feedback", "incident-nope-0", "--rating", "1", "--trajectory", "rewards/x.json"),

@@ -188,7 +188,8 @@ def status(name: str = typer.Option("continuous-learning", "--name", help=NAME_H
     state, records = _store(lambda r: (streams.read_state(r.client, r.bucket, name),
                                        streams.list_records(r.client, r.bucket, name, last)))
     print_state(state)
-    console.print(records_table(records, f"the last {len(records)} cycles of {name}"))
+    if records:
+        console.print(records_table(records, f"the last {len(records)} cycles of {name}"))
 
 
 @app.command("show")

@@ -43,8 +43,8 @@ TRANSIENT = {RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatus
 
 
 
-def _run(action: Callable[[Client, Settings], Awaitable[None]]) -> None:
-    run_with_client(action, not_found="no such training cycle")
+def _run(action: Callable[[Client, Settings], Awaitable[None]], not_found: str = "no such training cycle") -> None:
+    run_with_client(action, not_found=not_found)
 
 
 def build_request(algorithm: str, base: str, steps: int | None, compute: str, version: str | None,
@@ -172,7 +172,7 @@ def status(workflow_id: str = typer.Argument(..., metavar="ID")) -> None:
         else:
             await show_final(handle)
 
-    _run(show)
+    _run(show, not_found=f"no training cycle {workflow_id!r}")
 
 
 @app.command("stop")
@@ -183,7 +183,7 @@ def stop(workflow_id: str = typer.Argument(..., metavar="ID"),
         await client.get_workflow_handle(workflow_id).signal("stop", reason or f"stopped by {getpass.getuser()}")
         console.print(f"stop sent to {workflow_id}; `agent-sre train status {workflow_id}` shows when it has ended")
 
-    _run(send)
+    _run(send, not_found=f"no running training cycle {workflow_id!r}: the id is wrong, or it has ended")
 
 
 def print_status(st: TrainingStatus) -> None:
