@@ -106,12 +106,15 @@ def list_(directory: Path = typer.Option(None, "--dir", help="scenario file or d
     loaded = [s for s in _load(directory) if fault is None or s.fault == fault]
     table = Table(title=f"{len(loaded)} scenarios, {len({s.fault for s in loaded})} of {len(FAULTS)} fault types")
     for column in ("NAME", "APP", "FAULT", "TARGET", "ALERT", "ROOT CAUSE", "FIX"):
-        table.add_column(column, overflow="fold")
+        table.add_column(column, overflow="fold", no_wrap=column in IDENTIFIERS)
     for s in loaded:
         fix = ", ".join(call.tool for call in s.ground_truth.fix) or "(none: change nothing)"
         table.add_row(s.name, s.app, s.fault, s.target, s.alert.labels.get("alertname", ""),
                       s.ground_truth.root_cause, fix)
     _console().print(table)
+
+
+IDENTIFIERS = frozenset({"FAULT", "CLASS"})  # whole on one line, to be copied into other commands
 
 
 @app.command()
@@ -121,7 +124,7 @@ def faults() -> None:
 
     table = Table(title=f"{len(FAULTS)} fault types")
     for column in ("FAULT", "CLASS", "WHAT IT DOES", "MODELLED ON"):
-        table.add_column(column, overflow="fold")
+        table.add_column(column, overflow="fold", no_wrap=column in IDENTIFIERS)
     for f in FAULTS.values():
         table.add_row(f.name, f.fault_class, f.summary, f.modelled_on)
     _console().print(table)
