@@ -54,12 +54,13 @@ def list_versions() -> None:
         last = entry.history[-1]
         rows.append((version, entry.policy, entry.stage, f"{last.at:%Y-%m-%d %H:%M}", last.by, last.reason))
     table = Table(title="model versions")
-    widths = [max((len(r[i]) for r in rows), default=len(col))
-              for i, col in enumerate(("version", "policy", "stage", "since", "by"))]
-    for col, width in zip(("version", "policy", "stage", "since", "by"), widths, strict=True):
-        table.add_column(col, no_wrap=True, min_width=width)  # whole, so a version can be copied
+    fixed = ("version", "policy", "stage", "since", "by")  # whole, so a version can be copied
+    widths = [max([len(col), *(len(r[i]) for r in rows)]) for i, col in enumerate(fixed)]
+    for col, width in zip(fixed, widths, strict=True):
+        table.add_column(col, no_wrap=True, min_width=width)
+    rules = 3 * len(fixed) + 4  # a space either side of each cell, a rule between and around the columns
     # One line a version (`models show` has the whole history): the reason gets what the others leave.
-    table.add_column("why", no_wrap=True, overflow="ellipsis", max_width=max(10, console.width - sum(widths) - 19))
+    table.add_column("why", no_wrap=True, overflow="ellipsis", max_width=max(1, console.width - sum(widths) - rules))
     for *head, stage, since, by, why in rows:
         style = {"production": "bold green", "canary": "yellow", "rolled_back": "red"}.get(stage, "")
         table.add_row(*head, f"[{style}]{stage}[/]" if style else stage, since, by, why)
