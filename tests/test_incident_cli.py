@@ -3,6 +3,7 @@ Prometheus endpoint), the commands run through the CLI against the session's Tem
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -30,10 +31,14 @@ from agent_sre.cli import common as cli_common
 from agent_sre.cli import incident as incident_cli
 from agent_sre.config import Settings
 from agent_sre.learning.data import gather
+from agent_sre.models.incident import Incident
 from agent_sre.models.learning import LearningConfig, LearningState
+from agent_sre.models.remediation import RemediationRequest
+from agent_sre.models.training import TrainingRequest
 from agent_sre.scenarios import default_catalog
 from agent_sre.simulator.client import SimulatorClient
 from agent_sre.stack.ports import pick_free_ports
+from agent_sre.temporal import connect
 from agent_sre.storage import object_store
 from agent_sre.trajectory_store import read_reward
 
@@ -273,6 +278,36 @@ def test_bad_input_is_one_clear_error(cli: Callable[..., Result], args: tuple[st
     assert result.exit_code != 0
     assert message in flat(result), result.output
     assert "Traceback" not in result.output
+
+
+def test_status_of_a_running_workflow_that_no_worker_polls_says_so_at_once(cli: Callable[..., Result],
+                                                                           worker: Worker) -> None:
+    """A query would wait for Temporal's 30 s query timeout; the status commands look for pollers first."""
+    queue = f"nobody-polls-{uuid.uuid4().hex[:8]}"
+    incident = RemediationRequest(incident=Incident(report="checkout fails", namespace="shop"))
+    training = TrainingRequest(algorithm="sft", base="base", requested_by="test")
+
+    async def start() -> list[str]:
+        client = await connect(worker.settings)
+        return [(await client.start_workflow(kind, arg, id=f"{kind}-{queue}", task_queue=queue)).id
+                for kind, arg in (("IncidentRemediationWorkflow", incident), ("TrainingCycleWorkflow", training))]
+
+    async def terminate(ids: list[str]) -> None:
+        client = await connect(worker.settings)
+        for workflow_id in ids:
+            await client.get_workflow_handle(workflow_id).terminate("test over")
+
+    remediation, cycle = ids = asyncio.run(start())
+    try:
+        began = time.monotonic()
+        shown = cli("incident", "status", remediation)
+        assert shown.exit_code == 0 and f"│ not known: no worker polls its task queue '{queue}'" in flat(shown)
+        refused = cli("train", "status", cycle)
+        assert refused.exit_code == 1, refused.output
+        assert f"{cycle} is running, but no worker polls its task queue '{queue}'" in flat(refused)
+        assert time.monotonic() - began < 20  # neither waited for a query to time out
+    finally:
+        asyncio.run(terminate(ids))
 
 
 def test_alert_file_errors_name_the_file(cli: Callable[..., Result], tmp_path: Path) -> None:

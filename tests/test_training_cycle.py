@@ -141,6 +141,19 @@ def test_sft_without_expert_episodes_and_grpo_on_the_evaluation_suite_are_refuse
     assert overlap.value.non_retryable
 
 
+def test_an_unknown_or_rule_based_base_is_refused_before_any_data_is_read_or_any_cycle_started(store: Store) -> None:
+    settings, registry = store
+    registry.register("rules-v1", policy="runbook", by="test", reason="a rule-based version")
+    for base, message in (("nope", "unknown model version 'nope'; registered:"),
+                          ("rules-v1", "base rules-v1 is a rule-based policy")):
+        with pytest.raises(ApplicationError, match=re.escape(message)) as refused:
+            collect(request(base=base))  # no episodes stored: the base is what it refuses
+        assert refused.value.non_retryable
+        started = invoke("train", "--algorithm", "sft", "--base", base, "--version", f"from-{base}")
+        assert started.exit_code == 1 and message in " ".join(started.output.split()), started.output
+        assert "started" not in started.output
+
+
 # --- the gate ------------------------------------------------------------------------------------------------------
 def stats(success: float, false_positive: float = 0.0, harmful: float = 0.0, invalid: float = 0.0) -> OutcomeStats:
     return OutcomeStats(group="all", episodes=10, success_rate=success, mean_time_to_mitigate_s=30.0, mean_steps=4.0,

@@ -39,7 +39,7 @@ from agent_sre.models.registry import DataItem
 from agent_sre.models.training import (ArchiveRequest, DataManifest, EvalReport, EvalRequest, GateDecision,
                                        GateRequest, StoredDir, StoredStage, TrainedModel, TrainHeartbeat, TrainJob,
                                        TrainingProgress, TrainingRequest, TrainingStage, TrajectoryFilter)
-from agent_sre.registry import Registry, RegistryError, UnknownVersionError
+from agent_sre.registry import NoWeightsError, Registry, RegistryError, UnknownVersionError
 from agent_sre.registry import weights as stored_files
 from agent_sre.scenarios import ScenarioError, default_catalog, load_scenarios
 from agent_sre.training.data import Selection, object_key, select_episodes
@@ -136,6 +136,7 @@ def collect_training_data(request: TrainingRequest) -> DataManifest:
     client, settings = store()
     bucket = settings.s3_bucket
     try:
+        base_parent(registry(), request.base)
         manifest = DataManifest()
         if request.needs_episodes:
             wanted = request.data
@@ -164,7 +165,7 @@ def collect_training_data(request: TrainingRequest) -> DataManifest:
                     f"of {', '.join(request.sft.expert_policies)} without false positive (counts: {manifest.counts})")
         if "grpo" in request.stages:
             manifest.scenarios = grpo_scenarios(request)
-    except (ValueError, ScenarioError) as exc:
+    except (ValueError, ScenarioError, RegistryError) as exc:
         raise refuse(exc) from exc
     return manifest
 
@@ -191,16 +192,25 @@ def remove_prefix(client: Minio, bucket: str, prefix: str) -> None:
         client.remove_object(bucket, obj.object_name)
 
 
-def resolve_base(versions: Registry, settings: Settings, base: str) -> tuple[Path, str | None]:
-    """(model directory, parent version): 'base' is the converted SmolLM2, which has no registered parent."""
-    from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir
+def base_parent(versions: Registry, base: str) -> str | None:
+    """The parent a version trained from `base` records: none for 'base' (the converted SmolLM2, unregistered).
+    An unknown or rule-based base is a RegistryError, raised before any data is read or any cycle started."""
+    from agent_sre.policy.llm.policy import BASE_VERSION
 
     if base == BASE_VERSION:
-        return local_version_dir(base, settings.models_dir), None
-    card = versions.card(base)
-    if not card.files:
-        raise ValueError(f"base {base} is the rule-based policy {card.policy!r}: training starts from a model version")
-    return versions.local_path(base), base
+        return None
+    if not versions.card(base).files:
+        raise NoWeightsError(f"base {base} is a rule-based policy: training starts from 'base' or a model version "
+                             "with weights")
+    return base
+
+
+def resolve_base(versions: Registry, settings: Settings, base: str) -> tuple[Path, str | None]:
+    """(model directory, parent version)."""
+    from agent_sre.policy.llm.policy import local_version_dir
+
+    parent = base_parent(versions, base)
+    return (local_version_dir(base, settings.models_dir) if parent is None else versions.local_path(base)), parent
 
 
 def write_episodes(client: Minio, bucket: str, job: TrainJob, out: Path) -> list[str]:
@@ -354,7 +364,7 @@ async def train_policy(job: TrainJob) -> TrainedModel:
                 args += ["--resume-from", str(checkpoint)]
             gpus = 0 if request.compute == "cpu" else await asyncio.to_thread(visible_gpus)
             launch = launch_command(request.compute, args, gpus)
-        except (ValueError, UnknownVersionError, LaunchError) as exc:
+        except (ValueError, RegistryError, LaunchError) as exc:
             raise refuse(exc) from exc
         if launch.argv[1:3] != ["launch", "--config_file"]:
             activity.logger.warning("training %s without accelerate: %s", job.version, launch.description)

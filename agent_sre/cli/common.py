@@ -9,6 +9,9 @@ from typing import NoReturn
 import typer
 from rich.console import Console
 from rich.markup import escape
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -59,3 +62,14 @@ def run_with_client(action: Callable[[Client, Settings], Awaitable[None]], not_f
         if not_found is None:
             raise
         fail(not_found if exc.status == RPCStatusCode.NOT_FOUND else f"Temporal refused: {exc.message}")
+
+
+async def unpolled(client: Client, task_queue: str) -> str | None:
+    """Why a query to a running workflow on `task_queue` would go unanswered, when no worker has polled it lately
+    (Temporal would only say so after its query timeout, 30 s); None when one has."""
+    polled = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+        namespace=client.namespace, task_queue=TaskQueue(name=task_queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
+    if polled.pollers:
+        return None
+    return f"no worker polls its task queue {task_queue!r}: start one (`agent-sre worker`)"

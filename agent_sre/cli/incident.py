@@ -33,7 +33,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agent_sre.cli import common
 from agent_sre.cli.common import fail as _fail
-from agent_sre.cli.common import POLICY_HELP, policy_ref, run_with_client
+from agent_sre.cli.common import POLICY_HELP, policy_ref, run_with_client, unpolled
 from agent_sre.config import Settings
 from agent_sre.models.alert import Alert, AlertmanagerWebhook
 from agent_sre.models.episode import EpisodeRequest, EpisodeResult
@@ -144,11 +144,14 @@ def status(workflow_id: str = typer.Argument(..., metavar="ID", help="the remedi
         table = Table(show_header=False, title=f"incident {handle.id}")
         table.add_row("workflow", f"{desc.workflow_type} · {desc.status.name if desc.status else '?'}")
         table.add_row("started", f"{desc.start_time:%Y-%m-%d %H:%M:%S %Z}")
-        try:
-            _status_rows(table, await _status(handle))
-        except RPCError as e:
-            table.add_row("status", f"[yellow]no answer to the status query: {escape(e.message)}[/] "
-                                    "(is a worker running?)")
+        if (why := await unpolled(client, desc.task_queue)) is not None:  # a query would wait 30 s for nobody
+            table.add_row("status", f"[yellow]not known: {escape(why)}[/]")
+        else:
+            try:
+                _status_rows(table, await _status(handle))
+            except RPCError as e:
+                table.add_row("status", f"[yellow]no answer to the status query: {escape(e.message)}[/] "
+                                        "(is a worker running?)")
         if desc.status == WorkflowExecutionStatus.COMPLETED:
             _outcome_rows(table, await _outcome(client, handle.id))
         elif desc.status not in (None, WorkflowExecutionStatus.RUNNING):

@@ -28,7 +28,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from agent_sre.cli.episodes import outcome_table
 from agent_sre.cli.models import console, registry_call
 from agent_sre.cli.common import fail as _fail
-from agent_sre.cli.common import run_with_client
+from agent_sre.cli.common import run_with_client, unpolled
 from agent_sre.config import Settings, get_settings
 from agent_sre.models.training import (EvalReport, EvalRequest, EvaluationConfig, TrainingRequest, TrainingStage,
                                        TrainingStatus)
@@ -99,6 +99,9 @@ def start(
         _fail(f"bad training request: {_errors(exc)}")
     except OSError as exc:
         _fail(f"cannot read {request_file}: {exc}")
+    from agent_sre.activities.training import base_parent
+
+    registry_call(lambda r: base_parent(r, request.base))  # an unknown base: an error here, no cycle started
     workflow_id = f"training-{request.version}" if request.version else f"training-{datetime.now(UTC):%Y%m%d-%H%M%S}"
 
     async def go(client: Client, settings: Settings) -> None:
@@ -167,7 +170,10 @@ def status(workflow_id: str = typer.Argument(..., metavar="ID")) -> None:
     """Where a training cycle stands (running: phase, step, latest figures), or how it ended."""
     async def show(client: Client, settings: Settings) -> None:
         handle = client.get_workflow_handle(workflow_id, result_type=TrainingStatus)
-        if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+        desc = await handle.describe()
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            if (why := await unpolled(client, desc.task_queue)) is not None:
+                _fail(f"{workflow_id} is running, but {why}")
             print_status(await handle.query("progress", result_type=TrainingStatus))
         else:
             await show_final(handle)
