@@ -1,4 +1,5 @@
-"""Every command's --help: it renders, and a docstring wrapped for the source reads as whole paragraphs."""
+"""Every command's --help: it renders, it says what the command does, and a docstring wrapped for the source reads
+as whole paragraphs."""
 
 from __future__ import annotations
 
@@ -21,13 +22,14 @@ def _commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[
             yield from _commands(command.get_command(ctx, name), (*path, name))
 
 
-def test_every_help_renders_its_docstring_paragraphs_unbroken(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_command_says_what_it_does_and_its_help_reads_in_whole_paragraphs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(typer.rich_utils, "MAX_WIDTH", 1000)  # every paragraph fits one line
     runner = CliRunner()
     checked = 0
     for path, command in _commands(get_command(app)):
         result = runner.invoke(app, [*path, "--help"])
         assert result.exit_code == 0, (path, result.output)
+        assert command.help, f"`agent-sre {' '.join(path)}` has no help text"
         lines = {line.strip() for line in result.output.splitlines()}
         for paragraph in (command.help or "").split("\n\n"):
             text = " ".join(paragraph.split()).replace("`", "")

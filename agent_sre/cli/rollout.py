@@ -151,6 +151,8 @@ def pause(reason: str = REASON, by: str = BY) -> None:
 
 @app.command("resume")
 def resume(reason: str = REASON, by: str = BY) -> None:
+    """Go on where the rollout was paused: the step keeps the time it had left; a pause for an inconclusive analysis
+    gets a fresh round of extensions."""
     _control("resume", reason, by)
 
 
