@@ -136,6 +136,8 @@ def _session(op: Operator) -> None:
     assert "already paused" in op.refused("rollout", "pause")
     sidestep = op.refused("models", "promote", "smol-cli-1", "--reason", "impatient")
     assert "smol-cli-1 is in a rollout: promote it with `agent-sre rollout promote --full`" in sidestep
+    assert "resume: accepted · running · step 2/3: bake 1h" in op.ok("rollout", "resume")
+    assert "promote: accepted · running · step 3/3: analyze" in op.ok("rollout", "promote")  # where it went
 
     before = op.metric("agent_sre_model_rollbacks_total", candidate="smol-cli-1", trigger="signal")
     requested = op.ok("rollout", "rollback", "--reason", "pager: checkout 5xx",

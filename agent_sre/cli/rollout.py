@@ -7,7 +7,9 @@ Alertmanager and `temporal workflow signal --workflow-id model-rollout --name ro
 
 from __future__ import annotations
 
+import asyncio
 import getpass
+import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
@@ -122,14 +124,32 @@ def print_status(st: RolloutStatus) -> None:
     console.print(decisions)
 
 
+ACTED_ON_BY_THE_LOOP = frozenset({"promote", "promote_full", "abort"})  # the update only wakes the rollout
+SETTLE_S = 5.0
+
+
 def _control(update: str, reason: str, by: str | None) -> None:
     async def send(client: Client, settings: Settings) -> None:
-        st = await client.get_workflow_handle(ROLLOUT_WORKFLOW_ID).execute_update(
-            update, RolloutControl(by=by or getpass.getuser(), reason=reason), result_type=RolloutStatus)
+        handle = client.get_workflow_handle(ROLLOUT_WORKFLOW_ID)
+        st = await handle.execute_update(update, RolloutControl(by=by or getpass.getuser(), reason=reason),
+                                         result_type=RolloutStatus)
+        if update in ACTED_ON_BY_THE_LOOP:  # show where it went, not where it was
+            st = await _moved_on(lambda: handle.query("status", result_type=RolloutStatus), st)
         console.print(f"{update}: accepted · {st.phase}"
                       + (f" · step {st.step_index + 1}/{st.steps}: {describe_step(st.step)}" if st.step else ""))
 
     _run(send)
+
+
+async def _moved_on(status: Callable[[], Awaitable[RolloutStatus]], before: RolloutStatus) -> RolloutStatus:
+    """The rollout's status once its loop has acted on a control (it wakes at once), or `before` after SETTLE_S."""
+    deadline = time.monotonic() + SETTLE_S
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        now = await status()
+        if (now.phase, now.step_index) != (before.phase, before.step_index):
+            return now
+    return before
 
 
 REASON = typer.Option("", "--reason", help="why (recorded in the rollout's history)")
