@@ -147,6 +147,7 @@ def test_scenario_with_approval_then_feedback(cli: Callable[..., Result], worker
     workflow_id = f"{episode_id}-remediation"
     waiting = status_until(cli, episode_id, "awaiting_approval")  # the episode's status follows its remediation
     step = int(re.search(r"waiting for approval │ step (\d+): (\w+)", waiting).group(1))  # type: ignore[union-attr]
+    assert f"agent-sre incident approve|reject {workflow_id} --step {step}" in waiting  # what to run
     wrong = cli("incident", "approve", workflow_id, "--step", str(step + 1))
     assert wrong.exit_code == 1 and f"step {step + 1} is not waiting for approval; step {step}" in flat(wrong)
     early = cli("incident", "feedback", workflow_id, "--rating", "1")

@@ -148,7 +148,7 @@ def status(workflow_id: str = typer.Argument(..., metavar="ID", help="the remedi
             table.add_row("status", f"[yellow]not known: {escape(why)}[/]")
         else:
             try:
-                _status_rows(table, await _status(handle))
+                _status_rows(table, await _status(handle), handle.id)
             except RPCError as e:
                 table.add_row("status", f"[yellow]no answer to the status query: {escape(e.message)}[/] "
                                         "(is a worker running?)")
@@ -365,14 +365,15 @@ async def _status(handle: WorkflowHandle[Any, Any]) -> RemediationStatus:
     return await handle.query("status", result_type=RemediationStatus, rpc_timeout=QUERY_TIMEOUT)
 
 
-def _status_rows(table: Table, st: RemediationStatus) -> None:
+def _status_rows(table: Table, st: RemediationStatus, workflow_id: str) -> None:
     table.add_row("phase", st.phase)
     table.add_row("model", st.model_version or "-")
     table.add_row("steps", str(st.steps))
     table.add_row("last action", st.last_action or "-")
     if st.pending_approval is not None:
         table.add_row("waiting for approval", escape(f"step {st.pending_step}: {st.pending_approval.tool} "
-                                                     f"{json.dumps(st.pending_approval.args)}"))
+                                                     f"{json.dumps(st.pending_approval.args)}")
+                      + f"\n[dim]agent-sre incident approve|reject {escape(workflow_id)} --step {st.pending_step}[/]")
     table.add_row("resolved signal", "received" if st.alert_resolved else "-")
     table.add_row("outcome", st.outcome or "-")
 
