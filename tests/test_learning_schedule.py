@@ -15,6 +15,7 @@ from isolated_workers import running_workers, terminate_running
 from rich.console import Console
 from store_fixtures import settings_with_own_bucket
 from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleOverlapPolicy
+from temporalio.service import RPCError
 from typer.testing import CliRunner, Result
 
 from agent_sre.cli import app
@@ -68,6 +69,10 @@ async def until(condition, timeout_s: float = 60.0) -> None:  # noqa: ANN001 - a
 async def test_schedule_pause_trigger_backfill_and_delete_through_the_cli(
         learning: tuple[Client, Settings, str]) -> None:
     client, settings, name = learning
+    typo = await asyncio.to_thread(invoke, "learn", "schedule", "--name", name, "--base", "nope", "--paused")
+    assert typo.exit_code == 1 and "unknown model version 'nope'" in typo.output  # it would fail every cycle
+    with pytest.raises(RPCError, match="not found"):
+        await client.get_schedule_handle(name).describe()  # nothing was scheduled
     created = await asyncio.to_thread(invoke, "learn", "schedule", "--name", name, "--every", "1m", "--paused",
                                       "--note", "set up by a test", "--plan", "none", "--min-episodes", "1")
     assert (f"learning schedule {name} created: one offpolicy cycle every 1m on queue {settings.queue_training}"

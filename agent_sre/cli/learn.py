@@ -122,7 +122,10 @@ def schedule(
     interval = duration_option(every, "--every")
 
     async def go(client: Client, settings: Settings) -> None:
+        from agent_sre.activities.training import base_parent  # heavy: not for every `agent-sre --help`
+
         config = build_config(config_file, name, algorithm, base, steps, compute, min_episodes, plan, settings)
+        registry_call(lambda r: base_parent(r, config.training.base))  # a typo would fail every cycle
         done = await upsert_schedule(client, config, interval, settings.queue_training, paused, note)
         console.print(f"learning schedule {name} {done}: one {config.training.algorithm} cycle every "
                       f"{format_duration(interval)} on queue {settings.queue_training}, at least "
