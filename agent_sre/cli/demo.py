@@ -150,11 +150,11 @@ def _before_after(status: TrainingStatus) -> Table:
     gate = status.gate
     verdict = (f"gate {'passed' if gate.passed else 'failed'}: {status.candidate} is {gate.stage}" if gate is not None
                else f"ended {status.phase}" + (f": {status.stop_reason}" if status.stop_reason else ""))
-    table = Table(title=f"before / after training (held-out scenarios) · {verdict}")
+    table = Table(title=f"before / after training (held-out scenarios) · {verdict}",
+                  caption=f"before: {status.base} · after: {status.candidate or '?'}")  # long names: not in a column
     for col in ("model", "episodes", "success", "TTM s", "steps", "false pos.", "harmful", "invalid", "reward"):
         table.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
-    for label, report in zip(("after: " + (status.candidate or "?"), "before: " + status.base),
-                             status.evaluation, strict=False):
+    for label, report in zip(("after", "before"), status.evaluation, strict=False):
         r = report.overall
         table.add_row(label, str(r.episodes), f"{r.success_rate:.0%}",
                       f"{r.mean_time_to_mitigate_s:.0f}" if r.mean_time_to_mitigate_s is not None else "-",

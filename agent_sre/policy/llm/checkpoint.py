@@ -18,10 +18,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from agent_sre.models.training import Precision
 from agent_sre.policy.llm.chat import install_chat_template
 
-# Models load from local files only; a missing file must fail here, never turn into a download.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
