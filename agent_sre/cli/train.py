@@ -99,7 +99,7 @@ def start(
         _fail(f"bad training request: {_errors(exc)}")
     except OSError as exc:
         _fail(f"cannot read {request_file}: {exc}")
-    from agent_sre.activities.training import base_parent
+    from agent_sre.activities.training import base_parent  # heavy: not for every `agent-sre --help`
 
     registry_call(lambda r: base_parent(r, request.base))  # an unknown base: an error here, no cycle started
     workflow_id = f"training-{request.version}" if request.version else f"training-{datetime.now(UTC):%Y%m%d-%H%M%S}"
