@@ -64,6 +64,16 @@ def run_with_client(action: Callable[[Client, Settings], Awaitable[None]], not_f
         fail(not_found if exc.status == RPCStatusCode.NOT_FOUND else f"Temporal refused: {exc.message}")
 
 
+def no_workflow(what: str, workflow_id: str) -> str:
+    """The NOT_FOUND of a command that reads a workflow, open or closed."""
+    return f"no {what} {workflow_id!r}: check the id (`temporal workflow list` lists them)"
+
+
+def not_running(what: str, workflow_id: str) -> str:
+    """The NOT_FOUND of a command that signals or updates a workflow."""
+    return f"no running {what} {workflow_id!r}: the id is wrong, or it has ended and takes no more signals"
+
+
 async def unpolled(client: Client, task_queue: str) -> str | None:
     """Why a query to a running workflow on `task_queue` would go unanswered, when no worker has polled it lately
     (Temporal would only say so after its query timeout, 30 s); None when one has."""

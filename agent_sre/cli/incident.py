@@ -33,7 +33,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agent_sre.cli import common
 from agent_sre.cli.common import fail as _fail
-from agent_sre.cli.common import POLICY_HELP, policy_ref, run_with_client, unpolled
+from agent_sre.cli.common import POLICY_HELP, no_workflow, not_running, policy_ref, run_with_client, unpolled
 from agent_sre.config import Settings
 from agent_sre.models.alert import Alert, AlertmanagerWebhook
 from agent_sre.models.episode import EpisodeRequest, EpisodeResult
@@ -158,7 +158,7 @@ def status(workflow_id: str = typer.Argument(..., metavar="ID", help="the remedi
             table.add_row("ended", f"[red]{desc.status.name.lower()}[/] (see the Temporal UI for why)")
         console.print(table)
 
-    _run(show, not_found=_no_workflow(workflow_id))
+    _run(show, not_found=no_workflow("workflow", workflow_id))
 
 
 @app.command("feedback")
@@ -219,7 +219,7 @@ def feedback(
             _fail(f"{workflow_id} ended {status_name}: it stored no trajectory to rate")
         _record_late(settings, workflow_id, outcome.trajectory_key, fb)
 
-    _run(send, not_found=_no_workflow(workflow_id))
+    _run(send, not_found=no_workflow("workflow", workflow_id))
 
 
 AFTER_THE_WINDOW = frozenset({"rewarding", "storing", "done"})
@@ -279,7 +279,7 @@ def cancel(workflow_id: str = typer.Argument(..., metavar="ID")) -> None:
         await client.get_workflow_handle(workflow_id).signal("cancel")
         console.print(f"cancel sent to {workflow_id}")
 
-    _run(send, not_found=_not_running(workflow_id))
+    _run(send, not_found=not_running("workflow", workflow_id))
 
 
 # --- helpers ----------------------------------------------------------------------------------------------------
@@ -298,7 +298,7 @@ def _decide(workflow_id: str, decision: ApprovalDecision) -> None:
         verb = "approved" if decision.approved else "rejected"
         console.print(f"step {decision.step} ({st.pending_approval.tool}) of {workflow_id} {verb}")
 
-    _run(send, not_found=_not_running(workflow_id))
+    _run(send, not_found=not_running("workflow", workflow_id))
 
 
 def _firing_alerts(path: Path) -> list[Alert]:
@@ -408,14 +408,6 @@ def _bad_input(make: Callable[[], T], where: str = "") -> T:
     except (ValueError, OSError) as e:
         _fail(f"{prefix}{e}")
 
-
-
-def _no_workflow(workflow_id: str) -> str:
-    return f"no workflow {workflow_id!r}: check the id (`temporal workflow list` lists them)"
-
-
-def _not_running(workflow_id: str) -> str:
-    return f"no running workflow {workflow_id!r}: the id is wrong, or it has ended and takes no more signals"
 
 
 def _run(action: Callable[[Client, Settings], Awaitable[None]], not_found: str = "no such workflow") -> None:

@@ -28,7 +28,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from agent_sre.cli.episodes import outcome_table
 from agent_sre.cli.models import console, registry_call
 from agent_sre.cli.common import fail as _fail
-from agent_sre.cli.common import run_with_client, unpolled
+from agent_sre.cli.common import no_workflow, not_running, run_with_client, unpolled
 from agent_sre.config import Settings, get_settings
 from agent_sre.models.training import (EvalReport, EvalRequest, EvaluationConfig, TrainingRequest, TrainingStage,
                                        TrainingStatus)
@@ -178,7 +178,7 @@ def status(workflow_id: str = typer.Argument(..., metavar="ID")) -> None:
         else:
             await show_final(handle)
 
-    _run(show, not_found=f"no training cycle {workflow_id!r}")
+    _run(show, not_found=no_workflow("training cycle", workflow_id))
 
 
 @app.command("stop")
@@ -189,7 +189,7 @@ def stop(workflow_id: str = typer.Argument(..., metavar="ID"),
         await client.get_workflow_handle(workflow_id).signal("stop", reason or f"stopped by {getpass.getuser()}")
         console.print(f"stop sent to {workflow_id}; `agent-sre train status {workflow_id}` shows when it has ended")
 
-    _run(send, not_found=f"no running training cycle {workflow_id!r}: the id is wrong, or it has ended")
+    _run(send, not_found=not_running("training cycle", workflow_id))
 
 
 def print_status(st: TrainingStatus) -> None:
