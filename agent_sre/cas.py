@@ -62,7 +62,7 @@ def write(client: Minio, bucket: str, key: str, body: bytes, etag: str | None,
         if exc.code in CONFLICT_CODES:
             raise WriteConflict(f"s3://{bucket}/{key} changed while it was being updated") from exc
         raise
-    return result.etag
+    return result.etag or ""  # as `read`: an answer without an ETag matches no later condition
 
 
 def read_model(client: Minio, bucket: str, key: str, model: type[T]) -> tuple[T, str] | None:

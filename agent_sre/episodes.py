@@ -27,11 +27,12 @@ async def run_episode(client: Client, settings: Settings, scenario: Scenario, po
     Eager start: when this client also runs a worker of the agent queue with a free slot (the bench, tests,
     `make demo`), the server hands the episode's first workflow task back in the start call's reply instead of
     through matching; elsewhere the request is ignored and the episode starts as usual."""
+    request = EpisodeRequest(scenario=scenario, policy=policy, queues=task_queues(settings))
+    if limits is not None:
+        request.limits = limits
     return await client.execute_workflow(
-        "SimulatedIncidentWorkflow",
-        EpisodeRequest(scenario=scenario, policy=policy, queues=task_queues(settings),
-                       **({"limits": limits} if limits else {})),
-        id=workflow_id, task_queue=settings.queue_agent, result_type=EpisodeResult, request_eager_start=True)
+        "SimulatedIncidentWorkflow", request, id=workflow_id, task_queue=settings.queue_agent, result_type=EpisodeResult,
+        request_eager_start=True)
 
 
 async def run_episodes(client: Client, settings: Settings, scenarios: Sequence[Scenario], n: int,

@@ -22,7 +22,7 @@ import hashlib
 import io
 import logging
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
 from urllib.parse import quote
@@ -172,13 +172,13 @@ def trajectory_keys(client: Minio, bucket: str, since: date | None = None,
                     model_version: str | None = None) -> Iterator[str]:
     """Keys of stored trajectories started on or after `since` (UTC date), served by `model_version`, in key
     order (date, then model, then workflow). Only the matching partitions are listed."""
-    for obj in trajectory_objects(client, bucket, since, model_version):
-        yield obj.object_name
+    for key, _ in trajectory_objects(client, bucket, since, model_version):
+        yield key
 
 
 def trajectory_objects(client: Minio, bucket: str, since: date | None = None,
-                       model_version: str | None = None) -> Iterator[Object]:
-    """`trajectory_keys` with each object's listing entry (last modified, ETag, size)."""
+                       model_version: str | None = None) -> Iterator[tuple[str, Object]]:
+    """`trajectory_keys`, each with its object's listing entry (last modified, ETag, size)."""
     for day in client.list_objects(bucket, prefix=f"{TRAJECTORIES}/", recursive=False):
         match = _DAY_RE.match(day.object_name or "")
         if match is None:
@@ -188,10 +188,18 @@ def trajectory_objects(client: Minio, bucket: str, since: date | None = None,
             continue
         prefix = match.string + (f"model={_segment(model_version)}/" if model_version is not None else "")
         for obj in client.list_objects(bucket, prefix=prefix, recursive=True):
-            if _KEY_RE.match(obj.object_name or ""):
-                yield obj
+            if obj.object_name is not None and _KEY_RE.match(obj.object_name):
+                yield obj.object_name, obj
             else:
                 log.warning("skipping s3://%s/%s: not a trajectory key", bucket, obj.object_name)
+
+
+def objects_of_versions(client: Minio, bucket: str, since: date | None,
+                        model_versions: Sequence[str]) -> Iterator[tuple[str, Object]]:
+    """`trajectory_objects` of each of `model_versions` in turn; of every version when none is named."""
+    versions: Sequence[str | None] = model_versions or [None]
+    for version in versions:
+        yield from trajectory_objects(client, bucket, since, version)
 
 
 def iter_trajectories(client: Minio, bucket: str, since: date | None = None,

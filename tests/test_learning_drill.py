@@ -79,8 +79,8 @@ async def test_the_drill_serves_production_shifts_the_mix_and_records_the_schedu
         stored = streams.list_records(object_store(settings), settings.s3_bucket, name)
         stages = {v: e.stage for v, e in Registry.from_settings(settings).index().versions.items()}
         written = (settings.data_dir / "drill" / name / "report.md").read_text()
-        escalations = [o.object_name for o in trajectory_objects(object_store(settings), settings.s3_bucket,
-                                                                 model_version="runbook-v1")]
+        escalations = [key for key, _ in trajectory_objects(object_store(settings), settings.s3_bucket,
+                                                             model_version="runbook-v1")]
 
     model = report.plan.model
     assert model.startswith("drill-tiny-smollm2-") and report.production_at_end == model

@@ -42,7 +42,7 @@ from agent_sre.temporal import connect, start_incident
 from agent_sre.tools.client import api_client
 from agent_sre.trajectory_store import read_trajectories
 from agent_sre.policy.llm.backends import ConversationCaches, PrefixCache, TransformersBackend
-from agent_sre.policy.llm.chat import CHATML_TEMPLATE, TOOL_RESULT_PREFIX
+from agent_sre.policy.llm.chat import CHATML_TEMPLATE, TOOL_RESULT_PREFIX, install_chat_template, render_chat
 
 SHORT = SamplingConfig(temperature=1.0, max_new_tokens=12)
 GREEDY = SamplingConfig(temperature=0.0, max_new_tokens=6)
@@ -241,6 +241,18 @@ def test_serving_prompts_are_the_training_conversation_token_for_token(tiny_mode
         assert full[len(ids):len(ids) + len(answer)] == answer
     tool_turn = chat_messages([ChatMessage(role="tool", content="NAME READY")])
     assert tool_turn == [{"role": "user", "content": TOOL_RESULT_PREFIX + "NAME READY"}]
+
+
+def test_our_chat_template_goes_only_onto_a_tokenizer_that_renders_the_same_text(tiny_model_dir: Path) -> None:
+    tokenizer = load_policy_model(tiny_model_dir).tokenizer
+    install_chat_template(tokenizer)  # already ours: a no-op
+    assert tokenizer.chat_template == CHATML_TEMPLATE
+    other = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+    assert render_chat(tokenizer, [{"role": "user", "content": "hi"}], chat_template=other) == "[user] hi\n"
+    tokenizer.chat_template = other
+    with pytest.raises(ValueError, match="not SmolLM2's ChatML"):
+        install_chat_template(tokenizer)
+    assert tokenizer.chat_template == other  # left as it was
 
 
 def test_loaded_versions_are_kept_in_an_lru_and_new_versions_serve_without_a_restart(

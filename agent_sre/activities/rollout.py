@@ -62,8 +62,8 @@ def update_stages(update: StageUpdate) -> RolloutPolicies:
         elif update.outcome == "succeeded":
             versions.promote(update.candidate, by=update.by, reason=update.reason, ending_rollout=True)
         else:
-            to = "rolled_back" if update.outcome == "rolled_back" else "candidate"
-            versions.end_canary(update.candidate, to, by=update.by, reason=update.reason)
+            versions.end_canary(update.candidate, "rolled_back" if update.outcome == "rolled_back" else "candidate",
+                                by=update.by, reason=update.reason)
         return RolloutPolicies(candidate=versions.policy_ref(update.candidate),
                                baseline=versions.policy_ref(update.baseline))
     except RegistryError as exc:

@@ -22,7 +22,6 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
-from itertools import chain
 from pathlib import Path
 from typing import Any, get_args
 
@@ -46,7 +45,7 @@ from agent_sre.training.data import Selection, object_key, select_episodes
 from agent_sre.training.gate import judge, load_suite
 from agent_sre.training.launch import LaunchError, TrainingProcess, launch_command
 from agent_sre.training.run import BAD_INPUT
-from agent_sre.trajectory_store import trajectory_objects
+from agent_sre.trajectory_store import objects_of_versions
 
 log = logging.getLogger(__name__)
 
@@ -89,11 +88,9 @@ def _listed(client: Minio, bucket: str, wanted: TrajectoryFilter,
     cutoff."""
     if wanted.objects:
         return _objects(client, bucket, iter(wanted.objects), progress)
-    listing = chain.from_iterable(trajectory_objects(client, bucket, wanted.since, version)
-                                  for version in (wanted.model_versions or [None]))
+    listing = objects_of_versions(client, bucket, wanted.since, wanted.model_versions)
     until = wanted.written_until
-    keys = (o.object_name for o in listing
-            if until is None or (o.last_modified is not None and o.last_modified <= until))
+    keys = (key for key, o in listing if until is None or (o.last_modified is not None and o.last_modified <= until))
     return _objects(client, bucket, keys, progress)
 
 

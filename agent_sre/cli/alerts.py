@@ -12,9 +12,9 @@ app = typer.Typer(help="Alertmanager webhook receiver: firing alerts start remed
 
 @app.command("serve")
 def serve(
-    port: int = typer.Option(None, "--port", min=1, max=65535, help="default: settings.alerts_port (9095)"),
+    port: int | None = typer.Option(None, "--port", min=1, max=65535, help="default: settings.alerts_port (9095)"),
     host: str = typer.Option("127.0.0.1", "--host", help="address to bind; 0.0.0.0 to accept remote Alertmanagers"),
-    token: str = typer.Option(None, "--token",
+    token: str | None = typer.Option(None, "--token",
                               help="bearer token Alertmanager must send (default: settings.alerts_token)"),
 ) -> None:
     """Receive Alertmanager's webhook (v4) on POST /alerts; GET /healthz, GET /metrics."""

@@ -107,7 +107,7 @@ def drill(
                            concurrency=concurrency, max_steps=max_steps, mix=mix.split(","), shifted=shifted,
                            shift_after=incidents_per_cycle if shift_after is None else shift_after,
                            shift_share=shift_share, time_limit=duration_option(time_limit, "--time-limit"),
-                           escalate=None if escalate == "none" else escalate, learning=learning)
+                           escalate="runbook" if escalate == "runbook" else None, learning=learning)
     console.print(f"[bold]drill {name}[/]: production {served}; {', '.join(drill_spec.mix)} shifting to "
                   f"{shift_share:.0%} {shifted} after {drill_spec.shift_after} incidents; a learning cycle "
                   f"({learning.training.algorithm}) every {every}, {cycles} that train; "

@@ -12,6 +12,7 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -88,7 +89,7 @@ def start(
     ref = None if policy is None else policy_ref(policy)
     if alert is not None:
         limits = _limits(RemediationLimits(), approval_risk, feedback_window)
-        incidents = [_bad_input(lambda a=a: Incident.from_alert(a, source="cli", kubeconfig=kubeconfig, limits=limits))
+        incidents = [_bad_input(partial(Incident.from_alert, a, source="cli", kubeconfig=kubeconfig, limits=limits))
                      for a in _firing_alerts(alert)]
         _run(lambda client, settings: _start_incidents(client, settings, incidents, ref, wait))
     else:

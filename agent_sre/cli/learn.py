@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar, get_args
@@ -25,7 +25,8 @@ import typer
 import yaml
 from pydantic import TypeAdapter, ValidationError
 from rich.table import Table
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import (Client, ScheduleActionExecution, ScheduleActionExecutionStartWorkflow,
+                               WorkflowFailureError)
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent_sre.cli.common import fail, run_with_client
@@ -103,6 +104,11 @@ def build_config(config_file: Path | None, name: str, algorithm: str | None, bas
         fail(f"bad learning config: {explain(exc, root='config')}")
 
 
+def started(executions: Iterable[ScheduleActionExecution]) -> list[str]:
+    """The workflow ids a schedule's actions started (ours start workflows only)."""
+    return [e.workflow_id for e in executions if isinstance(e, ScheduleActionExecutionStartWorkflow)]
+
+
 @app.command("schedule")
 def schedule(
     every: str = typer.Option("6h", "--every", help="the interval: 6h, 30m, 1d12h"),
@@ -142,15 +148,15 @@ def run_once(name: str = typer.Option("continuous-learning", "--name", help=NAME
     async def go(client: Client, settings: Settings) -> None:
         handle = client.get_schedule_handle(name)
         before = (await handle.describe()).info
-        seen = {a.action.workflow_id for a in before.recent_actions} | {a.workflow_id for a in before.running_actions}
+        seen = {*started(a.action for a in before.recent_actions), *started(before.running_actions)}
         await handle.trigger()
         console.print(f"triggered a cycle of {name}")
         if not wait:
             return
         while True:
             info = (await handle.describe()).info
-            new = [a.workflow_id for a in info.running_actions if a.workflow_id not in seen] + \
-                  [a.action.workflow_id for a in info.recent_actions if a.action.workflow_id not in seen]
+            new = [i for i in [*started(info.running_actions), *started(a.action for a in info.recent_actions)]
+                   if i not in seen]
             if new:
                 break
             if info.num_actions_skipped_overlap > before.num_actions_skipped_overlap:
@@ -182,7 +188,7 @@ def status(name: str = typer.Option("continuous-learning", "--name", help=NAME_H
         table.add_row("every", every + (" · [yellow]paused[/]" if d.schedule.state.paused else " · active")
                       + (f" · {d.schedule.state.note}" if d.schedule.state.note else ""))
         table.add_row("next", ", ".join(f"{t:%F %T}" for t in d.info.next_action_times[:3]) or "-")
-        table.add_row("running", ", ".join(a.workflow_id for a in d.info.running_actions) or "-")
+        table.add_row("running", ", ".join(started(d.info.running_actions)) or "-")
         table.add_row("cycles", f"{d.info.num_actions} started, {d.info.num_actions_skipped_overlap} skipped "
                                 "while one ran")
         console.print(table)

@@ -89,8 +89,8 @@ def show(version: str = typer.Argument(..., metavar="VERSION")) -> None:
         table.add_row("", f"{item.uri}{rows}  sha256 {item.sha256[:16]}…")
     table.add_row("training request", json.dumps(card.training_request) if card.training_request else "-")
     console.print(table)
-    for suite, rows in registry_call(lambda r: r.eval_results(version)).items():
-        console.print(outcome_table(rows, f"evaluation · {suite}"))
+    for suite, results in registry_call(lambda r: r.eval_results(version)).items():
+        console.print(outcome_table(results, f"evaluation · {suite}"))
     history = Table(title="stage history")
     for col in ("when", "from", "to", "by", "why"):
         history.add_column(col)

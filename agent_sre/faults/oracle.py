@@ -18,7 +18,7 @@ from agent_sre.faults.health import fingerprints, inventory, service_health
 from agent_sre.faults.k8s import K8s
 from agent_sre.models.incident import Incident
 from agent_sre.models.scenario import Scenario
-from agent_sre.models.verdict import HealthSnapshot, Verdict
+from agent_sre.models.verdict import HealthSnapshot, Outcome, Verdict
 from agent_sre.simulator.apps import APPS, PART_OF, AppSpec, get_app
 
 
@@ -61,6 +61,7 @@ def _judge(k8s: K8s, app: AppSpec | None, namespace: str, baseline: HealthSnapsh
     reasons = [f"{ref} was deleted" for ref in deleted]
     reasons += [f"{service}: {why}" for service, whys in sorted(unhealthy.items()) for why in whys]
     reasons += specific
+    outcome: Outcome
     if deleted or len(unhealthy) > len(baseline.unhealthy):
         outcome = "worse"
         reasons.insert(0, f"{len(unhealthy)} unhealthy services now, {len(baseline.unhealthy)} at the baseline"

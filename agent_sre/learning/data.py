@@ -23,7 +23,6 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from itertools import chain
 
 from minio import Minio
 from minio.datatypes import Object
@@ -39,7 +38,7 @@ from agent_sre.redaction import redact_trajectory
 from agent_sre.rewards import compute_reward
 from agent_sre.training.data import MAX_LISTED_REJECTIONS, episode_id, select_episodes
 from agent_sre.training.sft import is_expert_episode
-from agent_sre.trajectory_store import read_late_feedback, trajectory_objects
+from agent_sre.trajectory_store import objects_of_versions, read_late_feedback
 
 
 @dataclass
@@ -103,15 +102,12 @@ def gather(client: Minio, bucket: str, config: LearningConfig, state: LearningSt
     policies = TrajectoryFilter(policies=wanted.policies)
     learnt = {ident: cycle for ids in state.learnt.values() for ident, cycle in ids.items()}
     seen: dict[str, str] = {}
-    listing = chain.from_iterable(trajectory_objects(client, bucket, since, version)
-                                  for version in (wanted.model_versions or [None]))
-    for obj in listing:
+    for key, obj in objects_of_versions(client, bucket, since, wanted.model_versions):
         data.listed += 1
         if not in_window(obj, start, window_end):
             continue
         data.new_objects += 1
         on_object(data.new_objects)
-        key = obj.object_name
         found = cas.read(client, bucket, key)
         if found is None:
             counts["vanished since listed"] += 1

@@ -227,7 +227,8 @@ async def run_drill(client: Client, settings: Settings, registry: Registry, plan
                     raise lane.exception()  # type: ignore[misc]
             records = await asyncio.to_thread(streams.list_records, registry.client, registry.bucket, name)
             for record in records[len(report.cycles):]:
-                since = report.cycles[-1].record.ended_at if report.cycles else report.started_at
+                assert record.ended_at is not None  # a record is written as its cycle ends
+                since = (report.cycles[-1].record.ended_at if report.cycles else None) or report.started_at
                 cycle = DrillCycle(record=record, before=window([i for i in traffic.served
                                                                  if since < i.ended_at <= record.ended_at]))
                 report.cycles.append(cycle)

@@ -337,7 +337,7 @@ BANK = AppSpec(
 APPS: dict[str, AppSpec] = {a.name: a for a in (SHOP, BANK)}
 
 NODE_ALLOCATABLE_CPU = "3800m"
-NODES = (
+NODES: tuple[tuple[str, str, dict[str, str]], ...] = (
     ("worker-1", "eu-west-1a", {}),
     ("worker-2", "eu-west-1b", {"storage-tier": "ssd"}),
     ("worker-3", "eu-west-1c", {"workload-class": "pci"}),
@@ -596,8 +596,8 @@ def install(cluster: Cluster, app: str, namespace: str | None = None, seed: int 
                 bucket[key] = obj
     cluster.continue_versions_after(template.highest)
     if cluster.logs:
-        for key, lines in template.logs.items():
-            cluster.logs.setdefault(key, lines)
+        for container, lines in template.logs.items():
+            cluster.logs.setdefault(container, lines)
     else:
         cluster.logs.update(template.logs)
     cluster.model.setdefault("apps", {})[ns] = instance

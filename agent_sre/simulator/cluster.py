@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -85,7 +85,7 @@ class Cluster:
     objects: dict[str, dict[tuple[str, str], Obj]] = field(default_factory=dict)
     audit: list[AuditRecord] = field(default_factory=list)
     # (namespace, pod, container) -> {"current": [...], "previous": [...]}; written by the workload model
-    logs: dict[tuple[str, str, str], dict[str, list[str]]] = field(default_factory=dict)
+    logs: dict[tuple[str, str, str], Mapping[str, list[str]]] = field(default_factory=dict)
     controllers: list[Controller] = field(default_factory=list)
     # Free-form per-cluster state owned by controllers (e.g. the app model, usage figures, golden signals).
     model: dict[str, Any] = field(default_factory=dict)

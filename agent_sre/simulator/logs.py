@@ -153,9 +153,9 @@ def _run_lines(sw: Software | None, run: Run, begin: float, end: float, pod: str
     out = run.outcome
     lines = [_stamp(sw, begin + 0.05 * i, line) for i, line in enumerate(out.lines)]
     if out.kind == "hang":
-        first = out.lines[0] if out.lines else "waiting"
+        waiting = out.lines[0] if out.lines else "waiting"
         count = min(MAX_LINES, int((end - begin) // 2) + 1)
-        return [first] * count
+        return [waiting] * count
     if sw is None or out.kind != "run" and not (out.kind == "crash" and out.reason == "OOMKilled"):
         return lines
     ready_at = begin + out.startup_s

@@ -53,11 +53,24 @@ def _check_key(key: str, text: str) -> str:
     return key
 
 
+def _exists(key: str, want: bool) -> LabelRequirement:
+    return lambda labels: (key in labels) == want
+
+
+def _equals(key: str, value: str, want: bool) -> LabelRequirement:
+    return lambda labels: (labels.get(key) == value) == want
+
+
+def _member(key: str, values: frozenset[str], want: bool) -> LabelRequirement:
+    return lambda labels: (labels.get(key) in values) == want
+
+
 @lru_cache(maxsize=1024)  # selectors repeat (a deployment's, an agent's); a parsed one is never changed
 def parse_label_selector(text: str | None) -> LabelSelector:
     """Parse `a=b,c!=d,e in (x,y),f notin (z),g,!h` (the apiserver's set-based syntax)."""
     text = text or ""
-    toks, i, reqs = _tokens(text), 0, []
+    toks, i = _tokens(text), 0
+    reqs: list[LabelRequirement] = []
 
     def bad(why: str) -> ApiError:
         return ApiError(400, "BadRequest", f"unable to parse requirement: {why} in label selector {text!r}")
@@ -67,13 +80,13 @@ def parse_label_selector(text: str | None) -> LabelSelector:
             if i + 1 >= len(toks):
                 raise bad("missing key after '!'")
             key = _check_key(toks[i + 1], text)
-            reqs.append(lambda lb, k=key: k not in lb)
+            reqs.append(_exists(key, False))
             i += 2
         else:
             key = _check_key(toks[i], text)
             op = toks[i + 1] if i + 1 < len(toks) else ","
             if op == ",":
-                reqs.append(lambda lb, k=key: k in lb)
+                reqs.append(_exists(key, True))
                 i += 1
             elif op in ("=", "==", "!="):
                 if i + 2 >= len(toks) or toks[i + 2] == ",":
@@ -82,10 +95,7 @@ def parse_label_selector(text: str | None) -> LabelSelector:
                 else:
                     value = toks[i + 2]
                     i += 3
-                if op == "!=":
-                    reqs.append(lambda lb, k=key, v=value: lb.get(k) != v)
-                else:
-                    reqs.append(lambda lb, k=key, v=value: lb.get(k) == v)
+                reqs.append(_equals(key, value, op != "!="))
             elif op in ("in", "notin"):
                 if i + 2 >= len(toks) or toks[i + 2] != "(":
                     raise bad(f"expected '(' after '{op}'")
@@ -96,10 +106,7 @@ def parse_label_selector(text: str | None) -> LabelSelector:
                     j += 1
                 if j >= len(toks):
                     raise bad("missing ')'")
-                if op == "in":
-                    reqs.append(lambda lb, k=key, vs=frozenset(values): lb.get(k) in vs)
-                else:
-                    reqs.append(lambda lb, k=key, vs=frozenset(values): lb.get(k) not in vs)
+                reqs.append(_member(key, frozenset(values), op == "in"))
                 i = j + 1
             else:
                 raise bad(f"unexpected {op!r} after key {key!r}")

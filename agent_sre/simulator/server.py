@@ -187,7 +187,7 @@ async def _stream_watch(request: web.Request, query: dict[str, list[str]], heade
     the client leaves or the server stops (kubectl rollout status, kubectl wait and informers rely on this)."""
     sim = request.app[SIMULATOR_KEY]
     try:
-        timeout = min(float((query.get("timeoutSeconds") or [WATCH_MAX_S])[-1]), WATCH_MAX_S)
+        timeout = min(float((query.get("timeoutSeconds") or [str(WATCH_MAX_S)])[-1]), WATCH_MAX_S)
     except ValueError:
         timeout = WATCH_MAX_S
     response = web.StreamResponse(status=200, headers=headers)

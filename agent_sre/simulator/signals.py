@@ -373,5 +373,5 @@ class _Collector:
 def render_prometheus(envs: Mapping[str, Cluster]) -> str:
     """All environments' signals in the Prometheus text format. Call with the simulator's lock held: it syncs."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(envs))  # type: ignore[arg-type]
+    registry.register(_Collector(envs))
     return generate_latest(registry).decode()

@@ -266,7 +266,8 @@ def _resourcequota(quota: Obj, now: float) -> list[Any]:
     status = quota.get("status") or {}
     hard = status.get("hard") or (quota.get("spec") or {}).get("hard") or {}
     used = status.get("used") or {}
-    request, limit = [], []
+    request: list[str] = []
+    limit: list[str] = []
     for name in sorted(hard):
         (limit if name.startswith("limits.") else request).append(f"{name}: {used.get(name, '0')}/{hard[name]}")
     return [quota["metadata"]["name"], _age(quota, now), ", ".join(request), ", ".join(limit)]

@@ -61,7 +61,7 @@ class _Body(io.BytesIO):
         self._fill()
         return super().read(size)
 
-    def read1(self, size: int = -1) -> bytes:
+    def read1(self, size: int | None = -1) -> bytes:
         self._fill()
         return super().read1(size)
 
@@ -184,5 +184,5 @@ def in_process_api_client(simulator: Simulator, env: str) -> client.ApiClient:
     configuration = client.Configuration(host=f"{IN_PROCESS_HOST}/envs/{env}")
     configuration.client_side_validation = False  # the simulator validates what it is sent, as the apiserver does
     api_client = client.ApiClient(configuration)
-    api_client.rest_client = InProcessRESTClient(simulator)
+    api_client.rest_client = InProcessRESTClient(simulator)  # type: ignore[assignment]  # duck-typed: request()
     return api_client

@@ -61,7 +61,7 @@ class WorkloadState:
     waking: set[str] = field(default_factory=set)  # ReplicaSets and Deployments with pods about to be available
     index: Index | None = None  # kept from pass to pass while only passes write pods and sets (`_Pass._everything`)
     # what each controller step last saw when it found nothing to do: (step, object) -> its inputs
-    settled: dict[tuple[str, str], Any] = field(default_factory=dict)
+    settled: dict[tuple[str, ...], Any] = field(default_factory=dict)
 
     def merge(self, other: WorkloadState) -> None:
         for name in ("pods", "hashes", "pod_counter", "progress", "first_failure", "chaos_ticks",
@@ -575,6 +575,7 @@ class _Pass:
             return
         records = [{"id": f"{p['metadata']['namespace']}/{p['metadata']['name']}", "selectorKey": ".",
                     "phase": "Injected"} for p in selected]
+        status: dict[str, Any]
         if exp.tick >= 0:
             status = {"time": kubelet.stamp(self.st.created[exp.uid]), "active": [{"kind": exp.kind, "name": exp.name}]}
         else:
@@ -807,7 +808,7 @@ class _Pass:
                               reverse=True)
         active = [r for r in [*newest_first, new] if r is not None and r["spec"].get("replicas", 0) > 0]
         if len(active) <= 1:
-            target = active[0] if active else new if new is not None else (newest_first or [None])[0]
+            target = active[0] if active else new if new is not None else next(iter(newest_first), None)
             if target is not None:
                 self._scale(dep, target, replicas)
             return
@@ -1250,11 +1251,11 @@ class _Pass:
     @staticmethod
     def _resolve_ports(ports: list[Obj], pod: Obj) -> tuple[tuple[str, int, str], ...] | None:
         """The endpoint ports for a pod: a named targetPort the pod does not declare leaves the pod out."""
-        named = {p.get("name"): p.get("containerPort") for c in pod["spec"].get("containers") or []
+        named: dict[str, Any] = {p["name"]: p.get("containerPort") for c in pod["spec"].get("containers") or []
                  for p in c.get("ports") or [] if p.get("name")}
         out = []
         for port in ports:
-            target = port.get("targetPort", port.get("port"))
+            target: Any = port.get("targetPort", port.get("port"))
             if isinstance(target, str) and not target.isdigit():
                 if target not in named:
                     return None

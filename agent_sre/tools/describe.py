@@ -238,7 +238,8 @@ def service(obj: Obj, now: float, endpoints: Obj | None = None, **_: Any) -> str
 
 def endpoint_addresses(endpoints: Obj) -> tuple[str, str]:
     """Ready and not-ready `ip:port` lists of an Endpoints object, comma-separated or <none>."""
-    ready, not_ready = [], []
+    ready: list[str] = []
+    not_ready: list[str] = []
     for subset in endpoints.get("subsets") or []:
         ports = [p.get("port") for p in subset.get("ports") or []] or [None]
         for out, key in ((ready, "addresses"), (not_ready, "notReadyAddresses")):

@@ -10,6 +10,7 @@ decoding it (see `simulator.transport`), so tools may treat what they read as th
 
 from __future__ import annotations
 
+import builtins
 import json
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -172,7 +173,7 @@ class Kube:
                                                     query, namespace=namespace, name=pod))
         return response.data.decode("utf-8", "replace")
 
-    def metrics(self, kind: str, namespace: str) -> list[Obj]:
+    def metrics(self, kind: str, namespace: str) -> builtins.list[Obj]:  # `list` here is Kube.list
         """`metrics.k8s.io` usage: `kind` is "pods" (in `namespace`) or "nodes"."""
         metrics = Kind("custom", kind, f"{kind}.metrics.k8s.io", group="metrics.k8s.io", version="v1beta1")
         return self._read(metrics, None if kind == "nodes" else namespace).json().get("items") or []

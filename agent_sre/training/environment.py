@@ -70,7 +70,7 @@ class IncidentEnvironment:
     def step(self, completion: str, token_ids: list[int] | None = None,
              logprobs: list[float] | None = None) -> list[ChatMessage]:
         """Apply one model answer; returns the messages it gets back (empty once the episode is over)."""
-        t = self._require()
+        t = self.require()
         if t.termination is not None:
             raise RuntimeError("the episode is over; call close()")
         action, invalid = parse_action(completion)
@@ -81,7 +81,7 @@ class IncidentEnvironment:
 
     def record(self, decision: PolicyDecision) -> list[ChatMessage]:
         """Apply a decision made by any Policy (runbook teacher, scripted, LLM)."""
-        t = self._require()
+        t = self.require()
         t.conversation += [*decision.new_messages, ChatMessage(role="assistant", content=decision.completion)]
         step = Step(index=len(t.steps), decision=decision, at=self._now())
         t.steps.append(step)
@@ -101,9 +101,15 @@ class IncidentEnvironment:
     def done(self) -> bool:
         return self.trajectory is not None and self.trajectory.termination is not None
 
+    def require(self) -> Trajectory:
+        """The episode so far (what a policy decides on); `reset()` first."""
+        if self.trajectory is None:
+            raise RuntimeError("call reset() first")
+        return self.trajectory
+
     def close(self) -> Trajectory:
         """Let the cluster settle, judge it, score it, and delete the environment."""
-        t = self._require()
+        t = self.require()
         try:
             if t.termination is None:
                 t.termination = "cancelled"
@@ -119,7 +125,7 @@ class IncidentEnvironment:
 
     # --- helpers -----------------------------------------------------------------------------------------------
     def _next_prompt(self) -> list[ChatMessage]:
-        self._pending = pending_messages(self._require())
+        self._pending = pending_messages(self.require())
         return self._pending
 
     def _api(self) -> ApiClient:
@@ -133,8 +139,3 @@ class IncidentEnvironment:
         if self._env is None:
             raise RuntimeError("call reset() first")
         return self._env
-
-    def _require(self) -> Trajectory:
-        if self.trajectory is None:
-            raise RuntimeError("call reset() first")
-        return self.trajectory

@@ -22,7 +22,7 @@ def play(policy: Policy, ref: PolicyRef, scenario: Scenario, simulator: Simulato
     env = IncidentEnvironment(simulator, scenario, policy=ref.name, model_version=ref.version)
     env.reset()
     while not env.done:
-        env.record(policy.decide(ref, env.trajectory))
+        env.record(policy.decide(ref, env.require()))
     return env.close()
 
 

@@ -37,7 +37,7 @@ from agent_sre.models.scenario import Scenario
 from agent_sre.models.training import GRPOProbe, GRPOResult, GRPOStepStats, GRPOTrainingConfig
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.policy.llm.backends import ConversationCaches, TransformersBackend
-from agent_sre.policy.llm.chat import chat_messages, prompt_token_ids
+from agent_sre.policy.llm.chat import chat_messages, decode_text, prompt_token_ids, render_chat
 from agent_sre.policy.llm.checkpoint import LoadedModel
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.training.environment import IncidentEnvironment
@@ -77,16 +77,16 @@ def environment_tokens(tokenizer: PreTrainedTokenizerBase, before: list[ChatMess
     """The tokens between the model's last answer and its next one (end of turn, the tool's answer, the next
     assistant header), exactly as the chat template renders them."""
     *history, answer = before
-    marked = tokenizer.apply_chat_template(
-        chat_messages([*history, ChatMessage(role="assistant", content=answer.content + SENTINEL)]), tokenize=False)
+    marked = render_chat(tokenizer, chat_messages([*history, ChatMessage(role="assistant",
+                                                                         content=answer.content + SENTINEL)]))
     tail = marked[marked.rindex(SENTINEL) + len(SENTINEL):]  # e.g. "<|im_end|>\n"
     if model_ended_turn and tail.startswith(end_token_text):
         tail = tail[len(end_token_text):]  # the model sampled the end-of-turn token itself
-    rendered = tokenizer.apply_chat_template(chat_messages(before), tokenize=False)
-    full = tokenizer.apply_chat_template(chat_messages([*before, *reply]), tokenize=False, add_generation_prompt=True)
+    rendered = render_chat(tokenizer, chat_messages(before))
+    full = render_chat(tokenizer, chat_messages([*before, *reply]), add_generation_prompt=True)
     if not full.startswith(rendered):
         raise ValueError("the chat template does not render conversations prefix-stably; multi-turn RL needs it")
-    return tokenizer(tail + full[len(rendered):], add_special_tokens=False)["input_ids"]
+    return list(tokenizer(tail + full[len(rendered):], add_special_tokens=False)["input_ids"])
 
 
 def run_rollouts(loaded: LoadedModel, scenarios: Sequence[Scenario], config: GRPOTrainingConfig,
@@ -125,7 +125,7 @@ def run_rollouts(loaded: LoadedModel, scenarios: Sequence[Scenario], config: GRP
             rollouts[i].add(g.token_ids or [], g.logprobs, from_model=True)
             conversations[i].append(ChatMessage(role="assistant", content=g.text))
             if reply:
-                end_text = tokenizer.decode(g.token_ids[-1:]) if g.token_ids else ""
+                end_text = decode_text(tokenizer, g.token_ids[-1:]) if g.token_ids else ""
                 rollouts[i].add(environment_tokens(tokenizer, conversations[i], reply, g.finish_reason == "stop",
                                                    end_text), None, from_model=False)
                 conversations[i].extend(reply)
@@ -171,7 +171,8 @@ def step_stats(step: int, rollouts: Sequence[Rollout], seconds: float) -> GRPOSt
     steps = sum(len(t.steps) for t in trajectories)
     return GRPOStepStats(
         step=step, mean_group_reward=sum(episode_return(t) for t in trajectories) / len(trajectories),
-        success_rate=sum(t.verdict.outcome == "resolved" for t in trajectories) / len(trajectories),
+        success_rate=sum(t.verdict is not None and t.verdict.outcome == "resolved"
+                         for t in trajectories) / len(trajectories),
         invalid_rate=sum(s.action is None for t in trajectories for s in t.steps) / max(steps, 1),
         generated_tokens=sum(sum(r.env_mask) for r in rollouts),
         sequence_tokens=sum(len(r.prompt_ids) + len(r.completion_ids) for r in rollouts), rollout_s=seconds)
@@ -285,7 +286,8 @@ class SimulatorRollouts:
                 "episode_return": [episode_return(t) for t in trajectories]}
 
 
-def returned_reward(prompts: list[Any], completions: list[Any], episode_return: list[float], **_: Any) -> list[float]:
+def returned_reward(prompts: list[Any], completions: list[Any], episode_return: list[float],
+                    **_: Any) -> list[float | None]:
     """The reward TRL normalises per group: the environment already scored each episode."""
     return list(episode_return)
 
@@ -314,7 +316,7 @@ def train_grpo(model_dir: Path, scenarios: Sequence[Scenario], output_dir: Path,
     from transformers import AutoTokenizer
     from trl import GRPOConfig
 
-    from agent_sre.policy.llm.checkpoint import check_model_dir, device_name, pick_device, save_model_dir, train_in_bf16
+    from agent_sre.policy.llm.checkpoint import check_model_dir, device_name, pick_device, save_trained, train_in_bf16
     from agent_sre.training.unpadded import UnpaddedGRPOTrainer
 
     check_model_dir(model_dir)
@@ -342,7 +344,7 @@ def train_grpo(model_dir: Path, scenarios: Sequence[Scenario], output_dir: Path,
     began = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     runtime = time.perf_counter() - began
-    save_model_dir(trainer.accelerator.unwrap_model(trainer.model), tokenizer, output_dir)
+    save_trained(trainer, output_dir)
     losses = [row["loss"] for row in trainer.state.log_history if "loss" in row]
     logged = {int(row["step"]): float(row["reward"]) for row in trainer.state.log_history if "reward" in row}
     return GRPOResult(output_dir=str(output_dir), base_model=str(model_dir), steps=rollouts.stats,

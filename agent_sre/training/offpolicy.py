@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from agent_sre.models.reward import RewardConfig, RewardRecord
 from agent_sre.models.training import OffPolicyConfig, OffPolicyResult, OffPolicyStepStats
 from agent_sre.models.trajectory import Trajectory
-from agent_sre.policy.llm.chat import chat_messages, prompt_token_ids
+from agent_sre.policy.llm.chat import chat_messages, decode_text, prompt_token_ids, render_chat
 from agent_sre.rewards import compute_reward
 from agent_sre.training.data import incident_class
 from agent_sre.training.grpo import (SENTINEL, Rollout, environment_tokens, episode_return, returned_reward,
@@ -167,9 +167,8 @@ def check_learnable(trajectories: Iterable[Trajectory], config: OffPolicyConfig,
 def closes_turn_with_eos(tokenizer: PreTrainedTokenizerBase) -> bool:
     """Whether the chat template ends an assistant turn with the EOS token (ChatML's <|im_end|>): then a model
     emits it to stop, and a re-tokenised answer gets it as a trained token too."""
-    marked = tokenizer.apply_chat_template([{"role": "user", "content": "?"},
-                                            {"role": "assistant", "content": SENTINEL}], tokenize=False)
-    return marked[marked.rindex(SENTINEL) + len(SENTINEL):].startswith(tokenizer.eos_token)
+    marked = render_chat(tokenizer, [{"role": "user", "content": "?"}, {"role": "assistant", "content": SENTINEL}])
+    return marked[marked.rindex(SENTINEL) + len(SENTINEL):].startswith(str(tokenizer.eos_token))
 
 
 def replay(tokenizer: PreTrainedTokenizerBase, episode: ScoredEpisode) -> Rollout:
@@ -191,7 +190,7 @@ def replay(tokenizer: PreTrainedTokenizerBase, episode: ScoredEpisode) -> Rollou
         if k + 1 < len(answers):
             ended = bool(ids) and ids[-1] in special  # the model sampled its end-of-turn token itself
             rollout.add(environment_tokens(tokenizer, conversation[:at + 1], conversation[at + 1:answers[k + 1]],
-                                           ended, tokenizer.decode(ids[-1:])), None, from_model=False)
+                                           ended, decode_text(tokenizer, ids[-1:])), None, from_model=False)
     return rollout
 
 
@@ -368,7 +367,7 @@ def _kto(model_dir: Path, scored: Scored, work: Path, config: OffPolicyConfig, s
         include_num_input_tokens_seen="non_padding")
     trainer = KTOTrainer(model=str(model_dir), args=args, train_dataset=Dataset.from_list(rows),
                          processing_class=_tokenizer(model_dir), callbacks=list(callbacks))
-    kept = trainer.train_dataset
+    kept: Dataset = trainer.train_dataset  # the rows above, tokenised; too long ones left out
     truncated = len(rows) - len(kept) + sum(len(p) + len(c) > config.max_length
                                             for p, c in zip(kept["prompt_ids"], kept["completion_ids"], strict=True))
     if truncated:
@@ -396,7 +395,7 @@ def train_offpolicy(model_dir: Path, episodes: Iterable[Trajectory], output_dir:
     on `rehearsal`, expert episodes imitated at a fixed advantage; saves the policy to `output_dir`. `work_dir`
     holds the trainer's own files (default: beside `output_dir`): a checkpoint every `save_steps` (the last two
     kept), from which `resume_from` continues."""
-    from agent_sre.policy.llm.checkpoint import check_model_dir, save_model_dir
+    from agent_sre.policy.llm.checkpoint import check_model_dir, save_trained
 
     if output_dir.exists() and any(output_dir.iterdir()):
         raise FileExistsError(f"{output_dir} already holds files; off-policy RL writes a new model directory")
@@ -413,7 +412,7 @@ def train_offpolicy(model_dir: Path, episodes: Iterable[Trajectory], output_dir:
     losses = [float(row["loss"]) for row in trainer.state.log_history if "loss" in row]
     if not all(math.isfinite(loss) for loss in losses):
         raise FloatingPointError(f"off-policy RL diverged (losses {losses}); try a lower learning rate")
-    save_model_dir(trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class, output_dir)
+    save_trained(trainer, output_dir)
     return OffPolicyResult(output_dir=str(output_dir), base_model=str(model_dir), method=config.method,
                            episodes=len(scored.episodes), skipped=dict(scored.skipped),
                            classes=dict(Counter(e.incident_class for e in scored.episodes)),

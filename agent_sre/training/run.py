@@ -95,7 +95,7 @@ def run_stage(stage: TrainingStage, request: TrainingRequest, model_dir: Path, o
     model, result_file = stage_dir / "model", stage_dir / "result.json"
     if result_file.is_file() and (model / "config.json").is_file():
         result = json.loads(result_file.read_text())
-        log.write(TrainingProgress(event="stage_done", path=str(model), **{stage: result}))
+        log.write(TrainingProgress.model_validate({"event": "stage_done", "path": str(model), stage: result}))
         return model, False
     shutil.rmtree(model, ignore_errors=True)  # saved just before a crash, without its result: train it again
     work = stage_dir / "checkpoints"
@@ -116,7 +116,7 @@ def run_stage(stage: TrainingStage, request: TrainingRequest, model_dir: Path, o
         finished = train_grpo(model_dir, scenarios, model, request.grpo, work, save_steps=request.checkpoint_steps,
                               resume_from=resume_from, callbacks=callbacks)
     result_file.write_text(finished.model_dump_json())
-    log.write(TrainingProgress(event="stage_done", path=str(model), **{stage: finished}))
+    log.write(TrainingProgress.model_validate({"event": "stage_done", "path": str(model), stage: finished}))
     return model, True
 
 

@@ -14,17 +14,17 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from agent_sre.models.training import SFTConfig, SFTResult
 from agent_sre.models.trajectory import Trajectory
-from agent_sre.policy.llm.chat import chat_messages
-from agent_sre.policy.llm.checkpoint import (check_model_dir, device_name, pick_device, save_model_dir,
+from agent_sre.policy.llm.chat import chat_messages, chat_token_ids
+from agent_sre.policy.llm.checkpoint import (check_model_dir, device_name, pick_device, save_trained,
                                              train_in_bf16)
 from agent_sre.training.data import resolved_cleanly
 
 if TYPE_CHECKING:
-    from transformers import TrainerCallback
+    from transformers import PreTrainedTokenizerBase, TrainerCallback
     from trl import SFTTrainer
 
 log = logging.getLogger(__name__)
@@ -106,9 +106,8 @@ def train_sft(model_dir: Path, trajectories: Iterable[Trajectory], output_dir: P
                          f"{', '.join(config.expert_policies)}")
     with nullcontext(str(work_dir)) if work_dir else tempfile.TemporaryDirectory(prefix="sft-") as work:
         trainer = build_sft_trainer(model_dir, conversations, Path(work), config, save_steps, callbacks)
-        tokenizer = trainer.processing_class
-        truncated = sum(len(tokenizer.apply_chat_template(c, tokenize=True, return_dict=True)["input_ids"])
-                        > config.max_length for c in conversations)
+        tokenizer = cast("PreTrainedTokenizerBase", trainer.processing_class)  # the one build_sft_trainer loaded
+        truncated = sum(len(chat_token_ids(tokenizer, c)) > config.max_length for c in conversations)
         if truncated:
             log.warning("%d of %d conversations exceed max_length=%d: their later turns are not trained",
                         truncated, len(conversations), config.max_length)
@@ -117,8 +116,7 @@ def train_sft(model_dir: Path, trajectories: Iterable[Trajectory], output_dir: P
         losses = [float(entry["loss"]) for entry in logs if "loss" in entry]
         if not all(math.isfinite(loss) for loss in losses):
             raise FloatingPointError(f"SFT diverged (losses {losses}); try a lower learning rate")
-        model = trainer.model.merge_and_unload() if config.lora_r is not None else trainer.model
-        save_model_dir(model, tokenizer, output_dir)
+        save_trained(trainer, output_dir)
     return SFTResult(output_dir=str(output_dir), base_model=str(model_dir), examples=len(conversations),
                      truncated=truncated,
                      steps=trainer.state.global_step, losses=losses, train_runtime_s=output.metrics["train_runtime"],

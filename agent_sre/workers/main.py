@@ -35,8 +35,8 @@ def queue_contents(settings: Settings) -> dict[str, tuple[list[type], list[Calla
     the contents of each (tools on the workflows' queue then get eager dispatch)."""
     # On the workflows' queue too: they run there as local activities (and writes as eager ones) when a request's
     # tool_execution is `local`.
-    cluster = [tools.run_tool, observer.snapshot_cluster, observer.observe, simulation.create_and_inject,
-               simulation.delete_environment]
+    cluster: list[Callable[..., Any]] = [tools.run_tool, observer.snapshot_cluster, observer.observe,
+                                         simulation.create_and_inject, simulation.delete_environment]
     return _merged([
         (settings.queue_agent, [IncidentRemediationWorkflow, SimulatedIncidentWorkflow, ModelRolloutWorkflow],
                                [routing.route_model, rewards.compute_reward, trajectories.store_trajectory,

@@ -40,7 +40,7 @@ from agent_sre.models.remediation import (
 )
 from agent_sre.models.reward import HumanFeedback
 from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolInvocation, ToolResult
-from agent_sre.models.trajectory import Step, Trajectory
+from agent_sre.models.trajectory import Step, Termination, Trajectory
 from agent_sre.outcome import incident_outcome
 
 FAULT_CLASS = SearchAttributeKey.for_keyword("FaultClass")
@@ -103,15 +103,19 @@ class IncidentRemediationWorkflow:
     async def run(self, request: RemediationRequest) -> IncidentOutcome:
         incident = request.incident
         info = workflow.info()
-        policy_ref = request.policy or await workflow.execute_local_activity(  # a read of the routing table
-            routing.route_model, incident, start_to_close_timeout=QUICK)
+        policy_ref = request.policy
+        if policy_ref is None:
+            policy_ref = await workflow.execute_local_activity(  # a read of the routing table
+                routing.route_model, incident, start_to_close_timeout=QUICK)
         self._model_version = policy_ref.version
         known = info.typed_search_attributes  # as the workflow was started, or upserted since
         unset = [key.value_set(value) for key, value in search_attributes(incident, policy_ref)
                  if known.get(key) != value]
         if unset:
             workflow.upsert_search_attributes(unset)  # one event, not one per attribute
-        baseline = request.baseline or await near_cluster(self._queues, observer.snapshot_cluster, incident)
+        baseline = request.baseline
+        if baseline is None:
+            baseline = await near_cluster(self._queues, observer.snapshot_cluster, incident)
 
         self._trajectory = trajectory = Trajectory(
             incident=incident, workflow_id=info.workflow_id, run_id=info.run_id, policy=policy_ref.name,
@@ -123,10 +127,10 @@ class IncidentRemediationWorkflow:
             self._set_phase("settling")
             await workflow.sleep(timedelta(seconds=incident.limits.settle_s))
         self._set_phase("observing")
-        trajectory.verdict = await near_cluster(self._queues, observer.observe,
-                                                ObserveRequest(incident=incident, baseline=baseline))
-        self._outcome = trajectory.verdict.outcome
-        workflow.upsert_search_attributes([OUTCOME.value_set(trajectory.verdict.outcome)])
+        verdict = await near_cluster(self._queues, observer.observe,
+                                     ObserveRequest(incident=incident, baseline=baseline))
+        trajectory.verdict, self._outcome = verdict, verdict.outcome
+        workflow.upsert_search_attributes([OUTCOME.value_set(verdict.outcome)])
 
         if incident.limits.feedback_window_s > 0:
             self._set_phase("awaiting_feedback")
@@ -152,7 +156,7 @@ class IncidentRemediationWorkflow:
         self._set_phase("done")
         return incident_outcome(trajectory, key)
 
-    async def _investigate(self, policy_ref: PolicyRef, trajectory: Trajectory) -> str:
+    async def _investigate(self, policy_ref: PolicyRef, trajectory: Trajectory) -> Termination:
         """The agent loop. Every exit is a termination reason; nothing here raises on bad model output."""
         limits = trajectory.incident.limits
         deadline = workflow.now() + timedelta(seconds=limits.deadline_s)

@@ -32,11 +32,11 @@ with workflow.unsafe.imports_passed_through():
                                            RolloutPrep, RolloutStarted)
     from agent_sre.models.training import EvalRequest, GateRequest, TrainingRequest
     from agent_sre.training.gate import failures
-    from agent_sre.workflows.training import COLLECT, EVALUATE, QUICK, TrainingCycleWorkflow
+    from agent_sre.workflows.training import COLLECT, EVALUATE, QUICK, ActivityOptions, TrainingCycleWorkflow
 
 SCHEDULED_AT = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")  # set on runs a Schedule starts
-MUST_LAND = dict(start_to_close_timeout=QUICK["start_to_close_timeout"],
-                 retry_policy=RetryPolicy(maximum_interval=QUICK["start_to_close_timeout"]))
+MUST_LAND = ActivityOptions(start_to_close_timeout=QUICK["start_to_close_timeout"],
+                            retry_policy=RetryPolicy(maximum_interval=QUICK["start_to_close_timeout"]))
 
 
 def cutoff_of(input: LearningCycleInput) -> datetime:

@@ -84,8 +84,8 @@ class ModelRolloutWorkflow:
                     if step.kind != "set_weight" and s.step_index < len(self._plan.steps):
                         await self._continue_as_new()
         return RolloutResult(rollout_id=s.rollout_id, candidate=req.candidate, baseline=req.baseline,
-                             outcome=s.phase, reason=s.decisions[-1].reason, decisions=s.decisions,
-                             latest_analysis=s.latest_analysis)  # type: ignore[arg-type]
+                             outcome=s.phase,  # type: ignore[arg-type]  # the loop ends in a FINISHED phase only
+                             reason=s.decisions[-1].reason, decisions=s.decisions, latest_analysis=s.latest_analysis)
 
     async def _run_step(self, step: PlanStep) -> bool:
         """True when the step is done (or a human skipped it); False when a rollback, abort or full promotion

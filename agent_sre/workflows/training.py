@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -28,12 +28,22 @@ with workflow.unsafe.imports_passed_through():
                                            TrainingPhase, TrainingRequest, TrainingStatus, TrainJob)
 
 T = TypeVar("T")
-QUICK = dict(start_to_close_timeout=timedelta(minutes=1),
-             retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5))
-COLLECT = dict(start_to_close_timeout=timedelta(minutes=30), heartbeat_timeout=timedelta(minutes=5),
-               retry_policy=RetryPolicy(initial_interval=timedelta(seconds=5), maximum_attempts=3))
-EVALUATE = dict(start_to_close_timeout=timedelta(hours=12), heartbeat_timeout=timedelta(minutes=30),
-                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=10), maximum_attempts=3))
+
+
+class ActivityOptions(TypedDict, total=False):
+    """`workflow.execute_activity` keywords shared by the calls of one kind."""
+
+    start_to_close_timeout: timedelta
+    heartbeat_timeout: timedelta
+    retry_policy: RetryPolicy
+
+
+QUICK = ActivityOptions(start_to_close_timeout=timedelta(minutes=1),
+                        retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5))
+COLLECT = ActivityOptions(start_to_close_timeout=timedelta(minutes=30), heartbeat_timeout=timedelta(minutes=5),
+                          retry_policy=RetryPolicy(initial_interval=timedelta(seconds=5), maximum_attempts=3))
+EVALUATE = ActivityOptions(start_to_close_timeout=timedelta(hours=12), heartbeat_timeout=timedelta(minutes=30),
+                           retry_policy=RetryPolicy(initial_interval=timedelta(seconds=10), maximum_attempts=3))
 TRAIN_HEARTBEAT = timedelta(minutes=5)  # the activity heartbeats every second; uploads of big checkpoints pause it
 TRAIN_RETRY = RetryPolicy(initial_interval=timedelta(seconds=10), maximum_attempts=3)
 

