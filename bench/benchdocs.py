@@ -13,11 +13,20 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 
 
+def cpu_model() -> str:
+    """The processor's name as Linux reports it (machines with the same core count can differ threefold)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def provenance() -> str:
     """The command that produced the figures, when, and on what machine."""
     command = " ".join([".venv/bin/python", *map(shlex.quote, [os.path.relpath(sys.argv[0]), *sys.argv[1:]])])
     return (f"Command: `{command}`  \nDate: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {os.cpu_count()} CPUs "
-            f"(nproc), {platform.machine()}, Python {platform.python_version()}.\n")
+            f"(nproc), {cpu_model()}, {platform.machine()}, Python {platform.python_version()}.\n")
 
 
 def write_section(heading: str, body: str) -> None:

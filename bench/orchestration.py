@@ -296,8 +296,8 @@ def main() -> None:
     best_rate = max(n / wall for mode, (wall, _, _) in concurrent.items() if mode != "direct")
     steps = statistics.mean(s for _, s in direct)
     body = provenance() + (
-        f"1-minute load average {load_before:.2f} before and {load_after:.2f} after the run: other work shares the "
-        "2 cores, so every figure here is pessimistic.\n"
+        f"1-minute load average {load_before:.2f} before the run (other work on the machine) and {load_after:.2f} at "
+        "its end (the stack's processes and the bench's own). Compare machines by the dev-server floor below.\n"
         f"\nEpisodes: the runbook policy on the training catalog (interleaved by fault type), settle windows 0, "
         f"{steps:.1f} steps per episode on average; everything on the embedded stack of this machine (Temporal dev "
         "server, SeaweedFS, the simulator over HTTP; workers and client in the bench's process). Sequential rows: "
