@@ -20,7 +20,7 @@ setup: $(BIN)/agent-sre
 demo: setup
 	$(BIN)/agent-sre demo
 
-test: setup  # the type check first (a minute): the hints are part of every module's contract
+test: setup  # the type check first (a minute or two): the hints are part of every module's contract
 	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q
 

@@ -63,6 +63,7 @@ def main() -> None:
         model=str(model_dir), reward_funcs=[returned_reward], train_dataset=Dataset.from_dict({"prompt": ["-"]}),
         args=GRPOConfig(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=1, gradient_accumulation_steps=2,
                         num_generations=2, use_cpu=True, report_to=[], bf16=bf16, temperature=config.temperature))
+    assert trainer.model is not None  # the trainer loaded it from model_dir
     model = trainer.model.train()
 
     def scoring(rollout: Rollout, own_only: bool, grad: bool) -> Callable[[], torch.Tensor]:

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import get_args
 
@@ -239,8 +240,8 @@ async def measure(settings: Settings, picked: list[Scenario], ref: PolicyRef, co
         n = len(picked)
         concurrent = {"direct": await cpu_per_episode(settings, n, lambda: asyncio.to_thread(direct_threads))}
         for mode, mode_settings in modes.items():
-            concurrent[mode] = await cpu_per_episode(settings, n, lambda s=mode_settings: run_episodes(
-                client, s, picked, n, ref, concurrency, limits=LIMITS))
+            concurrent[mode] = await cpu_per_episode(settings, n, partial(run_episodes, client, mode_settings, picked,
+                                                                          n, ref, concurrency, limits=LIMITS))
     return sequential, concurrent
 
 

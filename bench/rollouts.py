@@ -30,7 +30,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import cast, get_args
+from typing import Any, cast, get_args
 
 import torch
 from rich.console import Console
@@ -78,7 +78,7 @@ class GenerateTimer:
     def __init__(self, loaded: LoadedModel) -> None:
         self.seconds = 0.0
         self.synchronize = torch.cuda.synchronize if loaded.device.type == "cuda" else (lambda: None)
-        generate = loaded.model.generate
+        generate: Any = loaded.model.generate  # GenerationMixin's (transformers' hints leave it out)
 
         def timed(*args: object, **kwargs: object) -> object:
             self.synchronize()
@@ -89,7 +89,7 @@ class GenerateTimer:
                 self.synchronize()
                 self.seconds += time.perf_counter() - began
 
-        loaded.model.generate = timed
+        setattr(loaded.model, "generate", timed)  # an instance attribute: only this model is timed
 
 
 def load(args: argparse.Namespace) -> LoadedModel:

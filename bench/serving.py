@@ -21,6 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 from rich.console import Console
@@ -35,7 +36,8 @@ from agent_sre.config import get_settings  # noqa: E402
 from agent_sre.episodes import interleave_by_fault  # noqa: E402
 from agent_sre.models.incident import RemediationLimits  # noqa: E402
 from agent_sre.models.llm import SamplingConfig  # noqa: E402
-from agent_sre.models.remediation import PolicyRef  # noqa: E402
+from agent_sre.models.policy import PolicyDecision  # noqa: E402
+from agent_sre.models.remediation import PolicyRef, PolicyRequest  # noqa: E402
 from agent_sre.models.trajectory import Trajectory  # noqa: E402
 from agent_sre.policy.llm import LLMPolicy  # noqa: E402
 from agent_sre.policy.llm.policy import LocalModels, local_version_dir  # noqa: E402
@@ -48,6 +50,11 @@ GREEDY = SamplingConfig(temperature=0.0, max_new_tokens=256)
 
 def actions(t: Trajectory) -> list[str]:
     return [s.decision.action.model_dump_json() if s.decision.action else "invalid" for s in t.steps]
+
+
+def decide(policy: LLMPolicy, request: PolicyRequest) -> PolicyDecision:
+    """One decision as the policy activity makes it."""
+    return policy.decide(request.policy, request.trajectory)
 
 
 def main() -> None:
@@ -82,8 +89,7 @@ def main() -> None:
                 runs = {}
                 for mode, p in policies.items():
                     began = time.perf_counter()
-                    runs[mode] = direct_trajectory(scenario, ref, lambda req, p=p: p.decide(req.policy,
-                                                                                           req.trajectory), limits)
+                    runs[mode] = direct_trajectory(scenario, ref, partial(decide, p), limits)
                     walls[mode] += time.perf_counter() - began
                     latencies[mode] += [s.decision.latency_ms for s in runs[mode].steps]
                 same += len({tuple(actions(t)) for t in runs.values()}) == 1

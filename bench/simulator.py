@@ -25,8 +25,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections import Counter, defaultdict
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -130,7 +130,7 @@ class Run:
     outcomes: Counter[str] = field(default_factory=Counter)
     tool_ms: list[float] = field(default_factory=list)
     failed_calls: Counter[str] = field(default_factory=Counter)
-    stages: Counter[str] = field(default_factory=Counter)  # seconds spent per episode stage
+    stages: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # seconds per episode stage
 
     def stopwatch(self) -> Callable[[str], None]:
         """`lap(stage)` adds the time since the previous lap to `stage`."""
@@ -152,11 +152,11 @@ class Run:
         return statistics.quantiles(self.tool_ms, n=100, method="inclusive")[int(q) - 1] if self.tool_ms else 0.0
 
 
-def investigation(ctx: ToolContext, scenario: Scenario) -> Iterator[ToolCall]:
+def investigation(ctx: ToolContext, scenario: Scenario) -> Generator[ToolCall, str | None, None]:
     """The 8 reads an agent starts with; the pod for `get_logs` is picked from the pod list, as an agent would."""
     target = scenario.target
     pods = yield ToolCall(tool="list_pods")
-    names = [line.split()[0] for line in pods.splitlines()[1:] if line.strip()]
+    names = [line.split()[0] for line in (pods or "").splitlines()[1:] if line.strip()]
     pod = next((n for n in names if n.startswith(f"{target}-")), names[0] if names else target)
     yield ToolCall(tool="describe", args={"kind": "deployment", "name": target})
     yield ToolCall(tool="get_logs", args={"pod": pod, "tail": 50})
@@ -178,7 +178,7 @@ def episode(transport: Transport, scenario: Scenario, run: Run, name: str = "ben
     baseline = snapshot(api, scenario.namespace, scenario.app)
     clock("oracle")
     ctx = ToolContext(api=api, namespace=scenario.namespace)
-    calls, output = investigation(ctx, scenario), None
+    calls, output = investigation(ctx, scenario), None  # the first send starts the generator
     for _ in range(INVESTIGATION_CALLS):
         call = calls.send(output)
         result = execute(call, ctx)
