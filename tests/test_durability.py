@@ -1,5 +1,5 @@
-"""Durability with real processes: the worker is killed (SIGKILL) mid-incident and a new one finishes it; the
-simulator's audit log proves that no write was executed twice."""
+"""Durability with real processes: the worker is killed (SIGKILL) or stopped (SIGTERM, as Kubernetes stops a pod)
+mid-incident and a new one finishes it; the simulator's audit log proves that no write was executed twice."""
 
 from __future__ import annotations
 
@@ -44,7 +44,15 @@ async def _await_phase(handle, phase: str, timeout_s: float = 60) -> Remediation
     raise AssertionError(f"never reached {phase}; last status {status}")
 
 
-async def test_worker_killed_mid_incident_completes_without_double_writes(stack: Settings, tmp_path: Path) -> None:
+def _stop_gracefully(worker: subprocess.Popen[bytes], sig: signal.Signals, log: Path) -> None:
+    worker.send_signal(sig)
+    assert worker.wait(timeout=60) == 0, log.read_text()
+    assert f"{sig.name}: stopping the workers" in log.read_text()
+
+
+@pytest.mark.parametrize("end", [signal.SIGKILL, signal.SIGTERM])
+async def test_worker_ended_mid_incident_completes_without_double_writes(stack: Settings, tmp_path: Path,
+                                                                         end: signal.Signals) -> None:
     settings = isolated_queues(stack)
     scenario = next(s for s in load_scenarios() if s.fault == "bad_image")
     sim = SimulatorClient(stack.sim_url)
@@ -62,21 +70,27 @@ async def test_worker_killed_mid_incident_completes_without_double_writes(stack:
                         kubeconfig=env["server"], scenario=scenario,
                         limits=RemediationLimits(settle_s=1.0, approval_risk=Risk.MEDIUM))
     client = await connect(settings)
-    first = _worker_process(settings, tmp_path / "worker-1.log")
+    logs = tmp_path / "worker-1.log", tmp_path / "worker-2.log"
+    first = _worker_process(settings, logs[0])
     try:
         started = await start_incident(client, incident, policy=PolicyRef(name="scripted", script=script),
                                        settings=settings)
         await _await_phase(started.handle, "awaiting_approval")
+        if end == signal.SIGTERM:
+            _stop_gracefully(first, end, logs[0])
     finally:
-        os.killpg(first.pid, signal.SIGKILL)  # no graceful shutdown: the process and its threads vanish
-        first.wait()
+        if first.poll() is None:  # SIGKILL, or a failed graceful stop: the process and its threads vanish
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
     await started.handle.signal("approve_action", {"step": 1, "approved": True, "by": "test"})
-    second = _worker_process(settings, tmp_path / "worker-2.log")
+    second = _worker_process(settings, logs[1])
     try:
         outcome: IncidentOutcome = await asyncio.wait_for(started.handle.result(), timeout=120)
+        _stop_gracefully(second, signal.SIGINT, logs[1])
     finally:
-        second.terminate()
-        second.wait()
+        if second.poll() is None:
+            os.killpg(second.pid, signal.SIGKILL)
+            second.wait()
     assert outcome.writes == 2 and outcome.outcome == "resolved", outcome
     writes = [r for r in sim.audit(env["name"])[audit_before:] if r.get("idempotency_key")]
     per_key = Counter(r["idempotency_key"] for r in writes)

@@ -39,9 +39,9 @@ def worker(
             typer.echo(f"error: cannot reach Temporal at {settings.temporal_address} ({e}); "
                        "is `agent-sre dev up` running?", err=True)
             raise typer.Exit(1) from None
-        typer.echo(f"worker on {', '.join(queue or sorted(known))} · Temporal {settings.temporal_address}"
-                   + (f" · metrics http://0.0.0.0:{port}/metrics" if port else ""))
-        await run_workers(client, settings, queue or None)
+        await run_workers(client, settings, queue or None, ready=lambda: typer.echo(
+            f"worker on {', '.join(queue or sorted(known))} · Temporal {settings.temporal_address}"
+            + (f" · metrics http://0.0.0.0:{port}/metrics" if port else "")))
 
     try:
         asyncio.run(serve())

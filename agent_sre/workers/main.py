@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import signal
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -27,6 +29,8 @@ from agent_sre.workflows.simulated import SimulatedIncidentWorkflow
 from agent_sre.workflows.training import TrainingCycleWorkflow
 
 HEARTBEAT_THROTTLE = timedelta(seconds=2)
+# How long running activities may go on once a worker is told to stop; Kubernetes gives a pod 30 s by default.
+GRACEFUL_SHUTDOWN = timedelta(seconds=20)
 GC_THRESHOLDS = (10_000, 20, 20)  # the interpreter's: (700, 10, 10)
 
 
@@ -64,7 +68,9 @@ def _merged(served: list[tuple[str, list[type], list[Callable[..., Any]]]],
 
 
 def build_workers(client: Client, settings: Settings, queues: Sequence[str] | None = None,
-                  max_concurrent_activities: int = 64) -> list[Worker]:
+                  max_concurrent_activities: int = 64, graceful_shutdown: timedelta = timedelta(0)) -> list[Worker]:
+    """The workers of `queues` (all by default). `graceful_shutdown`: how long running activities may go on once
+    shutdown begins; 0 cancels them at once, as in-process workers (demo, bench, tests) want."""
     contents = queue_contents(settings)
     unknown = set(queues or ()) - set(contents)
     if unknown:
@@ -74,7 +80,7 @@ def build_workers(client: Client, settings: Settings, queues: Sequence[str] | No
     # once per throttle interval: a short one makes `stop` end a training job within seconds.
     return [Worker(client, task_queue=queue, workflows=workflows, activities=activities,
                    activity_executor=executor, max_concurrent_activities=max_concurrent_activities,
-                   max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE)
+                   max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE, graceful_shutdown_timeout=graceful_shutdown)
             for queue, (workflows, activities) in contents.items() if not queues or queue in queues]
 
 
@@ -87,7 +93,30 @@ def settle_heap() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-async def run_workers(client: Client, settings: Settings, queues: Sequence[str] | None = None) -> None:
-    workers = build_workers(client, settings, queues)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C; what Kubernetes and systemd send to stop a process
+
+
+async def run_workers(client: Client, settings: Settings, queues: Sequence[str] | None = None,
+                      ready: Callable[[], None] | None = None) -> None:
+    """Serve until SIGINT or SIGTERM, then shut down gracefully: polling stops, running activities may finish
+    within GRACEFUL_SHUTDOWN and are then cancelled (Temporal runs them again on another worker once the attempt
+    fails or times out; a training job resumes from its checkpoint), and the process exits 0. A second signal ends
+    the process at once. The handlers are set even where the signal was inherited as ignored (a worker started in
+    the background by a shell); `ready` is called once they are."""
+    workers = build_workers(client, settings, queues, graceful_shutdown=GRACEFUL_SHUTDOWN)
     settle_heap()
+    loop = asyncio.get_running_loop()
+    shutdowns: list[asyncio.Task[None]] = []
+
+    def stop(sig: signal.Signals) -> None:
+        for s in STOP_SIGNALS:  # back to the defaults: a second signal is not graceful
+            loop.remove_signal_handler(s)
+        print(f"{sig.name}: stopping the workers (running activities get {GRACEFUL_SHUTDOWN.seconds} s to finish); "
+              "signal again to end at once", file=sys.stderr, flush=True)
+        shutdowns.extend(loop.create_task(w.shutdown()) for w in workers)
+
+    for s in STOP_SIGNALS:
+        loop.add_signal_handler(s, stop, s)
+    if ready is not None:
+        ready()
     await asyncio.gather(*(w.run() for w in workers))
