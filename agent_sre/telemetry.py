@@ -82,6 +82,13 @@ def setup_tracing(settings: Settings, service_name: str = "agent-sre") -> SpanPr
     return processor
 
 
+def shutdown_tracing() -> None:
+    """Export the spans still queued, as the tracer provider's exit hook would (for a process that skips it)."""
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, TracerProvider):
+        provider.shutdown()
+
+
 # --- metrics ----------------------------------------------------------------------------------------------------
 
 INCIDENTS_STARTED = Counter("agent_sre_incidents_started", "Remediations that reached their first policy "
