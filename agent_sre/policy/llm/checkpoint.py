@@ -111,7 +111,6 @@ def save_model_dir(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, o
         shutil.rmtree(tmp, ignore_errors=True)  # another process finished the same directory first
 
 
-
 def save_trained(trainer: Trainer, out_dir: Path) -> None:
     """Save what a trainer trained as a model directory: the model unwrapped from accelerate, LoRA adapters merged
     into its weights, with the tokenizer it was given."""
