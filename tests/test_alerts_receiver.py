@@ -64,9 +64,11 @@ class Receiver:
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def receiver(simulator_server: Settings, temporal_server: Settings) -> AsyncIterator[Receiver]:
-    client = await connect(temporal_server)
-    async with running_workers(client, temporal_server) as settings:
+async def receiver(stack: Settings) -> AsyncIterator[Receiver]:
+    """The receiver and workers for what it starts; with the S3 store, so a started incident routes at once
+    instead of retrying against a missing store (worker shutdown waits out those retries)."""
+    client = await connect(stack)
+    async with running_workers(client, stack) as settings:
         async with TestClient(TestServer(create_app(client, settings, TOKEN))) as http:
             r = Receiver(http, client, settings)
             try:
