@@ -12,6 +12,10 @@ import pytest
 
 from sim_fixtures import NS, Served, seed, served, workload_available  # noqa: F401 (fixture)
 
+from agent_sre.models.tools import ToolCall
+from agent_sre.tools import ToolContext, execute
+from agent_sre.tools.client import api_client
+
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 _env_ids = itertools.count(1)
 
@@ -149,6 +153,17 @@ def test_rollout_history_and_undo(served: Served, fresh: Path) -> None:
     image = served.kubectl("get", "deploy", "cart", "-n", NS, "-o",
                            "jsonpath={.spec.template.spec.containers[0].image}", kubeconfig=fresh).stdout
     assert image == "shop/cart:1.4.1"  # revision 1's template, restored by kubectl's JSON patch
+
+
+def test_rollout_status_is_what_our_tool_prints(served: Served) -> None:
+    """kubectl's watch of a rollout that cannot finish (a crash-looping replica), and our tool over the same env."""
+    kubectl = served.kubectl("rollout", "status", "deploy/cart", "-n", NS, "--timeout=2s", check=False)
+    ours = execute(ToolCall(tool="rollout_status", args={"deployment": "cart", "timeout_s": 2}),
+                   ToolContext(api=api_client(str(served.kubeconfig)), namespace=NS))
+    assert kubectl.returncode == 1 and ours.ok
+    assert ours.output == kubectl.stdout + kubectl.stderr.rstrip("\n")
+    once = served.kubectl("rollout", "status", "deploy/cart", "-n", NS, "--watch=false").stdout
+    assert once == ours.output.splitlines()[0] + "\n"
 
 
 def test_delete_pod(served: Served, fresh: Path) -> None:

@@ -20,20 +20,21 @@ from agent_sre.config import Settings
 from agent_sre.models.episode import EpisodeRequest, EpisodeResult
 from agent_sre.models.incident import Incident, RemediationLimits
 from agent_sre.models.remediation import IncidentOutcome, PolicyRef, ToolExecution
-from agent_sre.models.tools import ToolCall
+from agent_sre.models.tools import MAX_WAIT_S, ToolCall
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.scenarios import load_scenarios
 from agent_sre.simulator.client import SimulatorClient
 from agent_sre.temporal import connect, start_incident, task_queues
 from agent_sre.tools.client import api_client
 from agent_sre.workers.main import queue_contents
-from agent_sre.workflows.incident import FAULT_CLASS, MODEL_VERSION, OUTCOME, SERVICE
+from agent_sre.workflows.incident import FAULT_CLASS, MODEL_VERSION, OUTCOME, QUICK, SERVICE
 from agent_sre.workflows.simulated import environment_name
 from crash_once_worker import CRASH_EXIT_CODE
 from isolated_workers import isolated_queues, running_workers
 from worker_process import start_worker, stop_worker
 
 SCENARIO = next(s for s in load_scenarios() if s.fault == "bad_image")
+QUICK_S = QUICK.total_seconds()
 
 
 def test_queues_configured_with_one_name_serve_the_contents_of_each(settings: Settings) -> None:
@@ -70,7 +71,8 @@ async def _activities_and_markers(client: Client, workflow_id: str) -> tuple[Cou
 @pytest.mark.parametrize("mode", ["queue", "local"])
 async def test_each_mode_runs_the_episode_where_it_says(stack: Settings, mode: ToolExecution) -> None:
     client = await connect(stack)
-    script = [ToolCall(tool="list_pods"), ToolCall(tool="rollout_undo", args={"deployment": SCENARIO.target})]
+    script = [ToolCall(tool="list_pods"), ToolCall(tool="rollout_undo", args={"deployment": SCENARIO.target}),
+              ToolCall(tool="rollout_status", args={"deployment": SCENARIO.target})]
     async with running_workers(client, stack) as settings:
         queues = task_queues(settings).model_copy(update={"tool_execution": mode})
         episode_id = f"episode-mode-{mode}-{uuid.uuid4().hex[:8]}"
@@ -80,10 +82,11 @@ async def test_each_mode_runs_the_episode_where_it_says(stack: Settings, mode: T
                            limits=RemediationLimits(settle_s=0)),
             id=episode_id, task_queue=settings.queue_agent, result_type=EpisodeResult)
         parent, parent_markers = await _activities_and_markers(client, episode_id)
+        timeouts = await _activity_timeouts(client, result.outcome.workflow_id)
         child, child_markers = await _activities_and_markers(client, result.outcome.workflow_id)
         child_events = (await client.get_workflow_handle(result.outcome.workflow_id).fetch_history()).events
         listed = (await client.get_workflow_handle(result.outcome.workflow_id).describe()).typed_search_attributes
-    assert result.outcome.outcome == "resolved" and result.outcome.writes == 1 and result.outcome.steps == 3
+    assert result.outcome.outcome == "resolved" and result.outcome.writes == 1 and result.outcome.steps == 4
     assert result.environment == environment_name(episode_id)
     assert result.environment not in {e["name"] for e in SimulatorClient(stack.sim_url).list_envs()}
     # The episode starts the remediation with what it is listed by; the remediation upserts only its outcome.
@@ -96,11 +99,21 @@ async def test_each_mode_runs_the_episode_where_it_says(stack: Settings, mode: T
     if mode == "queue":
         assert parent == Counter({("create_and_inject", tools): 1, ("delete_environment", tools): 1})
         # No snapshot_cluster: the injection's snapshot, taken as the alert fired, is the baseline.
-        assert child == Counter({("run_tool", tools): 2, ("observe", tools): 1})
+        assert child == Counter({("run_tool", tools): 3, ("observe", tools): 1})
+        # rollout_status may wait up to MAX_WAIT_S for the cluster: its activity may take that much longer.
+        assert sorted(timeouts) == [QUICK_S, QUICK_S, QUICK_S, QUICK_S + MAX_WAIT_S]
     else:  # reads beside the workflow; the one write an activity of its own, on the workflow's queue
         assert parent == Counter() and parent_markers == 2
         assert child == Counter({("run_tool", settings.queue_agent): 1})
-        assert child_markers == 7  # 3 decisions, the read, observe, reward, store
+        assert child_markers == 9  # 4 decisions, the 2 reads, observe, reward, store
+        assert timeouts == [QUICK_S]
+
+
+async def _activity_timeouts(client: Client, workflow_id: str) -> list[float]:
+    """The start-to-close timeout, in seconds, of every activity the workflow scheduled."""
+    events = (await client.get_workflow_handle(workflow_id).fetch_history()).events
+    return [e.activity_task_scheduled_event_attributes.start_to_close_timeout.ToTimedelta().total_seconds()
+            for e in _of_type(events, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)]
 
 
 def _crash_worker(settings: Settings, marker: Path, log: Path) -> subprocess.Popen[bytes]:

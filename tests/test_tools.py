@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from sim_fixtures import NS, call, seed
 from agent_sre.faults import FAULTS, inject
 from agent_sre.faults.oracle import observe, snapshot
 from agent_sre.models.scenario import Scenario
-from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolInvocation, ToolResult
+from agent_sre.models.tools import MAX_WAIT_S, TOOL_SPECS, ToolCall, ToolInvocation, ToolResult
 from agent_sre.simulator.apps import get_app
 from agent_sre.simulator.cluster import Cluster
 from agent_sre.simulator.server import SimulatorServer, write_kubeconfig
@@ -27,9 +28,11 @@ from agent_sre.simulator.simulator import Simulator
 from agent_sre.simulator.transport import in_process_api_client
 from agent_sre.tools import ToolContext, execute, execute_invocation, guardrails
 from agent_sre.tools.client import api_client
+from agent_sre.tools.context import POLL_S
 from agent_sre.tools.executor import TOOLS
 from agent_sre.tools.guardrails import IDEMPOTENCY_ANNOTATION, Refusal
 from agent_sre.tools.kube import Kube
+from agent_sre.tools.status import rollout_progress
 
 CRASHING, HEALTHY = "cart-7c9b4-bbbbb", "cart-7c9b4-aaaaa"
 _names = itertools.count(1)
@@ -525,16 +528,21 @@ def test_every_ground_truth_fix_passes_the_guardrails_and_resolves(fault_name: s
     act(scenario.ground_truth.destructive)  # harmful but legitimate-looking: only the oracle can judge it
 
 
-def _injected(fault_name: str) -> tuple[Simulator, Cluster, ToolContext, Scenario]:
+def _injected(fault_name: str, manual_clock: bool = False) -> tuple[Simulator, Cluster, ToolContext, Scenario]:
+    """The fault in the shop app, 300 s after injection. On a manual clock only `advance` moves time, and a
+    waiting tool's pause advances it by one poll, as in a training episode."""
     fault = FAULTS[fault_name]
     scenario = fault.scenario(f"diag-{fault_name}".replace("_", "-"), "shop", "shop", fault.targets(get_app("shop"))[0],
                               {})
-    simulator = Simulator()
+    simulator = Simulator(speed=0 if manual_clock else 1)
     cluster = simulator.create_env("diag", apps=["shop"])
     api = in_process_api_client(simulator, cluster.name)
     inject(api, scenario)
     simulator.advance(cluster.name, 300)
-    return simulator, cluster, ToolContext(api=api, namespace="shop"), scenario
+    ctx = ToolContext(api=api, namespace="shop", idempotency_key="diag")
+    if manual_clock:
+        ctx.pause = lambda: simulator.advance(cluster.name, POLL_S)
+    return simulator, cluster, ctx, scenario
 
 
 def _read(ctx: ToolContext, tool: str, **args: Any) -> str:
@@ -564,3 +572,62 @@ def test_the_reads_show_a_cordoned_node_and_pending_pods() -> None:
     assert "Unschedulable:  true" in described and "node.kubernetes.io/unschedulable:NoSchedule" in described
     events = _read(ctx, "get_events")
     assert "FailedScheduling" in events, events
+
+
+# --- waiting -------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("generation", "status", "expected", "finished"), [
+    (3, {"observedGeneration": 2}, "Waiting for deployment spec update to be observed...", False),
+    (2, {"observedGeneration": 2, "updatedReplicas": 1, "replicas": 3},
+     'Waiting for deployment "cart" rollout to finish: 1 out of 3 new replicas have been updated...', False),
+    (2, {"observedGeneration": 2, "updatedReplicas": 3, "replicas": 4},
+     'Waiting for deployment "cart" rollout to finish: 1 old replicas are pending termination...', False),
+    (2, {"observedGeneration": 2, "updatedReplicas": 3, "replicas": 3, "availableReplicas": 2},
+     'Waiting for deployment "cart" rollout to finish: 2 of 3 updated replicas are available...', False),
+    (2, {"observedGeneration": 2, "updatedReplicas": 3, "replicas": 3, "availableReplicas": 3},
+     'deployment "cart" successfully rolled out', True),
+    (2, {"observedGeneration": 2, "updatedReplicas": 1, "replicas": 3,
+         "conditions": [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]},
+     'error: deployment "cart" exceeded its progress deadline', True),
+])
+def test_rollout_progress_says_what_kubectl_rollout_status_says(generation: int, status: dict[str, Any],
+                                                                  expected: str, finished: bool) -> None:
+    deployment = {"metadata": {"name": "cart", "generation": generation}, "spec": {"replicas": 3}, "status": status}
+    assert rollout_progress(deployment) == (expected, finished)
+
+
+def test_rollout_status_waits_on_the_clusters_clock_until_a_fix_has_rolled_out() -> None:
+    _, cluster, ctx, scenario = _injected("oom_limit", manual_clock=True)
+    before = cluster.clock.now()
+    stuck = _read(ctx, "rollout_status", deployment=scenario.target, timeout_s=20)
+    assert stuck.startswith("Waiting for deployment") and stuck.endswith("error: timed out waiting for the condition")
+    assert cluster.clock.now() - before == pytest.approx(20, abs=POLL_S)
+    for fix in scenario.ground_truth.fix:
+        assert execute(fix, ctx).ok
+    before = cluster.clock.now()
+    lines = _read(ctx, "rollout_status", deployment=scenario.target).splitlines()
+    assert lines[-1] == f'deployment "{scenario.target}" successfully rolled out'
+    assert len(lines) > 1 and all(a != b for a, b in zip(lines, lines[1:])), lines  # one line per new state
+    assert 0 < cluster.clock.now() - before < 60  # back as soon as it rolled out, not at the timeout
+
+
+def test_rollout_status_stops_at_the_progress_deadline() -> None:
+    _, cluster, ctx, scenario = _injected("bad_image", manual_clock=True)
+    patched = execute(ToolCall(tool="patch", args={"kind": "deployment", "name": scenario.target,
+                                                   "patch": {"spec": {"progressDeadlineSeconds": 330}}}), ctx)
+    assert patched.ok, patched.output
+    before = cluster.clock.now()
+    out = _read(ctx, "rollout_status", deployment=scenario.target, timeout_s=120)
+    assert out.endswith(f'error: deployment "{scenario.target}" exceeded its progress deadline'), out
+    assert cluster.clock.now() - before < 120
+
+
+def test_rollout_status_sleeps_between_reads_when_the_clock_runs_by_itself(http_env: Env) -> None:
+    """Over HTTP against a simulator on the wall clock, as against a real cluster: the default pause sleeps."""
+    start = time.monotonic()
+    out = http_env.ok("rollout_status", deployment="cart", timeout_s=1)
+    assert out.splitlines() == ['Waiting for deployment "cart" rollout to finish: 1 of 2 updated replicas are '
+                                'available...', "error: timed out waiting for the condition"]
+    assert time.monotonic() - start >= POLL_S
+    refused = http_env.run("rollout_status", deployment="cart", timeout_s=MAX_WAIT_S + 1)
+    assert refused.refused and "timeout_s" in refused.output

@@ -70,6 +70,14 @@ class DeploymentRef(_Args):
     deployment: str = Name
 
 
+MAX_WAIT_S = 120  # the longest a tool may block waiting for the cluster: its activity's timeout allows for it
+
+
+class RolloutStatus(_Args):
+    deployment: str = Name
+    timeout_s: int = Field(60, ge=1, le=MAX_WAIT_S, description="seconds to wait on the cluster's clock")
+
+
 class ListChaos(_Args):
     namespace: str | None = None
 
@@ -166,10 +174,12 @@ class ToolSpec(BaseModel):
     args: type[_Args]
     risk: Risk
     write: bool
+    max_wait_s: float = 0.0  # how long the tool may wait for the cluster beyond an ordinary call
 
 
-def _spec(name: str, args: type[_Args], risk: Risk, description: str) -> ToolSpec:
-    return ToolSpec(name=name, description=description, args=args, risk=risk, write=risk > Risk.READ)
+def _spec(name: str, args: type[_Args], risk: Risk, description: str, max_wait_s: float = 0.0) -> ToolSpec:
+    return ToolSpec(name=name, description=description, args=args, risk=risk, write=risk > Risk.READ,
+                    max_wait_s=max_wait_s)
 
 
 TOOL_SPECS: dict[str, ToolSpec] = {s.name: s for s in (
@@ -180,6 +190,9 @@ TOOL_SPECS: dict[str, ToolSpec] = {s.name: s for s in (
     _spec("get_endpoints", ServiceRef, Risk.READ, "kubectl get endpoints SERVICE: the ready pod addresses behind it"),
     _spec("top", Top, Risk.READ, "kubectl top pods|nodes: CPU and memory usage"),
     _spec("rollout_history", DeploymentRef, Risk.READ, "kubectl rollout history deployment: revisions and changes"),
+    _spec("rollout_status", RolloutStatus, Risk.READ,
+          "kubectl rollout status deployment/NAME --timeout: wait until its new pods are all available",
+          max_wait_s=MAX_WAIT_S),
     _spec("list_chaos_experiments", ListChaos, Risk.READ, "Chaos Mesh experiments in the namespace"),
     _spec("get_resource", GetResource, Risk.READ, "kubectl get KIND NAME -o yaml (secret values are shown decoded)"),
     _spec("patch", Patch, Risk.MEDIUM, "kubectl patch KIND NAME --type strategic|merge|json -p PATCH"),

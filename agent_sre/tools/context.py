@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from kubernetes.client import ApiClient
@@ -11,6 +12,11 @@ from kubernetes.client import ApiClient
 from agent_sre.tools.kube import Kube
 
 DEFAULT_MAX_CHARS = 2000
+POLL_S = 1.0  # how often a waiting tool re-reads the cluster
+
+
+def sleep_one_poll() -> None:
+    time.sleep(POLL_S)
 
 
 class ToolFailure(Exception):
@@ -24,6 +30,9 @@ class ToolContext:
     idempotency_key: str | None = None  # required for writes; the same key on a retry makes the write act once
     attempt: int = 1  # the activity attempt (>1 on a retry): a delete that finds nothing on a retry is done
     max_chars: int = DEFAULT_MAX_CHARS
+    # What a waiting tool does between two reads: sleep; on a simulated clock that only actions move (training
+    # episodes), advance it instead.
+    pause: Callable[[], None] = field(default=sleep_one_poll)
 
     @cached_property
     def kube(self) -> Kube:

@@ -34,6 +34,7 @@ TOOLS: dict[str, Callable[[ToolContext, Any], str | write.Outcome]] = {
     "get_endpoints": read.get_endpoints,
     "top": read.top,
     "rollout_history": read.rollout_history,
+    "rollout_status": read.rollout_status,
     "list_chaos_experiments": read.list_chaos_experiments,
     "get_resource": read.get_resource,
     "finish": read.finish,

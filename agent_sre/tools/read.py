@@ -16,7 +16,7 @@ from agent_sre.tools.context import ToolContext
 from agent_sre.tools.kube import KINDS, Kube, KubeError, Obj
 from agent_sre.kubetime import age
 from agent_sre.tools.render import NONE, clean, clip, fit, labels, table
-from agent_sre.tools.status import pod_ready, pod_restarts, pod_status
+from agent_sre.tools.status import pod_ready, pod_restarts, pod_status, rollout_progress
 
 REVISION = "deployment.kubernetes.io/revision"
 CHANGE_CAUSE = "kubernetes.io/change-cause"
@@ -240,6 +240,26 @@ def rollout_history(ctx: ToolContext, args: m.DeploymentRef) -> str:
         previous = template
     return clip(f"deployment.apps/{args.deployment}\n" + table(["REVISION", "IMAGES", "CHANGES", "CHANGE-CAUSE"],
                                                                 rows), ctx.max_chars)
+
+
+def rollout_status(ctx: ToolContext, args: m.RolloutStatus) -> str:
+    """Re-read the deployment until it has rolled out, is past its progress deadline, or `timeout_s` has passed
+    on the cluster's clock (the simulator's may run faster than the wall clock); each new state is one line."""
+    lines: list[str] = []
+    deadline: float | None = None
+    while True:
+        message, finished = rollout_progress(ctx.kube.get("deployment", args.deployment))
+        now = ctx.now()
+        deadline = now + args.timeout_s if deadline is None else deadline
+        if not lines or lines[-1] != message:
+            lines.append(message)
+        if finished:
+            break
+        if now >= deadline:
+            lines.append("error: timed out waiting for the condition")
+            break
+        ctx.pause()
+    return clip("\n".join(lines), ctx.max_chars, keep="tail")  # the verdict is the last line
 
 
 def _chaos_target(spec: Obj) -> str:

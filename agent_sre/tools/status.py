@@ -43,7 +43,7 @@ def pod_status(pod: Obj) -> str:
             elif cs.get("ready") and state.get("running") is not None:
                 has_running = True
         if reason == "Completed" and has_running:
-            reason = "Running" if _condition(pod, "Ready") == "True" else "NotReady"
+            reason = "Running" if _condition(pod, "Ready").get("status") == "True" else "NotReady"
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         reason = "Terminating"
     return reason
@@ -55,11 +55,12 @@ def _exit(terminated: Obj) -> str:
     return f"ExitCode:{terminated.get('exitCode', 0)}"
 
 
-def _condition(obj: Obj, kind: str) -> str | None:
+def _condition(obj: Obj, kind: str) -> Obj:
+    """The status condition of type `kind`, or {} when there is none."""
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if cond.get("type") == kind:
-            return cond.get("status")
-    return None
+            return cond
+    return {}
 
 
 def pod_ready(pod: Obj) -> str:
@@ -75,3 +76,23 @@ def pod_restarts(pod: Obj, now: float) -> str:
     last = max((parse_time(((cs.get("lastState") or {}).get("terminated") or {}).get("finishedAt")) or 0.0
                 for cs in statuses), default=0.0)
     return f"{count} ({human_duration(now - last)} ago)" if count and last else str(count)
+
+
+def rollout_progress(deployment: Obj) -> tuple[str, bool]:
+    """What `kubectl rollout status` says of a deployment now (its DeploymentStatusViewer), and whether it stops
+    waiting: rolled out, or past its progress deadline (an `error:` line, as kubectl exits non-zero)."""
+    meta, spec, status = (deployment.get(key) or {} for key in ("metadata", "spec", "status"))
+    name = meta.get("name")
+    if meta.get("generation", 0) > status.get("observedGeneration", 0):
+        return "Waiting for deployment spec update to be observed...", False
+    if _condition(deployment, "Progressing").get("reason") == "ProgressDeadlineExceeded":
+        return f'error: deployment "{name}" exceeded its progress deadline', True
+    waiting = f'Waiting for deployment "{name}" rollout to finish: '
+    replicas, updated = spec.get("replicas", 1), status.get("updatedReplicas", 0)
+    if updated < replicas:
+        return waiting + f"{updated} out of {replicas} new replicas have been updated...", False
+    if status.get("replicas", 0) > updated:
+        return waiting + f"{status['replicas'] - updated} old replicas are pending termination...", False
+    if status.get("availableReplicas", 0) < updated:
+        return waiting + f"{status.get('availableReplicas', 0)} of {updated} updated replicas are available...", False
+    return f'deployment "{name}" successfully rolled out', True

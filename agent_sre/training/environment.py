@@ -9,7 +9,8 @@ format and strict parser, the tools with their guardrails, the oracle, the rewar
     trajectory = env.close()                      # verdict + reward.v1, environment deleted
 
 Time is simulated: each action costs `step_cost_s` on the environment's clock (an engineer's typing and the
-cluster's reaction), so time-to-mitigate is comparable across machines and models. Give it a `Simulator(speed=0)`
+cluster's reaction), and a tool that waits (`rollout_status`) moves it on as it polls, so time-to-mitigate is
+comparable across machines and models. Give it a `Simulator(speed=0)`
 so that only actions move the clock, not how long a model takes to generate.
 """
 
@@ -33,6 +34,7 @@ from agent_sre.rewards import compute_reward
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.simulator.transport import in_process_api_client
 from agent_sre.tools import ToolContext, execute
+from agent_sre.tools.context import POLL_S
 
 FAULT_DEVELOP_S = 120.0  # simulated time between injection and the alert
 
@@ -92,7 +94,8 @@ class IncidentEnvironment:
             t.termination = "finished"
         elif action is not None:
             step.result = execute(action, ToolContext(api=self._api(), namespace=self.scenario.namespace,
-                                                      idempotency_key=f"{t.workflow_id}/{step.index}"))
+                                                      idempotency_key=f"{t.workflow_id}/{step.index}",
+                                                      pause=self._advance_one_poll))
         if t.termination is None and len(t.steps) >= self.limits.max_steps:
             t.termination = "step_limit"
         return [] if t.termination is not None else self._next_prompt()
@@ -124,6 +127,10 @@ class IncidentEnvironment:
         return t
 
     # --- helpers -----------------------------------------------------------------------------------------------
+    def _advance_one_poll(self) -> None:
+        """A waiting tool's pause: only actions move this clock, so waiting moves it by one poll."""
+        self.simulator.advance(self._env_name(), POLL_S)
+
     def _next_prompt(self) -> list[ChatMessage]:
         self._pending = pending_messages(self.require())
         return self._pending

@@ -203,8 +203,9 @@ class IncidentRemediationWorkflow:
         info = workflow.info()
         invocation = ToolInvocation(call=action, namespace=incident.namespace, kubeconfig=incident.kubeconfig,
                                     idempotency_key=f"{info.workflow_id}/{info.run_id}/{index}")
-        if spec is None or not spec.write:
-            return await near_cluster(self._queues, tools.run_tool, invocation)
+        if spec is None or not spec.write:  # a waiting read (rollout_status) gets its longest wait on top
+            timeout = QUICK + timedelta(seconds=spec.max_wait_s if spec else 0.0)
+            return await near_cluster(self._queues, tools.run_tool, invocation, timeout)
         # A write is always an activity of its own, in history before the agent moves on: re-running a chain of
         # local activities after a crash re-reads a cluster the write has changed, and the agent could then decide
         # differently and lose the write from its trajectory. `local` puts it on the workflow's own queue, where
