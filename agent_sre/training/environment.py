@@ -10,8 +10,8 @@ format and strict parser, the tools with their guardrails, the oracle, the rewar
 
 Time is simulated: each action costs `step_cost_s` on the environment's clock (an engineer's typing and the
 cluster's reaction), and a tool that waits (`rollout_status`) moves it on as it polls, so time-to-mitigate is
-comparable across machines and models. Give it a `Simulator(speed=0)`
-so that only actions move the clock, not how long a model takes to generate.
+comparable across machines and models. Give it a `Simulator(speed=0)` so that only actions move the clock, not
+how long a model takes to generate.
 """
 
 from __future__ import annotations
