@@ -6,6 +6,8 @@ import pytest
 
 from agent_sre.models.incident import RemediationLimits
 from agent_sre.models.remediation import PolicyRef
+from agent_sre.models.tools import ToolCall
+from agent_sre.policy.conversation import render_action
 from agent_sre.policy.runbook import RunbookPolicy
 from agent_sre.scenarios import load_scenarios
 from agent_sre.simulator.simulator import Simulator
@@ -62,3 +64,19 @@ def test_bad_model_output_is_an_invalid_step_and_the_step_limit_ends_the_episode
     assert t.reward.step_rewards[0] < 0 and t.reward.step_rewards[2] < 0
     with pytest.raises(RuntimeError):
         env.step("{}")
+
+
+def test_waiting_for_a_rollout_costs_simulated_time(simulator: Simulator) -> None:
+    """The manual clock moves only with actions, so the environment's pause advances it: the model waits as long
+    in simulated time as the rollout takes, and time to mitigate counts the wait."""
+    scenario = _scenario("oom_limit")
+    env = IncidentEnvironment(simulator, scenario, step_cost_s=3.0)
+    env.reset()
+    [fix] = scenario.ground_truth.fix
+    env.step(render_action(fix))
+    reply = env.step(render_action(ToolCall(tool="rollout_status", args={"deployment": scenario.target})))
+    assert reply[0].content.endswith(f'deployment "{scenario.target}" successfully rolled out'), reply[0].content
+    env.step(render_action(ToolCall(tool="finish", args={"diagnosis": "OOMKilled", "summary": "raised the limit"})))
+    t = env.close()
+    assert t.verdict is not None and t.verdict.outcome == "resolved"
+    assert t.time_to_mitigate_s is not None and t.time_to_mitigate_s > 3.0 * len(t.steps)

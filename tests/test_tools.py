@@ -28,7 +28,7 @@ from agent_sre.simulator.simulator import Simulator
 from agent_sre.simulator.transport import in_process_api_client
 from agent_sre.tools import ToolContext, execute, execute_invocation, guardrails
 from agent_sre.tools.client import api_client
-from agent_sre.tools.context import POLL_S
+from agent_sre.tools.context import POLL_S, sleep_one_poll
 from agent_sre.tools.executor import TOOLS
 from agent_sre.tools.guardrails import IDEMPOTENCY_ANNOTATION, Refusal
 from agent_sre.tools.kube import Kube
@@ -620,6 +620,16 @@ def test_rollout_status_stops_at_the_progress_deadline() -> None:
     out = _read(ctx, "rollout_status", deployment=scenario.target, timeout_s=120)
     assert out.endswith(f'error: deployment "{scenario.target}" exceeded its progress deadline'), out
     assert cluster.clock.now() - before < 120
+
+
+def test_rollout_status_on_a_stopped_clock_gives_up_by_the_wall_clock() -> None:
+    """A caller that runs a manual clock and leaves the default pause (a sleep) gets a timeout, not a hang."""
+    _, cluster, ctx, scenario = _injected("bad_image", manual_clock=True)
+    ctx.pause = sleep_one_poll
+    before, start = cluster.clock.now(), time.monotonic()
+    out = _read(ctx, "rollout_status", deployment=scenario.target, timeout_s=1)
+    assert out.endswith("error: timed out waiting for the condition") and cluster.clock.now() == before
+    assert POLL_S <= time.monotonic() - start < 10 * POLL_S
 
 
 def test_rollout_status_sleeps_between_reads_when_the_clock_runs_by_itself(http_env: Env) -> None:

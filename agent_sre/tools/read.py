@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import time
 from typing import Any
 
 import yaml
@@ -244,9 +245,11 @@ def rollout_history(ctx: ToolContext, args: m.DeploymentRef) -> str:
 
 def rollout_status(ctx: ToolContext, args: m.RolloutStatus) -> str:
     """Re-read the deployment until it has rolled out, is past its progress deadline, or `timeout_s` has passed
-    on the cluster's clock (the simulator's may run faster than the wall clock); each new state is one line."""
+    on the cluster's clock (the simulator's may run faster than the wall clock) or on the wall clock (a stopped
+    simulated clock whose context does not advance it); each new state is one line."""
     lines: list[str] = []
     deadline: float | None = None
+    wall_deadline = time.monotonic() + args.timeout_s
     while True:
         message, finished = rollout_progress(ctx.kube.get("deployment", args.deployment))
         now = ctx.now()
@@ -255,7 +258,7 @@ def rollout_status(ctx: ToolContext, args: m.RolloutStatus) -> str:
             lines.append(message)
         if finished:
             break
-        if now >= deadline:
+        if now >= deadline or time.monotonic() >= wall_deadline:
             lines.append("error: timed out waiting for the condition")
             break
         ctx.pause()
