@@ -12,9 +12,13 @@ import pytest
 
 from sim_fixtures import NS, Served, seed, served, workload_available  # noqa: F401 (fixture)
 
+from agent_sre.faults import FAULTS, inject
 from agent_sre.models.tools import ToolCall
+from agent_sre.simulator.apps import get_app
+from agent_sre.simulator.transport import in_process_api_client
 from agent_sre.tools import ToolContext, execute
 from agent_sre.tools.client import api_client
+from agent_sre.tools.status import rollout_progress
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 _env_ids = itertools.count(1)
@@ -164,6 +168,38 @@ def test_rollout_status_is_what_our_tool_prints(served: Served) -> None:
     assert ours.output == kubectl.stdout + kubectl.stderr.rstrip("\n")
     once = served.kubectl("rollout", "status", "deploy/cart", "-n", NS, "--watch=false").stdout
     assert once == ours.output.splitlines()[0] + "\n"
+
+
+def test_rollout_status_lines_are_kubectls_through_faults_and_their_fixes(served: Served) -> None:
+    """On a stopped simulated clock kubectl and our tool read the same state, so every line must be the same:
+    while a fault develops, after the fix, and once the progress deadline has passed."""
+    seen = []
+    for fault, deadline_s in (("bad_image", None), ("oom_limit", None), ("scaled_to_zero", None), ("bad_image", 60)):
+        cluster = served.simulator.create_env(apps=["shop"], seed=1, speed=0)
+        api = in_process_api_client(served.simulator, cluster.name)
+        spec = FAULTS[fault]
+        scenario = spec.scenario(f"k-{fault}".replace("_", "-"), "shop", "shop", spec.targets(get_app("shop"))[0], {})
+        inject(api, scenario)
+        ctx = ToolContext(api=api, namespace="shop", idempotency_key=f"kubectl-{cluster.name}")
+        if deadline_s is not None:
+            fix = [ToolCall(tool="patch", args={"kind": "deployment", "name": scenario.target,
+                                               "patch": {"spec": {"progressDeadlineSeconds": deadline_s}}})]
+        else:
+            fix = scenario.ground_truth.fix
+        for advance in (0, 30, "fix", 1, 10, 60):
+            if advance == "fix":
+                assert all(execute(call, ctx).ok for call in fix)
+                continue
+            served.simulator.advance(cluster.name, float(advance))
+            kubectl = served.kubectl("rollout", "status", f"deploy/{scenario.target}", "-n", "shop", "--watch=false",
+                                     kubeconfig=served.kubeconfig_for(cluster.name), check=False)
+            ours, _ = rollout_progress(ctx.kube.get("deployment", scenario.target))
+            assert (kubectl.stdout + kubectl.stderr).strip() == ours, (fault, advance)
+            seen.append(ours)
+        served.simulator.delete_env(cluster.name)
+    for state in ("new replicas have been updated", "old replicas are pending termination",
+                  "updated replicas are available", "successfully rolled out", "exceeded its progress deadline"):
+        assert any(state in line for line in seen), state
 
 
 def test_delete_pod(served: Served, fresh: Path) -> None:
