@@ -65,10 +65,14 @@ def reward_key(t: Trajectory) -> str:
     return _key(REWARDS, t, "json")
 
 
-def feedback_prefix(key: str) -> str:
-    """Where the late feedback on the episode stored at trajectory `key` goes."""
+def _check_key(key: str) -> None:
     if not _KEY_RE.match(key):
         raise ValueError(f"{key!r} is not a trajectory key ({TRAJECTORIES}/date=…/model=…/….jsonl)")
+
+
+def feedback_prefix(key: str) -> str:
+    """Where the late feedback on the episode stored at trajectory `key` goes."""
+    _check_key(key)
     return f"{FEEDBACK}/{key[len(TRAJECTORIES) + 1:-len('.jsonl')]}/"
 
 
@@ -125,11 +129,10 @@ def read_reward(client: Minio, bucket: str, t: Trajectory) -> RewardRecord | Non
         raise
 
 
-def write_late_feedback(client: Minio, bucket: str, key: str, workflow_id: str, feedback: HumanFeedback) -> str:
-    """Store a rating of `workflow_id`'s episode, stored at trajectory `key`, given after its feedback window,
-    redacted; returns the feedback object's key. LookupError when no trajectory is stored there, ValueError when
-    the object is not that remediation's one episode."""
-    prefix = feedback_prefix(key)
+def read_episode(client: Minio, bucket: str, key: str) -> Trajectory:
+    """The one episode stored at trajectory `key`. LookupError when nothing is stored there, ValueError when `key`
+    is not a trajectory key or its object does not hold exactly one trajectory.v1."""
+    _check_key(key)
     try:
         [t] = read_trajectories(client, bucket, key)
     except S3Error as exc:
@@ -138,6 +141,15 @@ def write_late_feedback(client: Minio, bucket: str, key: str, workflow_id: str, 
         raise
     except ValueError as exc:
         raise ValueError(f"s3://{bucket}/{key} does not hold one episode: {exc}") from exc
+    return t
+
+
+def write_late_feedback(client: Minio, bucket: str, key: str, workflow_id: str, feedback: HumanFeedback) -> str:
+    """Store a rating of `workflow_id`'s episode, stored at trajectory `key`, given after its feedback window,
+    redacted; returns the feedback object's key. LookupError when no trajectory is stored there, ValueError when
+    the object is not that remediation's one episode."""
+    prefix = feedback_prefix(key)
+    t = read_episode(client, bucket, key)
     if t.workflow_id != workflow_id:
         raise ValueError(f"s3://{bucket}/{key} holds an episode of {t.workflow_id}, not of {workflow_id}")
     record = redact_model(LateFeedback(incident_id=t.incident.id, workflow_id=t.workflow_id, run_id=t.run_id,

@@ -23,6 +23,7 @@ import pytest
 from isolated_workers import isolated_queues
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
+from trajectory_factory import finish, make_trajectory, read, step, write
 from typer.testing import CliRunner, Result
 
 from agent_sre import config
@@ -34,13 +35,15 @@ from agent_sre.learning.data import gather
 from agent_sre.models.incident import Incident
 from agent_sre.models.learning import LearningConfig, LearningState
 from agent_sre.models.remediation import RemediationRequest
+from agent_sre.models.reward import RewardConfig
 from agent_sre.models.training import TrainingRequest
 from agent_sre.scenarios import default_catalog
 from agent_sre.simulator.client import SimulatorClient
 from agent_sre.stack.ports import pick_free_ports
-from agent_sre.temporal import connect
+from agent_sre.rewards import compute_reward
 from agent_sre.storage import object_store
-from agent_sre.trajectory_store import read_reward
+from agent_sre.temporal import connect
+from agent_sre.trajectory_store import read_reward, write_trajectory
 
 BAD_IMAGE = default_catalog() / "bad-image.yaml"
 
@@ -153,6 +156,11 @@ def test_scenario_with_approval_then_feedback(cli: Callable[..., Result], worker
     early = cli("incident", "feedback", workflow_id, "--rating", "1")
     assert early.exit_code == 1 and "is awaiting_approval: rate it once it has been judged" in flat(early)
 
+    so_far = cli("incident", "steps", workflow_id)  # the running workflow's trajectory query
+    assert so_far.exit_code == 0, so_far.output
+    assert f"waiting for approval: agent-sre incident approve|reject {workflow_id} --step {step}" in flat(so_far)
+    assert "list_pods" in so_far.output and "ended: still acting · verdict: not judged yet" in flat(so_far)
+
     approved = cli("incident", "approve", workflow_id, "--step", str(step), "--by", "oncall")
     assert approved.exit_code == 0 and "approved" in approved.output, approved.output
 
@@ -163,6 +171,9 @@ def test_scenario_with_approval_then_feedback(cli: Callable[..., Result], worker
     done = status_until(cli, workflow_id, "COMPLETED")
     assert "phase │ done" in done and "termination │ finished" in done
     assert "feedback +1" in done  # the rating was folded into the reward
+    stored = flat(cli("incident", "steps", episode_id))  # completed: read from the store, redacted
+    assert f"{step} rollout_undo deployment=cart deployment.apps/cart rolled back" in stored
+    assert "ended: finished · verdict: resolved · reward +18.00 (sre)" in stored and "waiting" not in stored
     assert worker.metric("agent_sre_incidents_finished_total", model_version="runbook-v1") >= 1
 
 
@@ -199,6 +210,31 @@ def test_feedback_after_the_window_reaches_the_next_learning_cycle(cli: Callable
     assert learnt.reward is not None and learnt.reward.components["feedback"] == -2.0
     served = read_reward(client, bucket, learnt)  # as the workflow computed it, without the late ratings
     assert served is not None and served.components["feedback"] == 0.0 and learnt.reward.total < served.total
+
+
+def test_steps_of_a_stored_episode_name_each_action_and_what_came_back(cli: Callable[..., Result],
+                                                                          worker: Worker) -> None:
+    """Read by key, without Temporal: invalid actions, refusals and tool errors are steps like any other, and
+    long outputs show their first lines unless --full."""
+    pods = "NAME READY STATUS\n" + "\n".join(f"cart-{i} 0/1 CrashLoopBackOff" for i in range(8))
+    t = make_trajectory([read(output=pods), step(None, None, completion="kubectl delete ns shop",
+                                                 invalid_reason="not a JSON tool call"),
+                         write(refused=True), write(ok=False), write(), finish()], outcome="resolved")
+    t.reward = compute_reward(t, RewardConfig())
+    key = write_trajectory(object_store(worker.settings), worker.settings.s3_bucket, t).key
+
+    shown = cli("incident", "steps", "--trajectory", key)
+    assert shown.exit_code == 0, shown.output
+    lines = [line.rstrip() for line in shown.output.splitlines()]
+    assert lines[1:9] == [" 0 list_pods", "   NAME READY STATUS", "   cart-0 0/1 CrashLoopBackOff",
+                          "   cart-1 0/1 CrashLoopBackOff", "   … 6 more lines (--full shows them)",
+                          " 1 invalid action: kubectl delete ns shop  step reward -0.5",
+                          "   why: not a JSON tool call", " 2 rollout_undo deployment=cart  step reward -0.5"]
+    assert lines[9:13] == ["   refused: not allowed", " 3 rollout_undo deployment=cart  step reward -0.1",
+                           "   error: conflict", " 4 rollout_undo deployment=cart"]
+    assert lines[-1] == f"ended: finished · verdict: resolved · reward {t.reward.total:+.2f} (sre)"
+    whole = cli("incident", "steps", "--trajectory", key, "--full")
+    assert "cart-7 0/1 CrashLoopBackOff" in whole.output and "--full shows them" not in whole.output
 
 
 def test_user_report_starts_then_attaches(cli: Callable[..., Result], shop_env: str) -> None:
@@ -267,6 +303,11 @@ def test_episodes_run_plays_a_batch_with_the_policy_named_and_prints_the_outcome
                                                 "ended and takes no more signals"),
     (("train", "status", "train-nope-0"), "no training cycle 'train-nope-0'"),
     (("train", "stop", "train-nope-0"), "no running training cycle 'train-nope-0': the id is wrong, or it has ended"),
+    (("incident", "steps"), "give exactly one of ID or --trajectory KEY"),
+    (("incident", "steps", "incident-nope-0"), "no workflow 'incident-nope-0': check the id"),
+    (("incident", "steps", "--trajectory", "rewards/x.json"), "'rewards/x.json' is not a trajectory key"),
+    (("incident", "steps", "--trajectory", "trajectories/date=2026-01-01/model=m/incident-nope-0__r.jsonl"),
+     "no trajectory stored at s3://"),
     (("incident", "feedback", "incident-nope-0", "--rating", "2"), "--rating"),
     (("incident", "feedback", "incident-nope-0", "--rating", "1"), "unknown incident incident-nope-0"),
     (("incident", "feedback", "incident-nope-0", "--rating", "1", "--trajectory", "rewards/x.json"),
@@ -303,6 +344,9 @@ def test_status_of_a_running_workflow_that_no_worker_polls_says_so_at_once(cli: 
         began = time.monotonic()
         shown = cli("incident", "status", remediation)
         assert shown.exit_code == 0 and f"│ not known: no worker polls its task queue '{queue}'" in flat(shown)
+        steps = cli("incident", "steps", remediation)
+        assert steps.exit_code == 1
+        assert f"{remediation} cannot be asked for its steps: no worker polls its task queue '{queue}'" in flat(steps)
         refused = cli("train", "status", cycle)
         assert refused.exit_code == 1, refused.output
         assert f"{cycle} is running, but no worker polls its task queue '{queue}'" in flat(refused)

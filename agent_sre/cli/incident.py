@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
+import textwrap
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -25,6 +26,7 @@ from rich.markup import escape
 from rich.table import Table
 from temporalio.client import (
     Client,
+    WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
@@ -43,9 +45,10 @@ from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, Poli
 from agent_sre.models.reward import HumanFeedback
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.tools import Risk
+from agent_sre.models.trajectory import Step, Trajectory
 from agent_sre.storage import object_store
 from agent_sre.temporal import start_incident, task_queues
-from agent_sre.trajectory_store import write_late_feedback
+from agent_sre.trajectory_store import read_episode, write_late_feedback
 from agent_sre.validation import explain
 
 app = typer.Typer(help="Start, follow and answer remediations.", no_args_is_help=True)
@@ -54,6 +57,7 @@ T = TypeVar("T")
 
 RiskName = Literal["low", "medium", "high"]  # the write risks (models.tools.Risk)
 QUERY_TIMEOUT = timedelta(seconds=10)
+STEP_PREVIEW_CHARS = 120  # of an invalid action's raw completion
 KUBECONFIG_HELP = ("the cluster to act on, as the worker sees it: a kubeconfig path or a simulator environment URL "
                    "(default: the worker's own)")
 
@@ -127,21 +131,9 @@ def report(
 def status(workflow_id: str = typer.Argument(..., metavar="ID", help="the remediation's workflow id")) -> None:
     """Where a remediation stands: phase, steps, last action, and the outcome once judged."""
     async def show(client: Client, settings: Settings) -> None:
-        handle = client.get_workflow_handle(workflow_id)
-        desc = await handle.describe()
-        if desc.workflow_type == "SimulatedIncidentWorkflow":  # an episode: what matters is its remediation
-            console.print(f"{workflow_id} is a simulated episode ({desc.status.name if desc.status else '?'}); "
-                          f"its remediation is {workflow_id}-remediation")
-            handle = client.get_workflow_handle(f"{workflow_id}-remediation")
-            try:
-                desc = await handle.describe()
-            except RPCError as e:
-                if e.status != RPCStatusCode.NOT_FOUND:
-                    raise
-                console.print("the remediation has not started yet: the fault is still being injected")
-                return
-        elif desc.workflow_type != "IncidentRemediationWorkflow":
-            _fail(f"{workflow_id} is a {desc.workflow_type}, not a remediation")
+        if (found := await _remediation(client, workflow_id)) is None:
+            return
+        handle, desc = found
         table = Table(show_header=False, title=f"incident {handle.id}")
         table.add_row("workflow", f"{desc.workflow_type} · {desc.status.name if desc.status else '?'}")
         table.add_row("started", f"{desc.start_time:%Y-%m-%d %H:%M:%S %Z}")
@@ -158,6 +150,42 @@ def status(workflow_id: str = typer.Argument(..., metavar="ID", help="the remedi
         elif desc.status not in (None, WorkflowExecutionStatus.RUNNING):
             table.add_row("ended", f"[red]{desc.status.name.lower()}[/] (see the Temporal UI for why)")
         console.print(table)
+
+    _run(show, not_found=no_workflow("workflow", workflow_id))
+
+
+@app.command("steps")
+def steps(
+    workflow_id: str = typer.Argument(None, metavar="[ID]", help="the remediation's (or its episode's) workflow id"),
+    trajectory: str = typer.Option(None, "--trajectory", metavar="KEY", help=(
+        "a stored trajectory's key, as `status` prints it: read from the store, without Temporal")),
+    full: bool = typer.Option(False, "--full", help="whole tool outputs, not their first lines"),
+) -> None:
+    """What the agent did, step by step: each action, what the cluster answered, and the step's reward.
+
+    A running remediation answers its `trajectory` query (a worker must poll its queue); a completed one is read
+    from the store, as it was recorded (redacted)."""
+    if (workflow_id is None) == (trajectory is None):
+        _fail("give exactly one of ID or --trajectory KEY")
+    if trajectory is not None:
+        _print_steps(_stored_episode(common.get_settings(), trajectory), full)
+        return
+
+    async def show(client: Client, settings: Settings) -> None:
+        if (found := await _remediation(client, workflow_id)) is None:
+            return
+        handle, desc = found
+        completed = desc.status == WorkflowExecutionStatus.COMPLETED
+        if completed and (key := (await _outcome(client, handle.id)).trajectory_key):
+            _print_steps(_stored_episode(settings, key), full)
+            return
+        if (why := await unpolled(client, desc.task_queue)) is not None:
+            _fail(f"{handle.id} cannot be asked for its steps: {why}")
+        t = await handle.query("trajectory", result_type=Trajectory, rpc_timeout=QUERY_TIMEOUT)
+        if t is None:
+            console.print(f"{handle.id} has taken no step yet: it is choosing the model version")
+            return
+        _print_steps(t, full, await _status(handle))
 
     _run(show, not_found=no_workflow("workflow", workflow_id))
 
@@ -358,6 +386,28 @@ async def _start_episode(client: Client, settings: Settings, request: EpisodeReq
         _print_outcome((await handle.result()).outcome)
 
 
+async def _remediation(client: Client, workflow_id: str
+                       ) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionDescription] | None:
+    """The remediation `workflow_id` names: itself, or a simulated episode's child (None, said, while the episode
+    is still injecting its fault). Any other workflow is an error."""
+    handle = client.get_workflow_handle(workflow_id)
+    desc = await handle.describe()
+    if desc.workflow_type == "SimulatedIncidentWorkflow":  # an episode: what matters is its remediation
+        console.print(f"{workflow_id} is a simulated episode ({desc.status.name if desc.status else '?'}); "
+                      f"its remediation is {workflow_id}-remediation")
+        handle = client.get_workflow_handle(f"{workflow_id}-remediation")
+        try:
+            desc = await handle.describe()
+        except RPCError as e:
+            if e.status != RPCStatusCode.NOT_FOUND:
+                raise
+            console.print("the remediation has not started yet: the fault is still being injected")
+            return None
+    elif desc.workflow_type != "IncidentRemediationWorkflow":
+        _fail(f"{workflow_id} is a {desc.workflow_type}, not a remediation")
+    return handle, desc
+
+
 async def _outcome(client: Client, workflow_id: str) -> IncidentOutcome:
     return await client.get_workflow_handle(workflow_id, result_type=IncidentOutcome).result()
 
@@ -397,6 +447,58 @@ def _print_outcome(o: IncidentOutcome) -> None:
     table.add_row("steps", str(o.steps))
     _outcome_rows(table, o)
     console.print(table)
+
+
+def _stored_episode(settings: Settings, key: str) -> Trajectory:
+    try:
+        return read_episode(object_store(settings, timeout_s=STORE_TIMEOUT_S), settings.s3_bucket, key)
+    except (LookupError, ValueError) as e:
+        _fail(str(e))
+    except (S3Error, urllib3.exceptions.HTTPError) as e:
+        _fail(f"cannot read s3://{settings.s3_bucket}/{key} at {settings.s3_endpoint}: {e}")
+
+
+def _print_steps(t: Trajectory, full: bool, running: RemediationStatus | None = None) -> None:
+    """One block per step, like a terminal session: the action (and its step reward), then what came back, indented
+    and uncut by table borders, since kubectl's output is as wide as the terminal."""
+    rewards = t.reward.step_rewards if t.reward is not None else []
+    console.print(f"[bold]steps of {escape(t.workflow_id)}[/] · {escape(t.model_version)}")
+    for i, step in enumerate(t.steps):
+        reward = f"  [dim]step reward {rewards[i]:+g}[/]" if i < len(rewards) and rewards[i] else ""
+        console.print(f"[bold]{step.index:>2}[/] {escape(_action_text(step))}{reward}")
+        for line in _result_lines(step, full):
+            console.print("   " + line, markup=False, highlight=False, no_wrap=not full,
+                          overflow="fold" if full else "ellipsis")
+        if running is not None and running.pending_step == step.index:
+            console.print(f"   [yellow]waiting for approval[/]: agent-sre incident approve|reject "
+                          f"{escape(t.workflow_id)} --step {step.index}")
+    ended = t.termination or "still acting"
+    verdict = t.verdict.outcome if t.verdict is not None else "not judged yet"
+    total = f" · reward {t.reward.total:+.2f} ({t.reward.function})" if t.reward is not None else ""
+    console.print(f"ended: {ended} · verdict: {verdict}{total}")
+
+
+def _action_text(step: Step) -> str:
+    if step.action is None:
+        return "invalid action: " + textwrap.shorten(step.decision.completion or "(empty completion)",
+                                                     STEP_PREVIEW_CHARS, placeholder=" …")
+    args = " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in step.action.args.items())
+    return f"{step.action.tool} {args}".strip()
+
+
+def _result_lines(step: Step, full: bool, preview: int = 3) -> list[str]:
+    r = step.result
+    if r is None:
+        return [f"why: {step.decision.invalid_reason or '?'}"] if step.action is None else []
+    lines = r.output.rstrip().splitlines() or ["(no output)"]
+    label = "refused: " if r.refused else "" if r.ok else "error: "
+    if not lines[0].startswith(label):  # the tools' own refusals and errors already say so
+        lines[0] = label + lines[0]
+    if r.idempotent_replay:
+        lines.append("(a retried write: it found its own earlier effect and did nothing)")
+    if full or len(lines) <= preview + 1:
+        return lines
+    return [*lines[:preview], f"… {len(lines) - preview} more lines (--full shows them)"]
 
 
 def _bad_input(make: Callable[[], T], where: str = "") -> T:
