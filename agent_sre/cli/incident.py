@@ -156,7 +156,7 @@ def status(workflow_id: str = typer.Argument(..., metavar="ID", help="the remedi
 
 @app.command("steps")
 def steps(
-    workflow_id: str = typer.Argument(None, metavar="[ID]", help="the remediation's (or its episode's) workflow id"),
+    workflow_id: str = typer.Argument(None, metavar="ID", help="the remediation's (or its episode's) workflow id"),
     trajectory: str = typer.Option(None, "--trajectory", metavar="KEY", help=(
         "a stored trajectory's key, as `status` prints it: read from the store, without Temporal")),
     full: bool = typer.Option(False, "--full", help="whole tool outputs, not their first lines"),
@@ -166,7 +166,7 @@ def steps(
     A running remediation answers its `trajectory` query (a worker must poll its queue); a completed one is read
     from the store, as it was recorded (redacted)."""
     if (workflow_id is None) == (trajectory is None):
-        _fail("give exactly one of ID or --trajectory KEY")
+        raise typer.BadParameter("give exactly one of ID or --trajectory KEY")
     if trajectory is not None:
         _print_steps(_stored_episode(common.get_settings(), trajectory), full)
         return
