@@ -286,6 +286,19 @@ def test_episodes_run_plays_a_batch_with_the_policy_named_and_prints_the_outcome
     text = flat(result)
     assert "3 simulated incidents · policy runbook-v1" in text
     assert re.search(r"│ bad_image │ 3 │ 100% │", text), text  # the runbook fixes a bad image
+    assert "not resolved" not in text
+
+
+def test_episodes_run_names_the_unresolved_episodes_whose_steps_show_why(cli: Callable[..., Result]) -> None:
+    """The runbook never looks at NetworkPolicies: each episode is listed, and its steps show the wrong fix."""
+    result = cli("episodes", "run", "--scenarios", str(default_catalog() / "network-policy.yaml"), "--n", "2")
+    assert result.exit_code == 0, result.output
+    assert "not resolved (2); what the agent did: agent-sre incident steps ID" in flat(result)
+    listed = re.findall(r"^  (episode-\S+-remediation)  unresolved, (\w+)$", result.output, re.MULTILINE)
+    assert len(listed) == 2, result.output
+    shown = cli("incident", "steps", listed[0][0])
+    assert shown.exit_code == 0, shown.output
+    assert f"ended: {listed[0][1]} · verdict: unresolved" in flat(shown)
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agent_sre.cli import dev
-from agent_sre.cli.episodes import console, outcome_table
+from agent_sre.cli.episodes import console, outcome_table, print_unresolved
 
 DEMO_SFT_STEPS = 4
 DEMO_GRPO_STEPS = 1
@@ -82,6 +82,7 @@ def demo(
             stats = summarize(results)
             console.print(outcome_table(stats, f"{n} incidents in {time.monotonic() - began:.0f}s · policy "
                                                "runbook-v1"))
+            print_unresolved(results, most=3)
             trained = await _training(client, settings) if training else None
             registry = Registry.from_settings(settings)
             if rollouts:

@@ -13,10 +13,11 @@ from temporalio.client import Client
 
 from agent_sre.cli.common import POLICY_HELP, fail, policy_ref, run_with_client
 from agent_sre.config import Settings
-from agent_sre.models.episode import OutcomeStats
+from agent_sre.models.episode import EpisodeResult, OutcomeStats
 
 app = typer.Typer(help="Simulated incidents: stage-1 data and evaluation.", no_args_is_help=True)
 console = Console(width=max(Console().width, 110))  # tables stay readable in logs and CI, not only in terminals
+UNRESOLVED_LISTED = 10
 
 
 def outcome_table(rows: Sequence[OutcomeStats], title: str) -> Table:
@@ -55,5 +56,18 @@ def run(
             results = await run_episodes(client, settings, loaded, n, ref, concurrency,
                                          on_done=lambda _: progress.advance(task))
         console.print(outcome_table(summarize(results), f"{n} simulated incidents · policy {policy}"))
+        print_unresolved(results)
 
     run_with_client(go)
+
+
+def print_unresolved(results: Sequence[EpisodeResult], most: int = UNRESOLVED_LISTED) -> None:
+    """Name the episodes that failed, so the next command is reading what the agent did in one of them."""
+    failed = [r for r in results if r.outcome.outcome != "resolved"]
+    if not failed:
+        return
+    console.print(f"not resolved ({len(failed)}); what the agent did: agent-sre incident steps ID")
+    for r in failed[:most]:
+        console.print(f"  {r.outcome.workflow_id}  {r.outcome.outcome}, {r.outcome.termination}", highlight=False)
+    if len(failed) > most:
+        console.print(f"  … and {len(failed) - most} more")
