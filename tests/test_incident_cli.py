@@ -15,6 +15,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,6 +24,7 @@ import pytest
 from isolated_workers import isolated_queues
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
+from temporalio.service import RPCError
 from trajectory_factory import finish, make_trajectory, read, step, write
 from typer.testing import CliRunner, Result
 
@@ -34,7 +36,7 @@ from agent_sre.config import Settings
 from agent_sre.learning.data import gather
 from agent_sre.models.incident import Incident
 from agent_sre.models.learning import LearningConfig, LearningState
-from agent_sre.models.remediation import RemediationRequest
+from agent_sre.models.remediation import ApprovalDecision, RemediationRequest, RemediationStatus
 from agent_sre.models.reward import RewardConfig
 from agent_sre.models.training import TrainingRequest
 from agent_sre.scenarios import default_catalog
@@ -176,6 +178,46 @@ def test_scenario_with_approval_then_feedback(cli: Callable[..., Result], worker
     assert "ended: finished · verdict: resolved · reward +18.00 (sre)" in stored and "waiting" not in stored
     assert worker.metric("agent_sre_incidents_finished_total", model_version="runbook-v1") >= 1
 
+
+
+def test_follow_prints_each_step_once_taken_and_the_approval_a_write_waits_for(cli: Callable[..., Result],
+                                                                                 worker: Worker) -> None:
+    """`steps --follow` on an episode: it waits for the remediation to start, names the write waiting for approval
+    (approved here by someone else, as an on-call would from another terminal) and ends with the verdict."""
+    started = cli("incident", "start", "--scenario", str(BAD_IMAGE), "--name", "bad-image-cart-s0",
+                  "--approval-risk", "medium")
+    assert started.exit_code == 0, started.output
+    episode_id = re.search(r"started (episode-cli-\S+)", flat(started)).group(1)  # type: ignore[union-attr]
+    workflow_id = f"{episode_id}-remediation"
+
+    async def approve_when_asked() -> int:
+        client = await connect(worker.settings)
+        handle = client.get_workflow_handle(workflow_id)
+        for _ in range(300):
+            try:
+                status = await handle.query("status", result_type=RemediationStatus)
+            except RPCError:  # not started yet
+                status = None
+            if status is not None and status.pending_step is not None:
+                await asyncio.sleep(2 * incident_cli.FOLLOW_POLL_S)  # long enough for the follower to see it wait
+                await handle.signal("approve_action", ApprovalDecision(step=status.pending_step, approved=True))
+                return status.pending_step
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"{workflow_id} never asked for approval")
+
+    with ThreadPoolExecutor(1) as pool:
+        approved = pool.submit(asyncio.run, approve_when_asked())
+        followed = cli("incident", "steps", episode_id, "--follow")
+        step = approved.result(timeout=90)
+    assert followed.exit_code == 0, followed.output
+    text = flat(followed)
+    assert (f"{step} rollout_undo deployment=cart waiting for approval: agent-sre incident approve|reject "
+            f"{workflow_id} --step {step} {step} rollout_undo deployment=cart deployment.apps/cart rolled back") in text
+    assert text.count(" list_pods ") == 1  # each step once, as it was taken
+    # the reward is usually known with the verdict (both land in one workflow task), and then shown
+    assert re.search(r"ended: finished · verdict: resolved( · reward \+17\.00 \(sre\))?$", text.rstrip()), text
+    refused = cli("incident", "steps", "--trajectory", "trajectories/x.jsonl", "--follow")
+    assert refused.exit_code == 2 and "a stored episode has ended" in flat(refused)
 
 
 def test_feedback_after_the_window_reaches_the_next_learning_cycle(cli: Callable[..., Result],

@@ -58,6 +58,7 @@ T = TypeVar("T")
 RiskName = Literal["low", "medium", "high"]  # the write risks (models.tools.Risk)
 QUERY_TIMEOUT = timedelta(seconds=10)
 STEP_PREVIEW_CHARS = 120  # of an invalid action's raw completion
+FOLLOW_POLL_S = 1.0
 KUBECONFIG_HELP = ("the cluster to act on, as the worker sees it: a kubeconfig path or a simulator environment URL "
                    "(default: the worker's own)")
 
@@ -160,6 +161,8 @@ def steps(
     trajectory: str = typer.Option(None, "--trajectory", metavar="KEY", help=(
         "a stored trajectory's key, as `status` prints it: read from the store, without Temporal")),
     full: bool = typer.Option(False, "--full", help="whole tool outputs, not their first lines"),
+    follow: bool = typer.Option(False, "--follow", "-f", help=(
+        "print each step once the agent has taken it, until the remediation is judged")),
 ) -> None:
     """What the agent did, step by step: each action, what the cluster answered, and the step's reward.
 
@@ -168,13 +171,19 @@ def steps(
     if (workflow_id is None) == (trajectory is None):
         raise typer.BadParameter("give exactly one of ID or --trajectory KEY")
     if trajectory is not None:
+        if follow:
+            raise typer.BadParameter("a stored episode has ended; follow a running one by its ID",
+                                     param_hint="--follow")
         _print_steps(_stored_episode(common.get_settings(), trajectory), full)
         return
 
     async def show(client: Client, settings: Settings) -> None:
-        if (found := await _remediation(client, workflow_id)) is None:
+        if (found := await _remediation(client, workflow_id, wait=follow)) is None:
             return
         handle, desc = found
+        if follow:
+            await _follow_steps(client, settings, handle, desc.task_queue, full)
+            return
         completed = desc.status == WorkflowExecutionStatus.COMPLETED
         if completed and (key := (await _outcome(client, handle.id)).trajectory_key):
             _print_steps(_stored_episode(settings, key), full)
@@ -188,6 +197,42 @@ def steps(
         _print_steps(t, full, await _status(handle))
 
     _run(show, not_found=no_workflow("workflow", workflow_id))
+
+
+async def _follow_steps(client: Client, settings: Settings, handle: WorkflowHandle[Any, Any], task_queue: str,
+                        full: bool) -> None:
+    """Print each step once taken (a write once it has run), and the approval a write waits for, until the
+    trajectory has its verdict or the workflow ends; a completed one's last steps come from the store, rewarded."""
+    printed, hinted = 0, -1
+    console.print(f"[bold]steps of {escape(handle.id)}[/]")
+    while True:
+        desc = await handle.describe()
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            completed = desc.status == WorkflowExecutionStatus.COMPLETED
+            if completed and (key := (await _outcome(client, handle.id)).trajectory_key):
+                t = _stored_episode(settings, key)
+                _print_steps(t, full, start=printed, header=False)
+            else:
+                console.print(f"{handle.id} ended {desc.status.name.lower() if desc.status else '?'} "
+                              "(see the Temporal UI for why)")
+            return
+        if (why := await unpolled(client, task_queue)) is not None:
+            _fail(f"{handle.id} cannot be followed: {why}")
+        t = await handle.query("trajectory", result_type=Trajectory, rpc_timeout=QUERY_TIMEOUT)
+        if t is not None:
+            taken = len(t.steps) - (1 if t.steps and not _taken(t.steps[-1]) else 0)
+            for step in t.steps[printed:taken]:
+                _print_step(step, None, full)
+            printed = taken
+            if t.verdict is not None:
+                _print_ending(t)
+                return
+            if taken < len(t.steps) and hinted != taken:
+                if (await _status(handle)).pending_step == taken:
+                    console.print(f"[bold]{taken:>2}[/] {escape(_action_text(t.steps[taken]))}")
+                    _print_approval_hint(t.workflow_id, taken)
+                    hinted = taken
+        await asyncio.sleep(FOLLOW_POLL_S)
 
 
 @app.command("feedback")
@@ -386,23 +431,32 @@ async def _start_episode(client: Client, settings: Settings, request: EpisodeReq
         _print_outcome((await handle.result()).outcome)
 
 
-async def _remediation(client: Client, workflow_id: str
+async def _remediation(client: Client, workflow_id: str, wait: bool = False
                        ) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionDescription] | None:
-    """The remediation `workflow_id` names: itself, or a simulated episode's child (None, said, while the episode
-    is still injecting its fault). Any other workflow is an error."""
-    handle = client.get_workflow_handle(workflow_id)
-    desc = await handle.describe()
+    """The remediation `workflow_id` names: itself, or a simulated episode's child. While the episode is still
+    injecting its fault: None, said, or with `wait` the child once the running episode has started it. Any other
+    workflow is an error."""
+    episode = client.get_workflow_handle(workflow_id)
+    desc = await episode.describe()
+    handle = episode
     if desc.workflow_type == "SimulatedIncidentWorkflow":  # an episode: what matters is its remediation
         console.print(f"{workflow_id} is a simulated episode ({desc.status.name if desc.status else '?'}); "
                       f"its remediation is {workflow_id}-remediation")
         handle = client.get_workflow_handle(f"{workflow_id}-remediation")
-        try:
-            desc = await handle.describe()
-        except RPCError as e:
-            if e.status != RPCStatusCode.NOT_FOUND:
-                raise
-            console.print("the remediation has not started yet: the fault is still being injected")
-            return None
+        while True:
+            try:
+                desc = await handle.describe()
+                break
+            except RPCError as e:
+                if e.status != RPCStatusCode.NOT_FOUND:
+                    raise
+            if not wait:
+                console.print("the remediation has not started yet: the fault is still being injected")
+                return None
+            if (status := (await episode.describe()).status) != WorkflowExecutionStatus.RUNNING:
+                _fail(f"{workflow_id} ended {status.name.lower() if status else '?'} before it started its "
+                      "remediation (see the Temporal UI for why)")
+            await asyncio.sleep(FOLLOW_POLL_S)
     elif desc.workflow_type != "IncidentRemediationWorkflow":
         _fail(f"{workflow_id} is a {desc.workflow_type}, not a remediation")
     return handle, desc
@@ -458,20 +512,40 @@ def _stored_episode(settings: Settings, key: str) -> Trajectory:
         _fail(f"cannot read s3://{settings.s3_bucket}/{key} at {settings.s3_endpoint}: {e}")
 
 
-def _print_steps(t: Trajectory, full: bool, running: RemediationStatus | None = None) -> None:
+def _print_steps(t: Trajectory, full: bool, running: RemediationStatus | None = None, start: int = 0,
+                 header: bool = True) -> None:
     """One block per step, like a terminal session: the action (and its step reward), then what came back, indented
     and uncut by table borders, since kubectl's output is as wide as the terminal."""
     rewards = t.reward.step_rewards if t.reward is not None else []
-    console.print(f"[bold]steps of {escape(t.workflow_id)}[/] · {escape(t.model_version)}")
-    for i, step in enumerate(t.steps):
-        reward = f"  [dim]step reward {rewards[i]:+g}[/]" if i < len(rewards) and rewards[i] else ""
-        console.print(f"[bold]{step.index:>2}[/] {escape(_action_text(step))}{reward}")
-        for line in _result_lines(step, full):
-            console.print("   " + line, markup=False, highlight=False, no_wrap=not full,
-                          overflow="fold" if full else "ellipsis")
+    if header:
+        console.print(f"[bold]steps of {escape(t.workflow_id)}[/] · {escape(t.model_version)}")
+    for i, step in enumerate(t.steps[start:], start=start):
+        _print_step(step, rewards[i] if i < len(rewards) else None, full)
         if running is not None and running.pending_step == step.index:
-            console.print(f"   [yellow]waiting for approval[/]: agent-sre incident approve|reject "
-                          f"{escape(t.workflow_id)} --step {step.index}")
+            _print_approval_hint(t.workflow_id, step.index)
+    _print_ending(t)
+
+
+def _taken(step: Step) -> bool:
+    """Whether a step is complete: a tool call with its result, an invalid action, or the agent's finish (a write
+    waiting for approval, or still running, has no result yet)."""
+    return step.result is not None or step.action is None or step.action.tool == "finish"
+
+
+def _print_step(step: Step, reward: float | None, full: bool) -> None:
+    shown = f"  [dim]step reward {reward:+g}[/]" if reward else ""
+    console.print(f"[bold]{step.index:>2}[/] {escape(_action_text(step))}{shown}")
+    for line in _result_lines(step, full):
+        console.print("   " + line, markup=False, highlight=False, no_wrap=not full,
+                      overflow="fold" if full else "ellipsis")
+
+
+def _print_approval_hint(workflow_id: str, step: int) -> None:
+    console.print(f"   [yellow]waiting for approval[/]: agent-sre incident approve|reject {escape(workflow_id)} "
+                  f"--step {step}")
+
+
+def _print_ending(t: Trajectory) -> None:
     ended = t.termination or "still acting"
     verdict = t.verdict.outcome if t.verdict is not None else "not judged yet"
     total = f" · reward {t.reward.total:+.2f} ({t.reward.function})" if t.reward is not None else ""
