@@ -216,6 +216,9 @@ def test_follow_prints_each_step_once_taken_and_the_approval_a_write_waits_for(c
     assert text.count(" list_pods ") == 1  # each step once, as it was taken
     # the reward is usually known with the verdict (both land in one workflow task), and then shown
     assert re.search(r"ended: finished · verdict: resolved( · reward \+17\.00 \(sre\))?$", text.rstrip()), text
+    again = cli("incident", "steps", workflow_id, "--follow")  # completed by now: the stored steps, rewarded
+    assert again.exit_code == 0 and flat(again).count(" list_pods ") == 1, again.output
+    assert again.output.rstrip().endswith("ended: finished · verdict: resolved · reward +17.00 (sre)"), again.output
     refused = cli("incident", "steps", "--trajectory", "trajectories/x.jsonl", "--follow")
     assert refused.exit_code == 2 and "a stored episode has ended" in flat(refused)
 

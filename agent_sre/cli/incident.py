@@ -207,15 +207,15 @@ async def _follow_steps(client: Client, settings: Settings, handle: WorkflowHand
     console.print(f"[bold]steps of {escape(handle.id)}[/]")
     while True:
         desc = await handle.describe()
-        if desc.status != WorkflowExecutionStatus.RUNNING:
-            completed = desc.status == WorkflowExecutionStatus.COMPLETED
-            if completed and (key := (await _outcome(client, handle.id)).trajectory_key):
-                t = _stored_episode(settings, key)
-                _print_steps(t, full, start=printed, header=False)
-            else:
-                console.print(f"{handle.id} ended {desc.status.name.lower() if desc.status else '?'} "
-                              "(see the Temporal UI for why)")
+        if desc.status == WorkflowExecutionStatus.COMPLETED:
+            if (o := await _outcome(client, handle.id)).trajectory_key:
+                _print_steps(_stored_episode(settings, o.trajectory_key), full, start=printed, header=False)
+            else:  # it stored no trajectory: its outcome says how it ended
+                console.print(f"ended: {o.termination} · verdict: {o.outcome} · reward {o.reward.total:+.2f} "
+                              f"({o.reward.function})")
             return
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            _fail(f"{handle.id} ended {desc.status.name.lower() if desc.status else '?'} (see the Temporal UI for why)")
         if (why := await unpolled(client, task_queue)) is not None:
             _fail(f"{handle.id} cannot be followed: {why}")
         t = await handle.query("trajectory", result_type=Trajectory, rpc_timeout=QUERY_TIMEOUT)
