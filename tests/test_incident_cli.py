@@ -282,6 +282,28 @@ def test_steps_of_a_stored_episode_name_each_action_and_what_came_back(cli: Call
     assert "cart-7 0/1 CrashLoopBackOff" in whole.output and "--full shows them" not in whole.output
 
 
+def test_list_filters_by_the_search_attributes(cli: Callable[..., Result]) -> None:
+    done = cli("incident", "start", "--scenario", str(BAD_IMAGE), "--name", "bad-image-cart-s0", "--wait")
+    assert done.exit_code == 0, done.output
+    workflow_id = re.search(r"outcome of (episode-cli-\S+-remediation)", flat(done)).group(1)  # type: ignore[union-attr]
+    listed = ""
+
+    def shown() -> bool:  # the dev server's visibility store is updated asynchronously
+        nonlocal listed
+        result = cli("incident", "list", "--service", "cart", "--outcome", "resolved", "--limit", "1000")
+        assert result.exit_code == 0, result.output
+        listed = result.output
+        return workflow_id in listed
+
+    _until(shown, f"{workflow_id} in the list")
+    header, *rows = [line for line in listed.splitlines() if line.startswith(("ID ", "episode-", "incident-"))]
+    assert header.split() == ["ID", "STATUS", "STARTED", "(UTC)", "SERVICE", "FAULT", "MODEL", "OUTCOME"]
+    assert rows and all(row.split()[4] == "cart" and row.split()[-1] == "resolved" for row in rows), listed
+    assert f"{workflow_id}   completed" in listed and "deploy/image   runbook-v1   resolved" in listed
+    running = cli("incident", "list", "--running", "--model", "runbook-v1")
+    assert running.exit_code == 0 and workflow_id not in running.output
+
+
 def test_user_report_starts_then_attaches(cli: Callable[..., Result], shop_env: str) -> None:
     text = f"my checkout page keeps failing ({shop_env.rsplit('/', 1)[-1]})"
     args = ("incident", "report", text, "--namespace", "shop", "--service", "checkout", "--kubeconfig", shop_env)
@@ -362,6 +384,8 @@ def test_episodes_run_names_the_unresolved_episodes_whose_steps_show_why(cli: Ca
     (("train", "status", "train-nope-0"), "no training cycle 'train-nope-0'"),
     (("train", "stop", "train-nope-0"), "no running training cycle 'train-nope-0': the id is wrong, or it has ended"),
     (("incident", "steps"), "give exactly one of ID or --trajectory KEY"),
+    (("incident", "list", "--service", "x' OR 1=1"), "\"x' OR 1=1\" is not a name"),
+    (("incident", "list", "--outcome", "fixed"), "--outcome"),
     (("incident", "steps", "incident-nope-0"), "no workflow 'incident-nope-0': check the id"),
     (("incident", "steps", "--trajectory", "rewards/x.json"), "'rewards/x.json' is not a trajectory key"),
     (("incident", "steps", "--trajectory", "trajectories/date=2026-01-01/model=m/incident-nope-0__r.jsonl"),

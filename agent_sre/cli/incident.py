@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
+import re
 import textwrap
 import uuid
 from collections.abc import Awaitable, Callable
@@ -48,14 +49,18 @@ from agent_sre.models.tools import Risk
 from agent_sre.models.trajectory import Step, Trajectory
 from agent_sre.storage import object_store
 from agent_sre.temporal import start_incident, task_queues
+from agent_sre.tools.render import table as kubectl_table
 from agent_sre.trajectory_store import read_episode, write_late_feedback
 from agent_sre.validation import explain
+from agent_sre.workflows.incident import FAULT_CLASS, MODEL_VERSION, OUTCOME, SERVICE
 
 app = typer.Typer(help="Start, follow and answer remediations.", no_args_is_help=True)
 console = Console()
 T = TypeVar("T")
 
 RiskName = Literal["low", "medium", "high"]  # the write risks (models.tools.Risk)
+OutcomeName = Literal["resolved", "unresolved", "worse"]  # models.verdict.Outcome
+SEARCH_VALUE = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")  # a value that needs no quoting in a visibility query
 QUERY_TIMEOUT = timedelta(seconds=10)
 STEP_PREVIEW_CHARS = 120  # of an invalid action's raw completion
 FOLLOW_POLL_S = 1.0
@@ -153,6 +158,43 @@ def status(workflow_id: str = typer.Argument(..., metavar="ID", help="the remedi
         console.print(table)
 
     _run(show, not_found=no_workflow("workflow", workflow_id))
+
+
+@app.command("list")
+def list_incidents(
+    outcome: OutcomeName | None = typer.Option(None, "--outcome", help="only remediations judged so"),
+    service: str = typer.Option(None, "--service", help="only this service's"),
+    fault: str = typer.Option(None, "--fault", help="only this fault class's (simulated episodes know theirs)"),
+    model: str = typer.Option(None, "--model", help="only those served by this model version"),
+    running: bool = typer.Option(False, "--running", help="only remediations still running"),
+    limit: int = typer.Option(20, "--limit", min=1, max=1000),
+) -> None:
+    """Recent remediations, newest first, by the search attributes the Temporal UI filters on."""
+    clauses = ["WorkflowType = 'IncidentRemediationWorkflow'"]
+    for attribute, value, option in (("Outcome", outcome, "--outcome"), ("Service", service, "--service"),
+                                     ("FaultClass", fault, "--fault"), ("ModelVersion", model, "--model")):
+        if value is not None:
+            if not SEARCH_VALUE.match(value):
+                raise typer.BadParameter(f"{value!r} is not a name (letters, digits, '-', '_', '.')",
+                                         param_hint=option)
+            clauses.append(f"{attribute} = '{value}'")
+    if running:
+        clauses.append("ExecutionStatus = 'Running'")
+    query = " AND ".join(clauses)
+
+    async def show(client: Client, settings: Settings) -> None:
+        rows = [(w.id, w.status.name.lower() if w.status else "?", f"{w.start_time:%Y-%m-%d %H:%M:%S}",
+                 *(w.typed_search_attributes.get(key) or "-" for key in (SERVICE, FAULT_CLASS, MODEL_VERSION, OUTCOME)))
+                async for w in client.list_workflows(query, limit=limit)]
+        if not rows:
+            console.print(f"no remediation matches {query}", highlight=False)
+            return
+        # As `kubectl get` prints: whole ids, never wrapped into a cell, whatever the terminal's width.
+        console.print(kubectl_table(("ID", "STATUS", "STARTED (UTC)", "SERVICE", "FAULT", "MODEL", "OUTCOME"), rows),
+                      markup=False, highlight=False, soft_wrap=True)
+        console.print("[dim]what the agent did in one: agent-sre incident steps ID[/]")
+
+    _run(show)
 
 
 @app.command("steps")
