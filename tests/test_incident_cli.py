@@ -285,8 +285,9 @@ def test_steps_of_a_stored_episode_name_each_action_and_what_came_back(cli: Call
 def test_list_filters_by_the_search_attributes(cli: Callable[..., Result]) -> None:
     done = cli("incident", "start", "--scenario", str(BAD_IMAGE), "--name", "bad-image-cart-s0", "--wait")
     assert done.exit_code == 0, done.output
-    workflow_id = re.search(r"outcome of (episode-cli-\S+-remediation)", flat(done)).group(1)  # type: ignore[union-attr]
-    listed = ""
+    found = re.search(r"outcome of (episode-cli-\S+-remediation)", flat(done))
+    assert found is not None, done.output
+    workflow_id, listed = found.group(1), ""
 
     def shown() -> bool:  # the dev server's visibility store is updated asynchronously
         nonlocal listed
