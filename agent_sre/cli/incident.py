@@ -10,7 +10,6 @@ import asyncio
 import getpass
 import json
 import re
-import textwrap
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -36,6 +35,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent_sre.cli import common
+from agent_sre.cli.steps_view import StepPrinter, is_taken
 from agent_sre.cli.common import fail as _fail
 from agent_sre.cli.common import POLICY_HELP, no_workflow, not_running, policy_ref, run_with_client, unpolled
 from agent_sre.config import Settings
@@ -46,7 +46,7 @@ from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, Poli
 from agent_sre.models.reward import HumanFeedback
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.tools import Risk
-from agent_sre.models.trajectory import Step, Trajectory
+from agent_sre.models.trajectory import Trajectory
 from agent_sre.storage import object_store
 from agent_sre.temporal import start_incident, task_queues
 from agent_sre.tools.render import table as kubectl_table
@@ -62,7 +62,6 @@ RiskName = Literal["low", "medium", "high"]  # the write risks (models.tools.Ris
 OutcomeName = Literal["resolved", "unresolved", "worse"]  # models.verdict.Outcome
 SEARCH_VALUE = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")  # a value that needs no quoting in a visibility query
 QUERY_TIMEOUT = timedelta(seconds=10)
-STEP_PREVIEW_CHARS = 120  # of an invalid action's raw completion
 FOLLOW_POLL_S = 1.0
 KUBECONFIG_HELP = ("the cluster to act on, as the worker sees it: a kubeconfig path or a simulator environment URL "
                    "(default: the worker's own)")
@@ -212,11 +211,12 @@ def steps(
     from the store, as it was recorded (redacted)."""
     if (workflow_id is None) == (trajectory is None):
         raise typer.BadParameter("give exactly one of ID or --trajectory KEY")
+    printer = StepPrinter(console, full)
     if trajectory is not None:
         if follow:
             raise typer.BadParameter("a stored episode has ended; follow a running one by its ID",
                                      param_hint="--follow")
-        _print_steps(_stored_episode(common.get_settings(), trajectory), full)
+        printer.trajectory(_stored_episode(common.get_settings(), trajectory))
         return
 
     async def show(client: Client, settings: Settings) -> None:
@@ -224,11 +224,11 @@ def steps(
             return
         handle, desc = found
         if follow:
-            await _follow_steps(client, settings, handle, desc.task_queue, full)
+            await _follow_steps(client, settings, handle, desc.task_queue, printer)
             return
         completed = desc.status == WorkflowExecutionStatus.COMPLETED
         if completed and (key := (await _outcome(client, handle.id)).trajectory_key):
-            _print_steps(_stored_episode(settings, key), full)
+            printer.trajectory(_stored_episode(settings, key))
             return
         if (why := await unpolled(client, desc.task_queue)) is not None:
             _fail(f"{handle.id} cannot be asked for its steps: {why}")
@@ -236,13 +236,13 @@ def steps(
         if t is None:
             console.print(f"{handle.id} has taken no step yet: it is choosing the model version")
             return
-        _print_steps(t, full, await _status(handle))
+        printer.trajectory(t, await _status(handle))
 
     _run(show, not_found=no_workflow("workflow", workflow_id))
 
 
 async def _follow_steps(client: Client, settings: Settings, handle: WorkflowHandle[Any, Any], task_queue: str,
-                        full: bool) -> None:
+                        printer: StepPrinter) -> None:
     """Print each step once taken (a write once it has run), and the approval a write waits for, until the
     trajectory has its verdict or the workflow ends; a completed one's last steps come from the store, rewarded."""
     printed, hinted = 0, -1
@@ -251,7 +251,7 @@ async def _follow_steps(client: Client, settings: Settings, handle: WorkflowHand
         desc = await handle.describe()
         if desc.status == WorkflowExecutionStatus.COMPLETED:
             if (o := await _outcome(client, handle.id)).trajectory_key:
-                _print_steps(_stored_episode(settings, o.trajectory_key), full, start=printed, header=False)
+                printer.trajectory(_stored_episode(settings, o.trajectory_key), start=printed, header=False)
             else:  # it stored no trajectory: its outcome says how it ended
                 console.print(f"ended: {o.termination} · verdict: {o.outcome} · reward {o.reward.total:+.2f} "
                               f"({o.reward.function})")
@@ -262,17 +262,16 @@ async def _follow_steps(client: Client, settings: Settings, handle: WorkflowHand
             _fail(f"{handle.id} cannot be followed: {why}")
         t = await handle.query("trajectory", result_type=Trajectory, rpc_timeout=QUERY_TIMEOUT)
         if t is not None:
-            taken = len(t.steps) - (1 if t.steps and not _taken(t.steps[-1]) else 0)
+            taken = len(t.steps) - (1 if t.steps and not is_taken(t.steps[-1]) else 0)
             for step in t.steps[printed:taken]:
-                _print_step(step, None, full)
+                printer.step(step)
             printed = taken
             if t.verdict is not None:
-                _print_ending(t)
+                printer.ending(t)
                 return
             if taken < len(t.steps) and hinted != taken:
                 if (await _status(handle)).pending_step == taken:
-                    console.print(f"[bold]{taken:>2}[/] {escape(_action_text(t.steps[taken]))}")
-                    _print_approval_hint(t.workflow_id, taken)
+                    printer.waiting(t.workflow_id, t.steps[taken], with_action=True)
                     hinted = taken
         await asyncio.sleep(FOLLOW_POLL_S)
 
@@ -552,69 +551,6 @@ def _stored_episode(settings: Settings, key: str) -> Trajectory:
         _fail(str(e))
     except (S3Error, urllib3.exceptions.HTTPError) as e:
         _fail(f"cannot read s3://{settings.s3_bucket}/{key} at {settings.s3_endpoint}: {e}")
-
-
-def _print_steps(t: Trajectory, full: bool, running: RemediationStatus | None = None, start: int = 0,
-                 header: bool = True) -> None:
-    """One block per step, like a terminal session: the action (and its step reward), then what came back, indented
-    and uncut by table borders, since kubectl's output is as wide as the terminal."""
-    rewards = t.reward.step_rewards if t.reward is not None else []
-    if header:
-        console.print(f"[bold]steps of {escape(t.workflow_id)}[/] · {escape(t.model_version)}")
-    for i, step in enumerate(t.steps[start:], start=start):
-        _print_step(step, rewards[i] if i < len(rewards) else None, full)
-        if running is not None and running.pending_step == step.index:
-            _print_approval_hint(t.workflow_id, step.index)
-    _print_ending(t)
-
-
-def _taken(step: Step) -> bool:
-    """Whether a step is complete: a tool call with its result, an invalid action, or the agent's finish (a write
-    waiting for approval, or still running, has no result yet)."""
-    return step.result is not None or step.action is None or step.action.tool == "finish"
-
-
-def _print_step(step: Step, reward: float | None, full: bool) -> None:
-    shown = f"  [dim]step reward {reward:+g}[/]" if reward else ""
-    console.print(f"[bold]{step.index:>2}[/] {escape(_action_text(step))}{shown}")
-    for line in _result_lines(step, full):
-        console.print("   " + line, markup=False, highlight=False, no_wrap=not full,
-                      overflow="fold" if full else "ellipsis")
-
-
-def _print_approval_hint(workflow_id: str, step: int) -> None:
-    console.print(f"   [yellow]waiting for approval[/]: agent-sre incident approve|reject {escape(workflow_id)} "
-                  f"--step {step}")
-
-
-def _print_ending(t: Trajectory) -> None:
-    ended = t.termination or "still acting"
-    verdict = t.verdict.outcome if t.verdict is not None else "not judged yet"
-    total = f" · reward {t.reward.total:+.2f} ({t.reward.function})" if t.reward is not None else ""
-    console.print(f"ended: {ended} · verdict: {verdict}{total}")
-
-
-def _action_text(step: Step) -> str:
-    if step.action is None:
-        return "invalid action: " + textwrap.shorten(step.decision.completion or "(empty completion)",
-                                                     STEP_PREVIEW_CHARS, placeholder=" …")
-    args = " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in step.action.args.items())
-    return f"{step.action.tool} {args}".strip()
-
-
-def _result_lines(step: Step, full: bool, preview: int = 3) -> list[str]:
-    r = step.result
-    if r is None:
-        return [f"why: {step.decision.invalid_reason or '?'}"] if step.action is None else []
-    lines = r.output.rstrip().splitlines() or ["(no output)"]
-    label = "refused: " if r.refused else "" if r.ok else "error: "
-    if not lines[0].startswith(label):  # the tools' own refusals and errors already say so
-        lines[0] = label + lines[0]
-    if r.idempotent_replay:
-        lines.append("(a retried write: it found its own earlier effect and did nothing)")
-    if full or len(lines) <= preview + 1:
-        return lines
-    return [*lines[:preview], f"… {len(lines) - preview} more lines (--full shows them)"]
 
 
 def _bad_input(make: Callable[[], T], where: str = "") -> T:

@@ -1,0 +1,84 @@
+"""A remediation's steps as a terminal session: each action, then what came back, indented and uncut by table
+borders (kubectl's output is as wide as the terminal). `agent-sre incident steps` prints trajectories with it."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.markup import escape
+
+from agent_sre.models.remediation import RemediationStatus
+from agent_sre.models.trajectory import Step, Trajectory
+
+PREVIEW_LINES = 3  # of a tool's output, unless `full`
+PREVIEW_CHARS = 120  # of an invalid action's raw completion
+
+
+def is_taken(step: Step) -> bool:
+    """Whether a step is complete: a tool call with its result, an invalid action, or the agent's finish (a write
+    waiting for approval, or still running, has no result yet)."""
+    return step.result is not None or step.action is None or step.action.tool == "finish"
+
+
+def action_text(step: Step) -> str:
+    if step.action is None:
+        return "invalid action: " + textwrap.shorten(step.decision.completion or "(empty completion)",
+                                                     PREVIEW_CHARS, placeholder=" …")
+    args = " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in step.action.args.items())
+    return f"{step.action.tool} {args}".strip()
+
+
+@dataclass
+class StepPrinter:
+    console: Console
+    full: bool = False  # whole tool outputs, not their first lines
+
+    def trajectory(self, t: Trajectory, running: RemediationStatus | None = None, start: int = 0,
+                   header: bool = True) -> None:
+        """Steps `start`.. with their step rewards once known, the approval `running` says a write waits for, and
+        how the episode ended."""
+        rewards = t.reward.step_rewards if t.reward is not None else []
+        if header:
+            self.console.print(f"[bold]steps of {escape(t.workflow_id)}[/] · {escape(t.model_version)}")
+        for i, step in enumerate(t.steps[start:], start=start):
+            self.step(step, rewards[i] if i < len(rewards) else None)
+            if running is not None and running.pending_step == step.index:
+                self.waiting(t.workflow_id, step)
+        self.ending(t)
+
+    def step(self, step: Step, reward: float | None = None) -> None:
+        shown = f"  [dim]step reward {reward:+g}[/]" if reward else ""
+        self.console.print(f"[bold]{step.index:>2}[/] {escape(action_text(step))}{shown}")
+        for line in self._result_lines(step):
+            self.console.print("   " + line, markup=False, highlight=False, no_wrap=not self.full,
+                               overflow="fold" if self.full else "ellipsis")
+
+    def waiting(self, workflow_id: str, step: Step, with_action: bool = False) -> None:
+        """A write waiting for approval, and the command that answers it."""
+        if with_action:
+            self.console.print(f"[bold]{step.index:>2}[/] {escape(action_text(step))}")
+        self.console.print(f"   [yellow]waiting for approval[/]: agent-sre incident approve|reject "
+                           f"{escape(workflow_id)} --step {step.index}")
+
+    def ending(self, t: Trajectory) -> None:
+        ended = t.termination or "still acting"
+        verdict = t.verdict.outcome if t.verdict is not None else "not judged yet"
+        total = f" · reward {t.reward.total:+.2f} ({t.reward.function})" if t.reward is not None else ""
+        self.console.print(f"ended: {ended} · verdict: {verdict}{total}")
+
+    def _result_lines(self, step: Step) -> list[str]:
+        r = step.result
+        if r is None:
+            return [f"why: {step.decision.invalid_reason or '?'}"] if step.action is None else []
+        lines = r.output.rstrip().splitlines() or ["(no output)"]
+        label = "refused: " if r.refused else "" if r.ok else "error: "
+        if not lines[0].startswith(label):  # the tools' own refusals and errors already say so
+            lines[0] = label + lines[0]
+        if r.idempotent_replay:
+            lines.append("(a retried write: it found its own earlier effect and did nothing)")
+        if self.full or len(lines) <= PREVIEW_LINES + 1:
+            return lines
+        return [*lines[:PREVIEW_LINES], f"… {len(lines) - PREVIEW_LINES} more lines (--full shows them)"]
