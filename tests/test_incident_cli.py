@@ -189,6 +189,7 @@ def test_follow_prints_each_step_once_taken_and_the_approval_a_write_waits_for(c
     assert started.exit_code == 0, started.output
     episode_id = re.search(r"started (episode-cli-\S+)", flat(started)).group(1)  # type: ignore[union-attr]
     workflow_id = f"{episode_id}-remediation"
+    assert f"follow it: agent-sre incident steps {episode_id} -f" in flat(started)
 
     async def approve_when_asked() -> int:
         client = await connect(worker.settings)
@@ -311,6 +312,7 @@ def test_user_report_starts_then_attaches(cli: Callable[..., Result], shop_env: 
     first = cli(*args)
     assert first.exit_code == 0, first.output
     workflow_id = re.search(r"started (incident-shop-\w+)", flat(first)).group(1)  # type: ignore[union-attr]
+    assert f"follow it: agent-sre incident steps {workflow_id} -f" in flat(first)
     again = cli(*args)
     assert again.exit_code == 0 and f"attached to the running remediation {workflow_id}" in flat(again)
     assert cli("incident", "cancel", workflow_id).exit_code == 0

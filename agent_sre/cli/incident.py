@@ -458,6 +458,8 @@ async def _start_incidents(client: Client, settings: Settings, incidents: list[I
         console.print(f"{how} [bold]{started.workflow_id}[/]")
         if wait:
             _print_outcome(await _outcome(client, started.workflow_id))
+        else:
+            _print_follow_hint(started.workflow_id)
 
 
 async def _start_episode(client: Client, settings: Settings, request: EpisodeRequest, wait: bool) -> None:
@@ -470,6 +472,12 @@ async def _start_episode(client: Client, settings: Settings, request: EpisodeReq
                   f"its remediation will be [bold]{episode_id}-remediation[/]")
     if wait:
         _print_outcome((await handle.result()).outcome)
+    else:
+        _print_follow_hint(episode_id)
+
+
+def _print_follow_hint(workflow_id: str) -> None:
+    console.print(f"[dim]follow it: agent-sre incident steps {escape(workflow_id)} -f[/]")
 
 
 async def _remediation(client: Client, workflow_id: str, wait: bool = False
