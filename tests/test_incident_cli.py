@@ -302,6 +302,8 @@ def test_list_filters_by_the_search_attributes(cli: Callable[..., Result]) -> No
     assert header.split() == ["ID", "STATUS", "STARTED", "(UTC)", "SERVICE", "FAULT", "MODEL", "OUTCOME"]
     assert rows and all(row.split()[4] == "cart" and row.split()[-1] == "resolved" for row in rows), listed
     assert f"{workflow_id}   completed" in listed and "deploy/image   runbook-v1   resolved" in listed
+    by_fault = cli("incident", "list", "--fault", "deploy/image", "--limit", "1000")  # fault classes hold a '/'
+    assert by_fault.exit_code == 0 and workflow_id in by_fault.output, by_fault.output
     running = cli("incident", "list", "--running", "--model", "runbook-v1")
     assert running.exit_code == 0 and workflow_id not in running.output
 

@@ -47,6 +47,7 @@ from agent_sre.models.reward import HumanFeedback
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.tools import Risk
 from agent_sre.models.trajectory import Trajectory
+from agent_sre.models.verdict import Outcome
 from agent_sre.storage import object_store
 from agent_sre.temporal import start_incident, task_queues
 from agent_sre.tools.render import table as kubectl_table
@@ -59,8 +60,7 @@ console = Console()
 T = TypeVar("T")
 
 RiskName = Literal["low", "medium", "high"]  # the write risks (models.tools.Risk)
-OutcomeName = Literal["resolved", "unresolved", "worse"]  # models.verdict.Outcome
-SEARCH_VALUE = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")  # a value that needs no quoting in a visibility query
+SEARCH_VALUE = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_./]*$")  # a value safe inside a visibility query's quotes
 QUERY_TIMEOUT = timedelta(seconds=10)
 FOLLOW_POLL_S = 1.0
 KUBECONFIG_HELP = ("the cluster to act on, as the worker sees it: a kubeconfig path or a simulator environment URL "
@@ -161,7 +161,7 @@ def status(workflow_id: str = typer.Argument(..., metavar="ID", help="the remedi
 
 @app.command("list")
 def list_incidents(
-    outcome: OutcomeName | None = typer.Option(None, "--outcome", help="only remediations judged so"),
+    outcome: Outcome | None = typer.Option(None, "--outcome", help="only remediations judged so"),
     service: str = typer.Option(None, "--service", help="only this service's"),
     fault: str = typer.Option(None, "--fault", help="only this fault class's (simulated episodes know theirs)"),
     model: str = typer.Option(None, "--model", help="only those served by this model version"),
@@ -170,13 +170,13 @@ def list_incidents(
 ) -> None:
     """Recent remediations, newest first, by the search attributes the Temporal UI filters on."""
     clauses = ["WorkflowType = 'IncidentRemediationWorkflow'"]
-    for attribute, value, option in (("Outcome", outcome, "--outcome"), ("Service", service, "--service"),
-                                     ("FaultClass", fault, "--fault"), ("ModelVersion", model, "--model")):
+    for key, value, option in ((OUTCOME, outcome, "--outcome"), (SERVICE, service, "--service"),
+                               (FAULT_CLASS, fault, "--fault"), (MODEL_VERSION, model, "--model")):
         if value is not None:
             if not SEARCH_VALUE.match(value):
-                raise typer.BadParameter(f"{value!r} is not a name (letters, digits, '-', '_', '.')",
+                raise typer.BadParameter(f"{value!r} is not a name (letters, digits, '-', '_', '.', '/')",
                                          param_hint=option)
-            clauses.append(f"{attribute} = '{value}'")
+            clauses.append(f"{key.name} = '{value}'")
     if running:
         clauses.append("ExecutionStatus = 'Running'")
     query = " AND ".join(clauses)
