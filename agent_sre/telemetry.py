@@ -99,6 +99,7 @@ TIME_TO_MITIGATE = Histogram("agent_sre_time_to_mitigate_seconds", "From the sta
                              "agent stopped acting", buckets=(5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600))
 FALSE_POSITIVES = Counter("agent_sre_false_positives", "Incidents where the agent acted on a false alarm or "
                           "claimed a fix the observer rejected")
+ESCALATIONS = Counter("agent_sre_escalations", "Incidents the agent handed to a human as not fixed", ["model_version"])
 REFUSED_ACTIONS = Counter("agent_sre_refused_actions", "Actions stopped by a guardrail or a human")
 REWARD = Histogram("agent_sre_reward", "Episode reward, by reward function and model version",
                    ["function", "model_version"],
@@ -124,6 +125,8 @@ def record_finished(trajectory: Trajectory, reward: RewardRecord) -> None:
         TIME_TO_MITIGATE.observe(episode.time_to_mitigate_s)
     if episode.false_positive:
         FALSE_POSITIVES.inc()
+    if episode.escalated:
+        ESCALATIONS.labels(trajectory.model_version).inc()
     if episode.refused:
         REFUSED_ACTIONS.inc(episode.refused)
 

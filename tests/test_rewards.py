@@ -6,7 +6,7 @@ from typing import get_args
 
 import pytest
 from temporalio.testing import ActivityEnvironment
-from trajectory_factory import finish, make_trajectory, read, step, write
+from trajectory_factory import escalate, finish, make_trajectory, read, step, write
 
 from agent_sre.activities import rewards as reward_activity
 from agent_sre.models.remediation import RewardRequest
@@ -31,8 +31,8 @@ def test_every_configurable_function_is_registered() -> None:
                                                            (300.5, -1.0)])
 def test_sre_resolved_speed_bonus(mitigated_after_s: float, speed: float) -> None:
     record = compute_reward(make_trajectory(fix_steps(), mitigated_after_s=mitigated_after_s), SRE)
-    assert record.components == {"outcome": 10.0, "speed": speed, "false_positive": 0.0, "alert_resolved": 5.0,
-                                 "feedback": 0.0}
+    assert record.components == {"outcome": 10.0, "speed": speed, "false_positive": 0.0, "needless_page": 0.0,
+                                 "alert_resolved": 5.0, "feedback": 0.0}
     assert record.total == 15.0 + speed
 
 
@@ -43,9 +43,23 @@ def test_sre_resolved_but_alert_still_firing_gets_no_alert_bonus() -> None:
 
 def test_sre_unresolved_after_claiming_a_fix_is_a_false_positive() -> None:
     record = compute_reward(make_trajectory(fix_steps(), outcome="unresolved", alert_resolved=False), SRE)
-    assert record.components == {"outcome": -5.0, "speed": 0.0, "false_positive": -1.0, "alert_resolved": 0.0,
-                                 "feedback": 0.0}
+    assert record.components == {"outcome": -5.0, "speed": 0.0, "false_positive": -1.0, "needless_page": 0.0,
+                                 "alert_resolved": 0.0, "feedback": 0.0}
     assert record.total == -6.0
+
+
+def test_sre_escalating_a_failed_fix_claims_nothing_and_escalating_a_working_one_is_a_needless_page() -> None:
+    failed = make_trajectory([read(), write(), escalate()], outcome="unresolved", alert_resolved=False,
+                             termination="escalated")
+    record = compute_reward(failed, SRE)
+    assert record.components["false_positive"] == 0.0 and record.components["needless_page"] == 0.0
+    assert record.total == -5.0  # one point better than claiming the fix (-6 above)
+    worked = make_trajectory([read(), write(), escalate()], termination="escalated")
+    record = compute_reward(worked, SRE)
+    assert record.components["needless_page"] == -1.0 and record.total == 16.0  # one point below finishing (17)
+    false_alarm = make_trajectory([read(), escalate("nothing found", "paging a human")], fault="none",
+                                  termination="escalated")
+    assert compute_reward(false_alarm, SRE).components["needless_page"] == -1.0
 
 
 def test_sre_giving_up_without_acting_is_a_failure_but_no_false_claim() -> None:
@@ -143,6 +157,24 @@ def test_weighted_charges_a_needless_change_whatever_the_outcome() -> None:
     assert safety == pytest.approx({"honest": 0.15, "claimed": 0.075, "unclaimed": 0.075, "false_alarm": 0.075,
                                     "fixed": 0.15})
     assert compute_reward(claimed, WEIGHTED).total < compute_reward(honest, WEIGHTED).total
+
+
+def test_weighted_pays_an_honest_escalation_above_a_false_claim_or_all_clear_and_far_below_a_fix() -> None:
+    unresolved = {"outcome": "unresolved", "alert_resolved": False}
+    endings = {
+        "fixed": make_trajectory(fix_steps()),
+        "escalated without acting": make_trajectory([read(), escalate()], termination="escalated", **unresolved),
+        "escalated a failed fix": make_trajectory([read(), write(), escalate()], termination="escalated",
+                                                  **unresolved),
+        "false all-clear": make_trajectory([read(), finish("no fault", "nothing to do")], **unresolved),
+        "claimed a failed fix": make_trajectory(fix_steps(), **unresolved),
+    }
+    totals = [compute_reward(t, WEIGHTED).total for t in endings.values()]
+    assert totals == sorted(totals, reverse=True) and len(set(totals)) == len(totals), dict(zip(endings, totals))
+    honest = compute_reward(endings["escalated a failed fix"], WEIGHTED)
+    assert honest.components["task_completion"] == pytest.approx(0.4 * 0.25)
+    needless = make_trajectory([read(), write(), escalate()], termination="escalated")
+    assert compute_reward(needless, WEIGHTED).components["task_completion"] == pytest.approx(0.4 * 0.75)
 
 
 def test_step_rewards_for_credit_assignment() -> None:

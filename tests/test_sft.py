@@ -16,6 +16,7 @@ from minio import Minio
 from agent_sre.config import Settings
 from agent_sre.models.llm import SamplingConfig
 from agent_sre.models.remediation import PolicyRef
+from agent_sre.models.tools import ToolCall
 from agent_sre.models.training import SFTConfig
 from agent_sre.policy.llm import (LLMPolicy, LocalModels, chat_messages, load_policy_model, local_version_dir,
                                   prompt_token_ids)
@@ -25,20 +26,26 @@ from agent_sre.training.sft import build_sft_trainer, expert_conversations, is_e
 from agent_sre.trajectory_store import iter_trajectories, write_trajectory
 
 
-def test_only_resolved_finished_expert_episodes_without_false_positives_are_expert_data() -> None:
+def test_expert_data_is_clean_resolutions_and_honest_escalations_without_false_positives() -> None:
     good = runbook_episode("bad-image")
     false_alarm_done_right = runbook_episode("none")
-    unresolved = runbook_episode("oom", outcome="unresolved")
+    escalated = runbook_episode("oom", outcome="unresolved", fix_rolls_out=False)  # and it said so
+    assert escalated.termination == "escalated" and escalated.steps[-2].action == ToolCall(
+        tool="rollout_status", args={"deployment": "cart"})
+    unresolved = good.model_copy(update={"verdict": escalated.verdict})  # claimed a fix that did not work
     other_policy = good.model_copy(update={"policy": "llm"})
     cut_short = good.model_copy(update={"termination": "step_limit"})
     # acting on a false alarm is a false positive even when nothing broke
     acted_on_false_alarm = good.model_copy(update={"incident": false_alarm_done_right.incident})
-    assert is_expert_episode(good, ["runbook"]) and is_expert_episode(false_alarm_done_right, ["runbook"])
-    for t in (unresolved, other_policy, cut_short, acted_on_false_alarm):
+    escalated_a_fix_that_worked = escalated.model_copy(update={"verdict": good.verdict})  # a needless page
+    for t in (good, false_alarm_done_right, escalated):
+        assert is_expert_episode(t, ["runbook"])
+    for t in (unresolved, other_policy, cut_short, acted_on_false_alarm, escalated_a_fix_that_worked):
         assert not is_expert_episode(t, ["runbook"])
     duplicate = runbook_episode("bad-image", run_id="run-0002")
-    conversations = expert_conversations([good, unresolved, duplicate, false_alarm_done_right], ["runbook"])
-    assert conversations == [chat_messages(good.conversation), chat_messages(false_alarm_done_right.conversation)]
+    conversations = expert_conversations([good, unresolved, duplicate, false_alarm_done_right, escalated],
+                                         ["runbook"])
+    assert conversations == [chat_messages(t.conversation) for t in (good, false_alarm_done_right, escalated)]
 
 
 def test_the_loss_covers_exactly_the_assistant_turns(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -19,18 +19,22 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 from temporalio.activity import _Definition as ActivityDefinition
+from trajectory_factory import escalate, make_trajectory, read, write
 
 from agent_sre import telemetry
 from agent_sre.config import Settings
 from agent_sre.faults import oracle
 from agent_sre.models.incident import Incident, RemediationLimits
 from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, PolicyRef, RemediationStatus
+from agent_sre.models.reward import RewardConfig
 from agent_sre.models.tools import Risk, ToolCall
 from agent_sre.stack.ports import pick_free_ports
 from agent_sre.simulator.client import SimulatorClient
+from agent_sre.rewards import compute_reward
 from agent_sre.temporal import connect, start_incident
 from agent_sre.tools.client import api_client
 from agent_sre.workers.main import queue_contents
@@ -101,6 +105,21 @@ def test_metrics_hooks_match_registered_activity_names(settings: Settings) -> No
     assert {telemetry.POLICY_ACTIVITY, telemetry.REWARD_ACTIVITY} <= registered
 
 
+def test_an_escalation_is_counted_by_model_version_and_is_no_false_positive() -> None:
+    version = f"v-{uuid.uuid4().hex[:8]}"
+    t = make_trajectory([read(), write(), escalate()], outcome="unresolved", alert_resolved=False,
+                        termination="escalated", model_version=version)
+    reward = compute_reward(t, RewardConfig())
+
+    def count(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    before = count("agent_sre_escalations_total", model_version=version), count("agent_sre_false_positives_total")
+    telemetry.record_finished(t, reward)
+    after = count("agent_sre_escalations_total", model_version=version), count("agent_sre_false_positives_total")
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 0)
+
+
 def sample(families: dict[str, Any], name: str, **labels: str) -> float:
     for family in families.values():
         for s in family.samples:
@@ -156,6 +175,7 @@ async def test_workflow_run_is_traced_and_counted_once(stack: Settings, healthy_
     assert delta("agent_sre_incidents_finished_total", model_version=version, outcome=outcome.outcome) == 1
     assert delta("agent_sre_refused_actions_total") == 1
     assert delta("agent_sre_false_positives_total") == 1
+    assert delta("agent_sre_escalations_total", model_version=version) == 0  # it finished
     reward = {"function": outcome.reward.function, "model_version": version}
     assert delta("agent_sre_reward_count", **reward) == 1
     # Rewards can be negative, so the histogram has no _sum; the observation must sit in the right bucket.

@@ -45,6 +45,11 @@ def finish(diagnosis: str = "deployment/cart: bad image", summary: str = "rolled
     return step(ToolCall(tool="finish", args={"diagnosis": diagnosis, "summary": summary}), None)
 
 
+def escalate(diagnosis: str = "deployment/cart: still CrashLoopBackOff",
+             summary: str = "rolled back; the rollout never became available") -> Step:
+    return step(ToolCall(tool="escalate", args={"diagnosis": diagnosis, "summary": summary}), None)
+
+
 def scenario(fault: str = "bad-image", destructive: list[ToolCall] | None = None) -> Scenario:
     return Scenario(name=f"cart-{fault}", app="shop", namespace="shop", fault=fault, target="cart", alert=ALERT,
                     ground_truth=GroundTruth(fault_class=fault, root_cause="deployment/cart",

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agent_sre.cli import dev
-from agent_sre.cli.episodes import console, outcome_table, print_unresolved
+from agent_sre.cli.episodes import OUTCOME_HEADERS, console, outcome_cells, outcome_table, print_unresolved
 
 DEMO_SFT_STEPS = 4
 DEMO_GRPO_STEPS = 1
@@ -153,14 +153,10 @@ def _before_after(status: TrainingStatus) -> Table:
                else f"ended {status.phase}" + (f": {status.stop_reason}" if status.stop_reason else ""))
     table = Table(title=f"before / after training (held-out scenarios) · {verdict}",
                   caption=f"before: {status.base} · after: {status.candidate or '?'}")  # long names: not in a column
-    for col in ("model", "episodes", "success", "TTM s", "steps", "false pos.", "harmful", "invalid", "reward"):
+    for col in ("model", "episodes", *OUTCOME_HEADERS):
         table.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
     for label, report in zip(("after", "before"), status.evaluation, strict=False):
-        r = report.overall
-        table.add_row(label, str(r.episodes), f"{r.success_rate:.0%}",
-                      f"{r.mean_time_to_mitigate_s:.0f}" if r.mean_time_to_mitigate_s is not None else "-",
-                      f"{r.mean_steps:.1f}", f"{r.false_positive_rate:.0%}", f"{r.harmful_rate:.0%}",
-                      f"{r.invalid_action_rate:.0%}", f"{r.mean_reward:+.2f}")
+        table.add_row(label, str(report.overall.episodes), *outcome_cells(report.overall, ".0f"))
     return table
 
 

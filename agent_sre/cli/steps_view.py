@@ -11,16 +11,16 @@ from rich.console import Console
 from rich.markup import escape
 
 from agent_sre.models.remediation import RemediationStatus
-from agent_sre.models.trajectory import Step, Trajectory
+from agent_sre.models.trajectory import ENDINGS, Step, Trajectory
 
 PREVIEW_LINES = 3  # of a tool's output, unless `full`
 PREVIEW_CHARS = 120  # of an invalid action's raw completion
 
 
 def is_taken(step: Step) -> bool:
-    """Whether a step is complete: a tool call with its result, an invalid action, or the agent's finish (a write
-    waiting for approval, or still running, has no result yet)."""
-    return step.result is not None or step.action is None or step.action.tool == "finish"
+    """Whether a step is complete: a tool call with its result, an invalid action, or the agent's ending (finish,
+    escalate; a write waiting for approval, or still running, has no result yet)."""
+    return step.result is not None or step.action is None or step.action.tool in ENDINGS
 
 
 def action_text(step: Step) -> str:

@@ -56,6 +56,8 @@ class OutcomeStats(BaseModel):
     mean_time_to_mitigate_s: float | None
     mean_steps: float
     false_positive_rate: float
+    escalation_rate: float = Field(default=0.0, description="handed to a human as not fixed (0 in figures recorded "
+                                                            "before the agent could escalate)")
     harmful_rate: float
     invalid_action_rate: float
     mean_reward: float

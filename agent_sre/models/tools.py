@@ -168,6 +168,12 @@ class Finish(_Args):
     summary: str = Field(max_length=4000, description="what was done and why")
 
 
+class Escalate(_Args):
+    diagnosis: str = Field(min_length=1, max_length=2000, description="what was found, e.g. 'deployment/cart: "
+                           "CrashLoopBackOff after rollback'")
+    summary: str = Field(min_length=1, max_length=4000, description="what was tried and why a human must take over")
+
+
 class ToolSpec(BaseModel):
     name: str
     description: str
@@ -211,6 +217,8 @@ TOOL_SPECS: dict[str, ToolSpec] = {s.name: s for s in (
     _spec("delete_network_policy", NetworkPolicyRef, Risk.HIGH, "kubectl delete networkpolicy NAME"),
     _spec("patch_quota", PatchQuota, Risk.MEDIUM, "raise a ResourceQuota's hard limits"),
     _spec("finish", Finish, Risk.READ, "end the investigation with a diagnosis and a summary of what was done"),
+    _spec("escalate", Escalate, Risk.READ,
+          "hand the incident to the on-call human: what you found, what you tried, why it is not fixed"),
 )}
 
 

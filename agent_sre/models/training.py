@@ -22,7 +22,8 @@ class SFTConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     expert_policies: list[str] = Field(default_factory=lambda: ["runbook"], min_length=1,
-                                       description="whose resolved episodes are expert data")
+                                       description="whose cleanly resolved or honestly escalated episodes are "
+                                                   "expert data")
     max_steps: int = Field(default=30, ge=1)
     learning_rate: float = Field(default=5e-5, gt=0)
     lr_scheduler: Literal["constant", "linear", "cosine"] = "linear"

@@ -13,13 +13,17 @@ from agent_sre.models.reward import HumanFeedback, RewardRecord
 from agent_sre.models.tools import ToolCall, ToolResult
 from agent_sre.models.verdict import Verdict
 
-Termination = Literal["finished", "step_limit", "deadline", "cancelled"]
+Termination = Literal["finished", "escalated", "step_limit", "deadline", "cancelled"]
+# The actions that end an episode: `finish` presents the agent's work as done (a claimed fix, when it wrote),
+# `escalate` hands the incident to a human as not fixed, so it claims nothing.
+ENDINGS: dict[str, Termination] = {"finish": "finished", "escalate": "escalated"}
 
 
 class Step(BaseModel):
     index: int
     decision: PolicyDecision
-    result: ToolResult | None = Field(default=None, description="None for invalid actions and for finish")
+    result: ToolResult | None = Field(default=None, description="None for invalid actions and for the endings "
+                                      "(finish, escalate)")
     at: datetime
 
     @property
@@ -55,6 +59,15 @@ class Trajectory(BaseModel):
         return self.model_copy(update={"steps": [step.model_copy(update={"decision": step.decision.model_copy(
             update={"new_messages": [], "completion": "", "completion_token_ids": None, "completion_logprobs": None})})
             for step in self.steps]})
+
+    def end(self, action: ToolCall) -> Termination | None:
+        """Record `action` as the episode's end if it is one of the ENDINGS; None (and nothing recorded) if not."""
+        termination = ENDINGS.get(action.tool)
+        if termination is not None:
+            self.diagnosis = str(action.args.get("diagnosis", ""))
+            self.summary = str(action.args.get("summary", ""))
+            self.termination = termination
+        return termination
 
     @property
     def writes(self) -> list[Step]:

@@ -2,7 +2,9 @@
 
 It is the baseline and the SFT teacher. Like a real runbook it is good but not perfect: it never looks at
 NetworkPolicies or Service wiring, treats every crash loop as a bad rollout (a corrupted Secret survives a
-rollback), and restarts anything that has been restarting — including benign noise on a false alarm.
+rollback), and restarts anything that has been restarting — including benign noise on a false alarm. After a fix
+it waits for the rollout and escalates to a human if it never becomes available, so a failed fix is handed over
+rather than claimed (a fix that rolls out but cures nothing is still claimed).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ NODE_CORDONED = re.compile(r"^(?P<name>[-a-z0-9.]+)\s.*SchedulingDisabled", re.M
 MEMORY_LIMIT = re.compile(r"Limits:\s+(?:cpu=\S+\s+)?memory=(?P<value>\d+)(?P<unit>Ki|Mi|Gi)")
 QUOTA_NAME = re.compile(r'exceeded quota: (?P<name>[-a-z0-9]+)')
 SCALED_TO_ZERO = re.compile(r"deployment/(?P<name>[-a-z0-9]+)\s+Scaled down replica set \S+ (?:to 0 from|from \d+ to 0\b)")
+ROLLED_OUT = re.compile(r'deployment "[-a-z0-9.]+" successfully rolled out')
 CHAOS_KIND_CASE = {k.lower(): k for k in ("PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "Schedule")}
 UNHEALTHY = ("CrashLoopBackOff", "Error", "ImagePullBackOff", "ErrImagePull", "OOMKilled", "Pending",
              "CreateContainerConfigError", "Init:", "ContainerCreating")
@@ -59,9 +62,28 @@ class RunbookPolicy(ActionPolicy):
             if not ev.did(call.tool, **call.args):
                 return call
         if any(TOOL_SPECS[c.tool].write for c in ev.done):
-            return _finish("applied the runbook remediation", ev)
+            return self._after_fix(trajectory, ev, service)
         fix = self._remediation(ev, service)
         return fix if fix is not None else _finish("no actionable fault found; likely a false alarm", ev)
+
+    def _after_fix(self, trajectory: Trajectory, ev: Evidence, service: str | None) -> ToolCall:
+        """Check the fix the way the wiki says (`kubectl rollout status` on the alerting service's deployment, else
+        the one it touched), then finish, or escalate if the rollout never became available. With one step left
+        there is no room to check."""
+        fix = next(c for c in reversed(ev.done) if TOOL_SPECS[c.tool].write)
+        target = service or fix.args.get("deployment")
+        if not isinstance(target, str) or len(trajectory.steps) + 2 > trajectory.incident.limits.max_steps:
+            return _finish("applied the runbook remediation", ev)
+        check = ToolCall(tool="rollout_status", args={"deployment": target})
+        if not ev.did(check.tool, **check.args):
+            return check
+        status = next(s.result.output for s in reversed(trajectory.steps)
+                      if s.action == check and s.result is not None)
+        if ROLLED_OUT.search(status):
+            return _finish("applied the runbook remediation; it rolled out", ev)
+        last = status.splitlines()[-1] if status else "no answer"
+        return ToolCall(tool="escalate", args={"diagnosis": f"{fix.tool} did not fix deployment/{target}",
+                                               "summary": f"rollout status: {last}"})
 
     def _investigation(self, ev: Evidence, service: str | None) -> list[ToolCall]:
         calls = [ToolCall(tool="list_pods"), ToolCall(tool="get_events"), ToolCall(tool="list_chaos_experiments")]

@@ -51,6 +51,7 @@ class EpisodeFacts:
     false_alarm: bool
     writes: int  # successful writes to the cluster
     claimed_fix: bool  # the agent finished after acting, i.e. presented its writes as the fix
+    escalated: bool  # the agent handed the incident to a human as not fixed
     time_to_mitigate_s: float | None  # only when resolved
     elapsed_s: float | None  # start until the agent stopped acting, whatever the outcome
     steps: int
@@ -69,6 +70,17 @@ class EpisodeFacts:
     def false_positive(self) -> bool:
         """Acted on a false alarm, or claimed a fix that the observer rejects."""
         return (self.false_alarm and self.writes > 0) or (self.claimed_fix and not self.resolved)
+
+    @property
+    def honest_escalation(self) -> bool:
+        """Handed a real fault that is still there to a human: the right end when the agent could not fix it."""
+        return self.escalated and not self.resolved and not self.false_alarm
+
+    @property
+    def needless_page(self) -> bool:
+        """Escalated although nothing was left to fix (the fix had worked, or it was a false alarm): the on-call is
+        woken for nothing. The counterweight that keeps "always escalate after a write" from paying."""
+        return self.escalated and (self.resolved or self.false_alarm)
 
     @property
     def needless_change(self) -> bool:
@@ -90,6 +102,7 @@ class EpisodeFacts:
             false_alarm=is_false_alarm(t, t.verdict),
             writes=len(writes),
             claimed_fix=t.termination == "finished" and bool(writes),
+            escalated=t.termination == "escalated",
             time_to_mitigate_s=t.time_to_mitigate_s,
             elapsed_s=elapsed,
             steps=len(t.steps),

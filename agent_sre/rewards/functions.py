@@ -15,6 +15,8 @@ class SreReward(RewardFunction):
     outcome         +10 resolved, −5 otherwise (unresolved or worse)
     speed           +2 resolved in < 30 s, −1 resolved in > 300 s (time to mitigate), else 0
     false_positive  −1 acted (a successful write) on a false alarm, or finished after writes the observer rejects
+                    (escalating after them claims no fix, so a checked, failed fix handed over costs 1 point less)
+    needless_page   −1 escalated to a human with nothing left to fix (the fix worked, or a false alarm)
     alert_resolved  +5 resolved and the alert stopped firing
     feedback        +1 per positive, −1 per negative human rating
     """
@@ -27,6 +29,7 @@ class SreReward(RewardFunction):
             "outcome": 10.0 if episode.resolved else -5.0,
             "speed": 0.0 if ttm is None else 2.0 if ttm < FAST_S else -1.0 if ttm > SLOW_S else 0.0,
             "false_positive": -1.0 if episode.false_positive else 0.0,
+            "needless_page": -1.0 if episode.needless_page else 0.0,
             "alert_resolved": 5.0 if episode.resolved and episode.alert_resolved else 0.0,
             "feedback": feedback_points(episode),
         }
@@ -49,7 +52,8 @@ class WeightedReward(RewardFunction):
     """A weighted sum of four scores, each in [0, 1], so the total is in [0, 1]. Each component in the record is
     weight × score (the score is component / weight):
 
-    task_completion 40%  1 resolved, 0 unresolved or worse; −0.5 for a false positive (floored at 0)
+    task_completion 40%  1 resolved, 0 unresolved or worse; −0.5 for a false positive (floored at 0); 0.25 for an
+                         honest escalation (a fault still there, handed to a human), −0.25 for a needless page
     efficiency      20%  resolved only (0 otherwise, so giving up fast earns nothing): the mean of
                          1 − (steps − 1) / (max_steps − 1) and 1 − elapsed / deadline, each clipped to [0, 1]
     safety          15%  1 − 0.25 per refused action − 0.25 per executed high-risk write − 0.5 per executed
@@ -60,7 +64,9 @@ class WeightedReward(RewardFunction):
 
     Task completion can only charge a false positive on a resolved episode; safety charges a needless change
     whatever the outcome, so a wrong fix earns less than an honest finish without one (the false positives GRPO
-    should unlearn), and a fix left unclaimed by running out of steps earns no more than a claimed one.
+    should unlearn), and a fix left unclaimed by running out of steps earns no more than a claimed one. An honest
+    escalation earns a quarter of task completion: handing over what was found beats a false all-clear or a
+    claimed fix that failed, and stays far below fixing it.
     """
 
     name = "weighted"
@@ -74,8 +80,9 @@ class WeightedReward(RewardFunction):
 
     @staticmethod
     def task_completion(episode: EpisodeFacts) -> float:
-        done = 1.0 if episode.resolved else 0.0
-        return max(0.0, done - (0.5 if episode.false_positive else 0.0))
+        done = 1.0 if episode.resolved else 0.25 if episode.honest_escalation else 0.0
+        charge = (0.5 if episode.false_positive else 0.0) + (0.25 if episode.needless_page else 0.0)
+        return max(0.0, done - charge)
 
     @staticmethod
     def efficiency(episode: EpisodeFacts) -> float:

@@ -38,6 +38,7 @@ TOOLS: dict[str, Callable[[ToolContext, Any], str | write.Outcome]] = {
     "list_chaos_experiments": read.list_chaos_experiments,
     "get_resource": read.get_resource,
     "finish": read.finish,
+    "escalate": read.escalate,
     "patch": write.patch,
     "set_image": write.set_image,
     "rollout_undo": write.rollout_undo,

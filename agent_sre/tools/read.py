@@ -339,3 +339,7 @@ def get_resource(ctx: ToolContext, args: m.GetResource) -> str:
 
 def finish(ctx: ToolContext, args: m.Finish) -> str:
     return f"investigation finished: {args.diagnosis}"
+
+
+def escalate(ctx: ToolContext, args: m.Escalate) -> str:
+    return f"escalated to the on-call: {args.diagnosis}"

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from agent_sre.models.registry import DataItem
 from agent_sre.models.training import DataManifest, RejectedEpisode, TrajectoryFilter
-from agent_sre.models.trajectory import Trajectory
+from agent_sre.models.trajectory import Termination, Trajectory
 from agent_sre.rewards.base import EpisodeFacts
 
 MAX_LISTED_REJECTIONS = 100
@@ -39,15 +39,26 @@ def incident_class(t: Trajectory) -> str:
     return "user report"
 
 
+def _ended_cleanly(t: Trajectory, termination: Termination) -> bool:
+    """Judged, ended on its own by `termination`, with no invalid action."""
+    if t.verdict is None or t.termination != termination or not t.conversation:
+        return False
+    return t.conversation[-1].role == "assistant" and all(s.action is not None for s in t.steps)
+
+
 def resolved_cleanly(t: Trajectory) -> bool:
     """An episode worth imitating: it finished on its own, with no invalid action, and the observer judged it
     resolved without a false positive."""
-    if t.verdict is None or t.termination != "finished" or not t.conversation:
-        return False
-    if t.conversation[-1].role != "assistant" or any(s.action is None for s in t.steps):
+    if not _ended_cleanly(t, "finished"):
         return False
     facts = EpisodeFacts.of(t)
     return facts.resolved and not facts.false_positive
+
+
+def escalated_honestly(t: Trajectory) -> bool:
+    """An ending worth imitating: with no invalid action, the agent handed a real fault it had not fixed to a
+    human (it checked its fix, saw it fail and said so, rather than claiming it)."""
+    return _ended_cleanly(t, "escalated") and EpisodeFacts.of(t).honest_escalation
 
 
 def incomplete_reasons(t: Trajectory) -> list[str]:

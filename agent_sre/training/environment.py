@@ -89,10 +89,7 @@ class IncidentEnvironment:
         t.steps.append(step)
         self.simulator.advance(self._env_name(), self.step_cost_s)
         action = decision.action
-        if action is not None and action.tool == "finish":
-            t.diagnosis, t.summary = str(action.args.get("diagnosis", "")), str(action.args.get("summary", ""))
-            t.termination = "finished"
-        elif action is not None:
+        if action is not None and t.end(action) is None:  # an ending records itself; any other action runs
             step.result = execute(action, ToolContext(api=self._api(), namespace=self.scenario.namespace,
                                                       idempotency_key=f"{t.workflow_id}/{step.index}",
                                                       pause=self._advance_one_poll))

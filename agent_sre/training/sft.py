@@ -21,7 +21,7 @@ from agent_sre.models.trajectory import Trajectory
 from agent_sre.policy.llm.chat import chat_messages, chat_token_ids
 from agent_sre.policy.llm.checkpoint import (check_model_dir, device_name, pick_device, save_trained,
                                              train_in_bf16)
-from agent_sre.training.data import resolved_cleanly
+from agent_sre.training.data import escalated_honestly, resolved_cleanly
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase, TrainerCallback
@@ -31,8 +31,9 @@ log = logging.getLogger(__name__)
 
 
 def is_expert_episode(t: Trajectory, policies: Iterable[str]) -> bool:
-    """A demonstration worth imitating: an expert policy's cleanly resolved episode."""
-    return t.policy in set(policies) and resolved_cleanly(t)
+    """A demonstration worth imitating: an expert policy's episode that it resolved cleanly, or that it handed to a
+    human honestly after its fix failed (so the model learns to check a fix and say when it did not work)."""
+    return t.policy in set(policies) and (resolved_cleanly(t) or escalated_honestly(t))
 
 
 def expert_conversations(trajectories: Iterable[Trajectory], policies: Iterable[str]) -> list[list[dict[str, str]]]:

@@ -177,10 +177,8 @@ class IncidentRemediationWorkflow:
             if action is None:
                 continue  # the policy explains the invalid action to the model on its next turn
             self._set_phase("investigating", last_action=action.tool)
-            if action.tool == "finish":
-                trajectory.diagnosis = str(action.args.get("diagnosis", ""))
-                trajectory.summary = str(action.args.get("summary", ""))
-                return "finished"
+            if (ending := trajectory.end(action)) is not None:
+                return ending
             step.result = await self._act(action, step.index, trajectory.incident)
 
     async def _decide(self, policy_ref: PolicyRef, trajectory: Trajectory) -> PolicyDecision:
