@@ -3,7 +3,8 @@
     routing ─▶ investigating ⇄ (awaiting_approval) ─▶ settling ─▶ observing ─▶ rewarding
                   │  policy: decide_next_action                                 │
                   │  tools:  run_tool (guardrails, idempotency key per step)    ▼
-                  └─ until finish / step limit / deadline / cancel     (awaiting_feedback) ─▶ storing ─▶ done
+                  └─ until finish|escalate, step limit,                (awaiting_feedback) ─▶ storing ─▶ done
+                     deadline or cancel
 
 Where the activities that reach the cluster run is the request's `queues.tool_execution` (see `near_cluster`).
 
