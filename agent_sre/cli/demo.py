@@ -130,10 +130,10 @@ async def _training(client: Client, settings: Settings) -> str | None:
                  "learning_rate": 1e-5},
         "evaluation": {"limit": DEMO_EVAL_SCENARIOS, "max_turns": 10, "max_new_tokens": 64}})
     console.print(f"\n[bold]2. Training cycle[/] — SmolLM2-135M-Instruct → {version}: SFT ({DEMO_SFT_STEPS} "
-                  f"steps) on the runbook's resolved and escalated episodes above, then GRPO ({DEMO_GRPO_STEPS} step, 2 rollouts) "
-                  f"on the simulator, then both models on {DEMO_EVAL_SCENARIOS} held-out scenarios and the gate. A "
-                  "budget that fits minutes on a CPU: it shows the loop, not a trained agent (docs/benchmarks.md has "
-                  "the longer run).")
+                  f"steps) on the runbook's resolved and escalated episodes above, then GRPO ({DEMO_GRPO_STEPS} "
+                  f"step, 2 rollouts) on the simulator, then both models on {DEMO_EVAL_SCENARIOS} held-out scenarios "
+                  "and the gate. A budget that fits minutes on a CPU: it shows the loop, not a trained agent "
+                  "(docs/benchmarks.md has the longer run).")
     workflow_id = f"training-{version}"
     await client.start_workflow("TrainingCycleWorkflow", request, id=workflow_id, task_queue=settings.queue_training,
                                 result_type=TrainingStatus, static_summary=f"make demo: train {version}")
