@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.contrib.opentelemetry import TracingInterceptor
@@ -16,6 +17,7 @@ from agent_sre.config import Settings, get_settings
 from agent_sre.models.alert import Alert
 from agent_sre.models.incident import Incident
 from agent_sre.models.remediation import IncidentOutcome, PolicyRef, RemediationRequest, TaskQueues
+from agent_sre.stack.temporal import SEARCH_ATTRIBUTES
 
 
 async def connect(settings: Settings | None = None) -> Client:
@@ -23,6 +25,16 @@ async def connect(settings: Settings | None = None) -> Client:
     settings = settings or get_settings()
     return await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace,
                                 data_converter=pydantic_data_converter, interceptors=[TracingInterceptor()])
+
+
+async def unregistered_search_attributes(client: Client) -> dict[str, str]:
+    """Our custom search attributes (name: type) that the client's namespace lacks.
+
+    A workflow that sets an unregistered attribute fails its workflow task and retries it until someone registers
+    the attribute: every remediation would stall there."""
+    listed = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=client.namespace))
+    return {key: kind for key, kind in SEARCH_ATTRIBUTES.items() if key not in listed.custom_attributes}
 
 
 def task_queues(settings: Settings) -> TaskQueues:

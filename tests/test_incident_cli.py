@@ -21,9 +21,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from google.protobuf.duration_pb2 import Duration
 from isolated_workers import isolated_queues
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
+from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 from temporalio.service import RPCError
 from trajectory_factory import finish, make_trajectory, read, step, write
 from typer.testing import CliRunner, Result
@@ -42,6 +44,7 @@ from agent_sre.models.training import TrainingRequest
 from agent_sre.scenarios import default_catalog
 from agent_sre.simulator.client import SimulatorClient
 from agent_sre.stack.ports import pick_free_ports
+from agent_sre.stack.temporal import SEARCH_ATTRIBUTES
 from agent_sre.rewards import compute_reward
 from agent_sre.storage import object_store
 from agent_sre.temporal import connect
@@ -299,11 +302,15 @@ def test_list_filters_by_the_search_attributes(cli: Callable[..., Result]) -> No
 
     _until(shown, f"{workflow_id} in the list")
     header, *rows = [line for line in listed.splitlines() if line.startswith(("ID ", "episode-", "incident-"))]
-    assert header.split() == ["ID", "STATUS", "STARTED", "(UTC)", "SERVICE", "FAULT", "MODEL", "OUTCOME"]
+    assert header.split() == ["ID", "STATUS", "STARTED", "(UTC)", "SERVICE", "FAULT", "MODEL", "ENDED", "OUTCOME"]
     assert rows and all(row.split()[4] == "cart" and row.split()[-1] == "resolved" for row in rows), listed
-    assert f"{workflow_id}   completed" in listed and "deploy/image   runbook-v1   resolved" in listed
+    assert f"{workflow_id}   completed" in listed and "deploy/image   runbook-v1   finished   resolved" in listed
     by_fault = cli("incident", "list", "--fault", "deploy/image", "--limit", "1000")  # fault classes hold a '/'
     assert by_fault.exit_code == 0 and workflow_id in by_fault.output, by_fault.output
+    finished = cli("incident", "list", "--ending", "finished", "--service", "cart", "--limit", "1000")
+    assert finished.exit_code == 0 and workflow_id in finished.output, finished.output
+    escalated = cli("incident", "list", "--ending", "escalated", "--service", "cart", "--limit", "1000")
+    assert escalated.exit_code == 0 and workflow_id not in escalated.output, escalated.output
     running = cli("incident", "list", "--running", "--model", "runbook-v1")
     assert running.exit_code == 0 and workflow_id not in running.output
 
@@ -391,6 +398,7 @@ def test_episodes_run_names_the_unresolved_episodes_whose_steps_show_why(cli: Ca
     (("incident", "steps"), "give exactly one of ID or --trajectory KEY"),
     (("incident", "list", "--service", "x' OR 1=1"), "\"x' OR 1=1\" is not a name"),
     (("incident", "list", "--outcome", "fixed"), "--outcome"),
+    (("incident", "list", "--ending", "paged"), "--ending"),
     (("incident", "steps", "incident-nope-0"), "no workflow 'incident-nope-0': check the id"),
     (("incident", "steps", "--trajectory", "rewards/x.json"), "'rewards/x.json' is not a trajectory key"),
     (("incident", "steps", "--trajectory", "trajectories/date=2026-01-01/model=m/incident-nope-0__r.jsonl"),
@@ -472,3 +480,20 @@ def test_worker_bad_input_is_one_clear_error(settings: Settings, monkeypatch: py
     unreachable = runner.invoke(app, ["worker", "--metrics-port", "0"])
     assert unreachable.exit_code == 1 and f"cannot reach Temporal at 127.0.0.1:{nobody}" in flat(unreachable)
     assert "Traceback" not in unreachable.output
+
+    # A namespace registered by hand, as on a production cluster, has none of our search attributes.
+    bare = f"bare-{uuid.uuid4().hex[:8]}"
+    asyncio.run(_register_namespace(settings, bare))
+    monkeypatch.setattr(config, "get_settings", lambda: settings.model_copy(update={"temporal_namespace": bare}))
+    unregistered = runner.invoke(app, ["worker", "--metrics-port", "0"])
+    assert unregistered.exit_code == 1 and "Traceback" not in unregistered.output, unregistered.output
+    assert f"error: namespace '{bare}' lacks search attributes our workflows set" in flat(unregistered)
+    assert [line.strip() for line in unregistered.output.splitlines()[-len(SEARCH_ATTRIBUTES):]] == [
+        f"temporal operator search-attribute create --namespace {bare} --name {key} --type Keyword"
+        for key in SEARCH_ATTRIBUTES]
+
+
+async def _register_namespace(settings: Settings, name: str) -> None:
+    client = await connect(settings)
+    await client.workflow_service.register_namespace(RegisterNamespaceRequest(
+        namespace=name, workflow_execution_retention_period=Duration(seconds=86400)))

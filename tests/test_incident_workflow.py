@@ -27,6 +27,7 @@ from agent_sre.storage import object_store
 from agent_sre.temporal import connect, start_incident, task_queues
 from agent_sre.tools.client import api_client
 from agent_sre.training.environment import IncidentEnvironment
+from agent_sre.workflows.incident import ENDING, OUTCOME
 from agent_sre.trajectory_store import iter_trajectories
 from isolated_workers import running_workers
 
@@ -96,7 +97,9 @@ async def test_a_fix_that_never_rolls_out_is_escalated_not_claimed(stack: Settin
         started = await start_incident(client, incident, policy=PolicyRef(name="runbook"), settings=settings)
         outcome: IncidentOutcome = await started.handle.result()
         trajectory: Trajectory = await started.handle.query("trajectory", result_type=Trajectory)
+        listed = (await started.handle.describe()).typed_search_attributes
     assert (outcome.termination, outcome.outcome, outcome.writes) == ("escalated", "unresolved", 1)
+    assert (listed[ENDING], listed[OUTCOME]) == ("escalated", "unresolved")  # what on-call filters pages by
     assert not outcome.false_positive and outcome.reward.components["false_positive"] == 0
     check, ending = trajectory.steps[-2:]
     assert check.action is not None and check.action.tool == "rollout_status" and check.result is not None

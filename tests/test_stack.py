@@ -28,8 +28,9 @@ from agent_sre.simulator.apps import SHOP
 from agent_sre.stack.isolated import isolated_env
 from agent_sre.stack.kind import app_manifests
 from agent_sre.stack.ports import port_is_free
-from agent_sre.stack.temporal import SEARCH_ATTRIBUTES
 from agent_sre.storage import ensure_bucket, object_store
+from agent_sre.stack.temporal import SEARCH_ATTRIBUTES
+from agent_sre.temporal import unregistered_search_attributes
 
 KIND = Path(__file__).resolve().parent.parent / "infra" / "kind"
 
@@ -98,14 +99,19 @@ async def test_temporal_registers_the_custom_search_attributes(temporal_server: 
         ListSearchAttributesRequest(namespace=temporal_server.temporal_namespace)
     )
     assert set(SEARCH_ATTRIBUTES) <= set(listed.custom_attributes)
+    assert await unregistered_search_attributes(client) == {}
 
 
 async def test_temporal_keeps_workflows_across_a_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """...and a store kept from an older agent-sre, without a search attribute added since, gains it."""
     settings = _own_stack(tmp_path, monkeypatch)
     fault_class = SearchAttributeKey.for_keyword("FaultClass")
     try:
-        await stack.up(settings, ["temporal"])
-        client = await Client.connect(settings.temporal_address)
+        with monkeypatch.context() as older:
+            older.delitem(SEARCH_ATTRIBUTES, "Ending")
+            await stack.up(settings, ["temporal"])
+        client = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
+        assert await unregistered_search_attributes(client) == {"Ending": "Keyword"}
         handle = await client.start_workflow(
             "NoWorkerPollsThis",
             id="survives-restart",
@@ -116,7 +122,8 @@ async def test_temporal_keeps_workflows_across_a_restart(tmp_path: Path, monkeyp
         assert stopped.state == "stopped"
 
         await stack.up(settings, ["temporal"])
-        client = await Client.connect(settings.temporal_address)
+        client = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
+        assert await unregistered_search_attributes(client) == {}
         described = await client.get_workflow_handle("survives-restart").describe()
         assert described.status == WorkflowExecutionStatus.RUNNING
         assert described.run_id == handle.result_run_id

@@ -27,7 +27,7 @@ from agent_sre.simulator.client import SimulatorClient
 from agent_sre.temporal import connect, start_incident, task_queues
 from agent_sre.tools.client import api_client
 from agent_sre.workers.main import queue_contents
-from agent_sre.workflows.incident import FAULT_CLASS, MODEL_VERSION, OUTCOME, QUICK, SERVICE
+from agent_sre.workflows.incident import ENDING, FAULT_CLASS, MODEL_VERSION, OUTCOME, QUICK, SERVICE
 from agent_sre.workflows.simulated import environment_name
 from crash_once_worker import CRASH_EXIT_CODE
 from isolated_workers import isolated_queues, running_workers
@@ -89,12 +89,12 @@ async def test_each_mode_runs_the_episode_where_it_says(stack: Settings, mode: T
     assert result.outcome.outcome == "resolved" and result.outcome.writes == 1 and result.outcome.steps == 4
     assert result.environment == environment_name(episode_id)
     assert result.environment not in {e["name"] for e in SimulatorClient(stack.sim_url).list_envs()}
-    # The episode starts the remediation with what it is listed by; the remediation upserts only its outcome.
+    # The episode starts the remediation with what it is listed by; the remediation upserts only how it ended, once.
     upserts = _of_type(child_events, EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES)
-    assert [list(e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields)
-            for e in upserts] == [["Outcome"]]
-    assert (listed[FAULT_CLASS], listed[SERVICE], listed[MODEL_VERSION], listed[OUTCOME]) == (
-        SCENARIO.ground_truth.fault_class, SCENARIO.alert.labels["service"], "runbook-v1", "resolved")
+    assert [sorted(e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields)
+            for e in upserts] == [["Ending", "Outcome"]]
+    assert (listed[FAULT_CLASS], listed[SERVICE], listed[MODEL_VERSION], listed[ENDING], listed[OUTCOME]) == (
+        SCENARIO.ground_truth.fault_class, SCENARIO.alert.labels["service"], "runbook-v1", "finished", "resolved")
     tools = settings.queue_tools
     if mode == "queue":
         assert parent == Counter({("create_and_inject", tools): 1, ("delete_environment", tools): 1})

@@ -46,14 +46,14 @@ from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, Poli
 from agent_sre.models.reward import HumanFeedback
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.tools import Risk
-from agent_sre.models.trajectory import Trajectory
+from agent_sre.models.trajectory import Termination, Trajectory
 from agent_sre.models.verdict import Outcome
 from agent_sre.storage import object_store
 from agent_sre.temporal import start_incident, task_queues
 from agent_sre.tools.render import table as kubectl_table
 from agent_sre.trajectory_store import read_episode, write_late_feedback
 from agent_sre.validation import explain
-from agent_sre.workflows.incident import FAULT_CLASS, MODEL_VERSION, OUTCOME, SERVICE
+from agent_sre.workflows.incident import ENDING, FAULT_CLASS, MODEL_VERSION, OUTCOME, SERVICE
 
 app = typer.Typer(help="Start, follow and answer remediations.", no_args_is_help=True)
 console = Console()
@@ -165,13 +165,16 @@ def list_incidents(
     service: str = typer.Option(None, "--service", help="only this service's"),
     fault: str = typer.Option(None, "--fault", help="only this fault class's (simulated episodes know theirs)"),
     model: str = typer.Option(None, "--model", help="only those served by this model version"),
+    ending: Termination | None = typer.Option(None, "--ending", help=(
+        "only those the agent ended so; `escalated`: the ones it handed to a human")),
     running: bool = typer.Option(False, "--running", help="only remediations still running"),
     limit: int = typer.Option(20, "--limit", min=1, max=1000),
 ) -> None:
     """Recent remediations, newest first, by the search attributes the Temporal UI filters on."""
     clauses = ["WorkflowType = 'IncidentRemediationWorkflow'"]
     for key, value, option in ((OUTCOME, outcome, "--outcome"), (SERVICE, service, "--service"),
-                               (FAULT_CLASS, fault, "--fault"), (MODEL_VERSION, model, "--model")):
+                               (FAULT_CLASS, fault, "--fault"), (MODEL_VERSION, model, "--model"),
+                               (ENDING, ending, "--ending")):
         if value is not None:
             if not SEARCH_VALUE.match(value):
                 raise typer.BadParameter(f"{value!r} is not a name (letters, digits, '-', '_', '.', '/')",
@@ -183,14 +186,15 @@ def list_incidents(
 
     async def show(client: Client, settings: Settings) -> None:
         rows = [(w.id, w.status.name.lower() if w.status else "?", f"{w.start_time:%Y-%m-%d %H:%M:%S}",
-                 *(w.typed_search_attributes.get(key) or "-" for key in (SERVICE, FAULT_CLASS, MODEL_VERSION, OUTCOME)))
+                 *(w.typed_search_attributes.get(key) or "-"
+                   for key in (SERVICE, FAULT_CLASS, MODEL_VERSION, ENDING, OUTCOME)))
                 async for w in client.list_workflows(query, limit=limit)]
         if not rows:
             console.print(f"no remediation matches {query}", highlight=False)
             return
         # As `kubectl get` prints: whole ids, never wrapped into a cell, whatever the terminal's width.
-        console.print(kubectl_table(("ID", "STATUS", "STARTED (UTC)", "SERVICE", "FAULT", "MODEL", "OUTCOME"), rows),
-                      markup=False, highlight=False, soft_wrap=True)
+        headers = ("ID", "STATUS", "STARTED (UTC)", "SERVICE", "FAULT", "MODEL", "ENDED", "OUTCOME")
+        console.print(kubectl_table(headers, rows), markup=False, highlight=False, soft_wrap=True)
         console.print("[dim]what the agent did in one: agent-sre incident steps ID[/]")
 
     _run(show)

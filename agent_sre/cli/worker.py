@@ -18,7 +18,7 @@ def worker(
     """Run workflows and activities: the agent loop, tools, policy inference."""
     from agent_sre.config import get_settings
     from agent_sre.telemetry import instrument, setup_tracing, shutdown_tracing, start_metrics_server
-    from agent_sre.temporal import connect
+    from agent_sre.temporal import connect, unregistered_search_attributes
     from agent_sre.workers.main import queue_contents, run_workers
 
     settings = get_settings()
@@ -41,6 +41,14 @@ def worker(
             typer.echo(f"error: cannot reach Temporal at {settings.temporal_address} ({e}); "
                        "is `agent-sre dev up` running?", err=True)
             raise typer.Exit(1) from None
+        if missing := await unregistered_search_attributes(client):
+            namespace = settings.temporal_namespace
+            typer.echo(f"error: namespace {namespace!r} lacks search attributes our workflows set (a remediation "
+                       "would stall at its first upsert); register them once:", err=True)
+            for key, kind in missing.items():
+                typer.echo(f"  temporal operator search-attribute create --namespace {namespace} --name {key} "
+                           f"--type {kind}", err=True)
+            raise typer.Exit(1)
         await run_workers(client, settings, queue or None, ready=lambda: typer.echo(
             f"worker on {', '.join(queue or sorted(known))} · Temporal {settings.temporal_address}"
             + (f" · metrics http://0.0.0.0:{port}/metrics" if port else "")))

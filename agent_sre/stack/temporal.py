@@ -10,12 +10,15 @@ from agent_sre.stack.binaries import find_binary
 from agent_sre.stack.component import Component, Health, data_dir, short_error
 from agent_sre.stack.ports import PortSpec, split_host_port
 
-# Custom search attributes the workflows set, so incidents can be listed by fault, service, model and outcome.
+# Custom search attributes the workflows set, so incidents can be listed by fault, service, model, outcome and
+# how the agent ended (finished, escalated to a human, out of steps or time, cancelled). Any Temporal other than
+# this one needs them registered once per namespace (`agent-sre worker` checks, and prints the commands).
 SEARCH_ATTRIBUTES = {
     "FaultClass": "Keyword",
     "Service": "Keyword",
     "ModelVersion": "Keyword",
     "Outcome": "Keyword",
+    "Ending": "Keyword",
 }
 ADDRESS_SETTING = "AGENT_SRE_TEMPORAL_ADDRESS"
 
@@ -78,3 +81,18 @@ class TemporalDevServer(Component):
         except Exception as exc:  # any failure means "does not answer"; the reason is shown
             return Health(False, short_error(exc))
         return Health(True, f"namespace {settings.temporal_namespace}")
+
+    async def on_ready(self, settings: Settings) -> None:
+        """`--search-attribute` registers attributes only in a new store: one kept from an older agent-sre lacks
+        those added since, and a workflow that sets one would stall."""
+        from temporalio.api.enums.v1 import IndexedValueType
+        from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+
+        from agent_sre.temporal import connect, unregistered_search_attributes
+
+        client = await connect(settings)
+        if missing := await unregistered_search_attributes(client):
+            await client.operator_service.add_search_attributes(AddSearchAttributesRequest(
+                namespace=settings.temporal_namespace,
+                search_attributes={key: IndexedValueType.Value(f"INDEXED_VALUE_TYPE_{kind.upper()}")
+                                   for key, kind in missing.items()}))

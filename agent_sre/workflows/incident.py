@@ -48,6 +48,7 @@ FAULT_CLASS = SearchAttributeKey.for_keyword("FaultClass")
 SERVICE = SearchAttributeKey.for_keyword("Service")
 MODEL_VERSION = SearchAttributeKey.for_keyword("ModelVersion")
 OUTCOME = SearchAttributeKey.for_keyword("Outcome")
+ENDING = SearchAttributeKey.for_keyword("Ending")  # how the agent stopped: "escalated" is a page for a human
 
 QUICK = timedelta(seconds=30)
 RULE_BASED_POLICIES = frozenset({"runbook", "scripted"})
@@ -131,7 +132,8 @@ class IncidentRemediationWorkflow:
         verdict = await near_cluster(self._queues, observer.observe,
                                      ObserveRequest(incident=incident, baseline=baseline))
         trajectory.verdict, self._outcome = verdict, verdict.outcome
-        workflow.upsert_search_attributes([OUTCOME.value_set(verdict.outcome)])
+        workflow.upsert_search_attributes([OUTCOME.value_set(verdict.outcome),  # one event, as above
+                                           ENDING.value_set(trajectory.termination)])
 
         if incident.limits.feedback_window_s > 0:
             self._set_phase("awaiting_feedback")
