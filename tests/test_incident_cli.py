@@ -175,6 +175,7 @@ def test_scenario_with_approval_then_feedback(cli: Callable[..., Result], worker
 
     done = status_until(cli, workflow_id, "COMPLETED")
     assert "phase │ done" in done and "termination │ finished" in done
+    assert "summary │ applied the runbook remediation; it rolled out" in done
     assert "feedback +1" in done  # the rating was folded into the reward
     stored = flat(cli("incident", "steps", episode_id))  # completed: read from the store, redacted
     assert f"{step} rollout_undo deployment=cart deployment.apps/cart rolled back" in stored

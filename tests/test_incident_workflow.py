@@ -106,6 +106,7 @@ async def test_a_fix_that_never_rolls_out_is_escalated_not_claimed(stack: Settin
     assert check.result.output.endswith("error: timed out waiting for the condition")
     assert ending.action is not None and ending.action.tool == "escalate" and ending.result is None
     assert trajectory.diagnosis == outcome.diagnosis and "did not fix" in (trajectory.diagnosis or "")
+    assert outcome.summary == trajectory.summary and (outcome.summary or "").startswith("rollout status: ")
 
 
 async def test_refused_and_invalid_actions_are_steps_not_crashes(stack: Settings, catalog) -> None:

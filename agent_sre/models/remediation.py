@@ -75,6 +75,7 @@ class IncidentOutcome(BaseModel):
     invalid: int
     false_positive: bool = Field(description="acted on a false alarm, or claimed a fix the observer rejected")
     diagnosis: str | None
+    summary: str | None = Field(default=None, description="what the agent did; for an escalation, what it tried")
     reward: RewardRecord
     time_to_mitigate_s: float | None
     trajectory_key: str | None = None
