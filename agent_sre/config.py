@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agent_sre.models.llm import SamplingConfig
@@ -70,6 +70,9 @@ class Settings(BaseSettings):
     alerts_token: str | None = None
     alerts_port: Port = 9095
 
+    # Where the remediations this process starts POST an `EscalationNotice` when the agent escalates (chat, paging).
+    escalation_url: str | None = Field(default=None, pattern=r"^https?://")
+
     # The LLM policy. A model version resolves to a local directory; each worker keeps the last few loaded (LRU).
     llm_models_dir: Path | None = Field(default=None, description="converted base model cache; None: data_dir/models")
     llm_cache_size: int = Field(default=2, ge=1, description="model versions kept loaded per worker process")
@@ -106,3 +109,14 @@ class Settings(BaseSettings):
 @lru_cache
 def get_settings() -> Settings:
     return Settings()
+
+
+def bad_settings(exc: ValidationError) -> str:
+    """Each bad setting on a line of its own, named as the environment variable that set it."""
+    lines = []
+    for error in exc.errors():
+        field, *within = (str(part) for part in error["loc"])
+        variable = "KUBECONFIG" if field == "kubeconfig" else f"{Settings.model_config['env_prefix']}{field.upper()}"
+        where = f" ({'.'.join(within)})" if within else ""
+        lines.append(f"error: {variable}{where}: {error['msg']} (got {error.get('input')!r})")
+    return "\n".join(lines)

@@ -56,8 +56,10 @@ async def start_incident(client: Client, incident: Incident, *, policy: PolicyRe
     """Start a remediation, or attach to the one already running for the same alert identity.
 
     A finished remediation does not block a new one: if the alert fires again later, it is a new incident.
+    An escalation is POSTed to `settings.escalation_url` unless the request names its own.
     """
     settings = settings or get_settings()
+    request.setdefault("escalation_url", settings.escalation_url)
     req = RemediationRequest(incident=incident, policy=policy, queues=task_queues(settings), **request)
     try:
         handle = await client.start_workflow(

@@ -464,6 +464,18 @@ def test_alert_file_errors_name_the_file(cli: Callable[..., Result], tmp_path: P
         assert message in flat(result), (name, result.output)
 
 
+def test_a_bad_setting_is_one_clear_error_naming_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENT_SRE_ESCALATION_URL", "ftp://pager")
+    monkeypatch.setenv("AGENT_SRE_LLM_SAMPLING", '{"temperature": "hot"}')
+    monkeypatch.setattr(config, "get_settings", config.Settings)  # uncached: read the variables just set
+    result = CliRunner().invoke(app, ["incident", "list"])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert result.output.splitlines() == [
+        "error: AGENT_SRE_ESCALATION_URL: String should match pattern '^https?://' (got 'ftp://pager')",
+        "error: AGENT_SRE_LLM_SAMPLING (temperature): Input should be a valid number, unable to parse string as a "
+        "number (got 'hot')"]
+
+
 def test_worker_bad_input_is_one_clear_error(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     runner = CliRunner()
     unknown = runner.invoke(app, ["worker", "--queue", "nope", "--metrics-port", "0"])

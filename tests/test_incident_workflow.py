@@ -7,6 +7,8 @@ import asyncio
 import uuid
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 from temporalio.client import Client
 
 from agent_sre import faults
@@ -23,12 +25,13 @@ from agent_sre.policy.runbook import RunbookPolicy
 from agent_sre.scenarios import load_scenarios
 from agent_sre.simulator.client import SimulatorClient
 from agent_sre.simulator.simulator import Simulator
+from agent_sre.stack.ports import pick_free_ports
 from agent_sre.storage import object_store
 from agent_sre.temporal import connect, start_incident, task_queues
 from agent_sre.tools.client import api_client
 from agent_sre.training.environment import IncidentEnvironment
-from agent_sre.workflows.incident import ENDING, OUTCOME
 from agent_sre.trajectory_store import iter_trajectories
+from agent_sre.workflows.incident import ENDING, OUTCOME
 from isolated_workers import running_workers
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -90,13 +93,25 @@ async def test_false_alarm_right_answer_is_no_write(stack: Settings, catalog) ->
 
 async def test_a_fix_that_never_rolls_out_is_escalated_not_claimed(stack: Settings, catalog) -> None:
     """A corrupted Secret survives the runbook's rollback: it waits for the rollout, sees it time out and hands
-    the incident to a human. That claims no fix, so it is no false positive, and the escalation is what shows."""
+    the incident to a human. That claims no fix, so it is no false positive, and the escalation is what shows:
+    the page reaches the webhook (its first attempt answered 503 and was retried) and the incident is listed."""
     client = await _client(stack)
     incident = _injected_incident(stack, catalog["secret_password"])
-    async with running_workers(client, stack) as settings:
-        started = await start_incident(client, incident, policy=PolicyRef(name="runbook"), settings=settings)
+    pages: list[dict] = []
+
+    async def pager(request: web.Request) -> web.Response:
+        pages.append(await request.json())
+        return web.Response(status=503 if len(pages) == 1 else 202)
+
+    app = web.Application()
+    app.router.add_post("/page", pager)
+    async with TestServer(app) as webhook, running_workers(client, stack) as settings:
+        url = str(webhook.make_url("/page"))
+        started = await start_incident(client, incident, policy=PolicyRef(name="runbook"), settings=settings,
+                                       escalation_url=url)
         outcome: IncidentOutcome = await started.handle.result()
         trajectory: Trajectory = await started.handle.query("trajectory", result_type=Trajectory)
+        status: RemediationStatus = await started.handle.query("status", result_type=RemediationStatus)
         listed = (await started.handle.describe()).typed_search_attributes
     assert (outcome.termination, outcome.outcome, outcome.writes) == ("escalated", "unresolved", 1)
     assert (listed[ENDING], listed[OUTCOME]) == ("escalated", "unresolved")  # what on-call filters pages by
@@ -107,6 +122,30 @@ async def test_a_fix_that_never_rolls_out_is_escalated_not_claimed(stack: Settin
     assert ending.action is not None and ending.action.tool == "escalate" and ending.result is None
     assert trajectory.diagnosis == outcome.diagnosis and "did not fix" in (trajectory.diagnosis or "")
     assert outcome.summary == trajectory.summary and (outcome.summary or "").startswith("rollout status: ")
+
+    assert len(pages) == 2 and pages[0] == pages[1]  # the retry sent the same notice
+    page = pages[0]
+    assert page["event"] == "incident_escalated" and page["workflow_id"] == outcome.workflow_id
+    assert (page["diagnosis"], page["summary"]) == (outcome.diagnosis, outcome.summary)
+    assert page["alertname"] == incident.alert.labels["alertname"] and page["namespace"] == incident.namespace
+    assert page["actions"] == [s.action.command_line() for s in trajectory.writes if s.action is not None]
+    assert f"agent-sre incident steps {outcome.workflow_id}" in page["text"]
+    assert status.escalation == f"notified {url} (HTTP 202)"
+
+
+async def test_an_unreachable_pager_is_noted_and_the_incident_goes_on(stack: Settings, catalog) -> None:
+    client = await _client(stack)
+    incident = _injected_incident(stack, catalog["secret_password"])
+    [nobody] = pick_free_ports(1, "127.0.0.1")
+    url = f"http://127.0.0.1:{nobody}/page"
+    async with running_workers(client, stack) as settings:
+        started = await start_incident(client, incident, policy=PolicyRef(name="runbook"), settings=settings,
+                                       escalation_url=url)
+        outcome: IncidentOutcome = await started.handle.result()
+        status: RemediationStatus = await started.handle.query("status", result_type=RemediationStatus)
+    assert (outcome.termination, outcome.outcome) == ("escalated", "unresolved") and outcome.trajectory_key
+    assert status.escalation is not None and status.escalation.startswith(f"notifying {url} failed: ")
+    assert "Connection refused" in status.escalation
 
 
 async def test_refused_and_invalid_actions_are_steps_not_crashes(stack: Settings, catalog) -> None:

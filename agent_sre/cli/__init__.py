@@ -13,6 +13,20 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _settings_are_valid() -> None:
+    # Every command reads the settings: a bad variable is one clear error here, not a traceback mid-command.
+    from pydantic import ValidationError
+
+    from agent_sre import config
+
+    try:
+        config.get_settings()
+    except ValidationError as exc:
+        typer.echo(config.bad_settings(exc), err=True)
+        raise typer.Exit(2) from None
+
+
 def _register() -> None:
     """Attach every area's sub-app. Imported lazily so `agent-sre --help` stays quick."""
     from agent_sre.cli import (alerts, demo, dev, drill, episodes, incident, learn, models, rollout, scenarios, sim,

@@ -534,6 +534,8 @@ def _status_rows(table: Table, st: RemediationStatus, workflow_id: str) -> None:
                       + f"\n[dim]agent-sre incident approve|reject {escape(workflow_id)} --step {st.pending_step}[/]")
     table.add_row("resolved signal", "received" if st.alert_resolved else "-")
     table.add_row("outcome", st.outcome or "-")
+    if st.escalation is not None:
+        table.add_row("escalation", escape(st.escalation))
 
 
 def _outcome_rows(table: Table, o: IncidentOutcome) -> None:

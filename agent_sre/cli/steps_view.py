@@ -3,7 +3,6 @@ borders (kubectl's output is as wide as the terminal). `agent-sre incident steps
 
 from __future__ import annotations
 
-import json
 import textwrap
 from dataclasses import dataclass
 
@@ -27,8 +26,7 @@ def action_text(step: Step) -> str:
     if step.action is None:
         return "invalid action: " + textwrap.shorten(step.decision.completion or "(empty completion)",
                                                      PREVIEW_CHARS, placeholder=" …")
-    args = " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in step.action.args.items())
-    return f"{step.action.tool} {args}".strip()
+    return step.action.command_line()
 
 
 @dataclass

@@ -45,6 +45,9 @@ class RemediationRequest(BaseModel):
     baseline: HealthSnapshot | None = Field(
         default=None, description="the namespace when the alert fired, if whoever raised it looked (a simulated "
                                   "episode's injection does); None: the remediation takes it before acting")
+    escalation_url: str | None = Field(
+        default=None, pattern=r"^https?://", description="POSTed an `EscalationNotice` when the agent escalates "
+                                                         "(chat, paging); None: the escalation is only recorded")
 
 
 Phase = Literal["routing", "investigating", "awaiting_approval", "settling", "observing", "rewarding",
@@ -61,6 +64,7 @@ class RemediationStatus(BaseModel):
     pending_step: int | None = Field(default=None, description="the step an approve/reject signal must name")
     outcome: str | None = None
     alert_resolved: bool = False
+    escalation: str | None = Field(default=None, description="whether the escalation notice reached its webhook")
 
 
 class IncidentOutcome(BaseModel):
@@ -79,6 +83,24 @@ class IncidentOutcome(BaseModel):
     reward: RewardRecord
     time_to_mitigate_s: float | None
     trajectory_key: str | None = None
+
+
+class EscalationNotice(BaseModel):
+    """What a remediation POSTs when its agent hands the incident to a human: enough to act on without opening
+    Temporal, and `text` as one line for a chat channel (Slack's incoming webhooks show that key)."""
+
+    event: Literal["incident_escalated"] = "incident_escalated"
+    text: str
+    incident_id: str
+    workflow_id: str
+    namespace: str
+    service: str | None
+    alertname: str | None
+    model_version: str
+    diagnosis: str
+    summary: str
+    actions: list[str] = Field(description="the writes the agent made, as command lines; none when it only looked")
+    at: datetime
 
 
 class PolicyRequest(BaseModel):

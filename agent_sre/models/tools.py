@@ -6,6 +6,7 @@ workflow, guardrails, scenarios (ground-truth fixes are tool calls) and training
 
 from __future__ import annotations
 
+import json
 from enum import IntEnum
 from typing import Any, Literal
 
@@ -231,6 +232,11 @@ class ToolCall(BaseModel):
     def validate_args(self) -> _Args:
         """Raise KeyError for an unknown tool or pydantic.ValidationError for bad arguments."""
         return TOOL_SPECS[self.tool].args.model_validate(self.args)
+
+    def command_line(self) -> str:
+        """The action as a person reads it: `rollout_undo deployment=cart`."""
+        args = " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in self.args.items())
+        return f"{self.tool} {args}".strip()
 
 
 class ToolResult(BaseModel):

@@ -5,34 +5,31 @@ from __future__ import annotations
 
 import json
 import logging
-import urllib.request
+from typing import Any
 
 from prometheus_client import Counter
 
 from agent_sre.models.rollout import RollbackEvent
+from agent_sre.webhooks import post_json
 
 log = logging.getLogger("agent_sre.rollout")
 
 ROLLBACKS = Counter("agent_sre_model_rollbacks", "Model rollouts rolled back, by candidate and trigger "
                     "(analysis, guardrail, signal)", ["candidate", "trigger"])
-WEBHOOK_TIMEOUT_S = 10.0
 
 
-def _payload(event: RollbackEvent) -> str:
-    return json.dumps({"event": "model_rollback", **event.model_dump(mode="json", exclude={"notify_url"})})
+def _payload(event: RollbackEvent) -> dict[str, Any]:
+    return {"event": "model_rollback", **event.model_dump(mode="json", exclude={"notify_url"})}
 
 
 def record_rollback(event: RollbackEvent) -> str:
     """Count and log the rollback; returns the log line."""
     ROLLBACKS.labels(event.candidate, event.trigger).inc()
-    line = _payload(event)
+    line = json.dumps(_payload(event))
     log.warning(line)
     return line
 
 
 def post_webhook(url: str, event: RollbackEvent) -> int:
     """POST the event as JSON; returns the HTTP status. Errors (refused, 4xx/5xx, timeout) raise."""
-    request = urllib.request.Request(url, data=_payload(event).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT_S) as response:
-        return int(response.status)
+    return post_json(url, _payload(event))

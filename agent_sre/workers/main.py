@@ -19,8 +19,8 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from agent_sre.activities import (learning, observer, policy, rewards, rollout, routing, simulation, tools, training,
-                                  trajectories)
+from agent_sre.activities import (escalation, learning, observer, policy, rewards, rollout, routing, simulation,
+                                  tools, training, trajectories)
 from agent_sre.config import Settings
 from agent_sre.workflows.incident import IncidentRemediationWorkflow
 from agent_sre.workflows.learning import ContinuousLearningWorkflow
@@ -44,6 +44,7 @@ def queue_contents(settings: Settings) -> dict[str, tuple[list[type], list[Calla
     return _merged([
         (settings.queue_agent, [IncidentRemediationWorkflow, SimulatedIncidentWorkflow, ModelRolloutWorkflow],
                                [routing.route_model, rewards.compute_reward, trajectories.store_trajectory,
+                                escalation.notify_escalation,
                                 policy.decide_next_action, *cluster,
                                 rollout.update_stages, rollout.set_routing, rollout.analyze_rollout,
                                 rollout.check_guardrails, rollout.record_rollback, rollout.notify_rollback]),

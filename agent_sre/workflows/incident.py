@@ -23,8 +23,9 @@ from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ActivityError
 
-from agent_sre.activities import observer, policy, rewards, routing, tools, trajectories
+from agent_sre.activities import escalation, observer, policy, rewards, routing, tools, trajectories
 from agent_sre.models.incident import Incident
 from agent_sre.models.policy import ChatMessage, PolicyDecision
 from agent_sre.models.remediation import (
@@ -42,7 +43,8 @@ from agent_sre.models.remediation import (
 from agent_sre.models.reward import HumanFeedback
 from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolInvocation, ToolResult
 from agent_sre.models.trajectory import Step, Termination, Trajectory
-from agent_sre.outcome import incident_outcome
+from agent_sre.outcome import escalation_notice, incident_outcome
+from agent_sre.webhooks import NOTIFY_RETRY
 
 FAULT_CLASS = SearchAttributeKey.for_keyword("FaultClass")
 SERVICE = SearchAttributeKey.for_keyword("Service")
@@ -99,6 +101,7 @@ class IncidentRemediationWorkflow:
         self._feedback: list[HumanFeedback] = []
         self._feedback_open = False
         self._outcome: str | None = None
+        self._escalation: str | None = None
 
     # --- the state machine ------------------------------------------------------------------------------------
     @workflow.run
@@ -124,6 +127,8 @@ class IncidentRemediationWorkflow:
             model_version=policy_ref.version, started_at=workflow.now())
         trajectory.termination = await self._investigate(policy_ref, trajectory)
         trajectory.mitigated_at = workflow.now()
+        if trajectory.termination == "escalated" and request.escalation_url is not None:
+            await self._page(request.escalation_url, trajectory)
 
         if incident.limits.settle_s > 0:  # a zero-length durable timer still costs a timer-queue round trip
             self._set_phase("settling")
@@ -183,6 +188,18 @@ class IncidentRemediationWorkflow:
             if (ending := trajectory.end(action)) is not None:
                 return ending
             step.result = await self._act(action, step.index, trajectory.incident)
+
+    async def _page(self, url: str, trajectory: Trajectory) -> None:
+        """Tell a human at once. A webhook that stays down is noted in `status` and the log; the incident goes on
+        to its verdict, its reward and its stored trajectory all the same."""
+        notice = escalation_notice(trajectory, workflow.now())
+        try:
+            code = await workflow.execute_activity(escalation.notify_escalation, args=[url, notice],
+                                                   start_to_close_timeout=QUICK, retry_policy=NOTIFY_RETRY)
+            self._escalation = f"notified {url} (HTTP {code})"
+        except ActivityError as exc:
+            self._escalation = f"notifying {url} failed: {exc.cause or exc}"
+            workflow.logger.warning("escalation of %s not delivered: %s", trajectory.incident.id, self._escalation)
 
     async def _decide(self, policy_ref: PolicyRef, trajectory: Trajectory) -> PolicyDecision:
         """Rule-based policies answer in microseconds and load nothing: they run as local activities beside the
@@ -276,7 +293,8 @@ class IncidentRemediationWorkflow:
             incident_id=self._incident.id, phase=self._phase, model_version=self._model_version,
             steps=len(t.steps) if t else 0,
             last_action=t.steps[-1].action.tool if t and t.steps and t.steps[-1].action else None,
-            pending_approval=self._pending, pending_step=self._pending_step, outcome=self._outcome, alert_resolved=self._alert_resolved)
+            pending_approval=self._pending, pending_step=self._pending_step, outcome=self._outcome,
+            alert_resolved=self._alert_resolved, escalation=self._escalation)
 
     @workflow.query
     def trajectory(self) -> Trajectory | None:

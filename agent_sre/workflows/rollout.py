@@ -43,10 +43,10 @@ with workflow.unsafe.imports_passed_through():
         describe_step,
         format_duration,
     )
+    from agent_sre.webhooks import NOTIFY_RETRY
 
 QUICK = timedelta(seconds=30)
 MUST_LAND = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
-NOTIFY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attempts=3)
 
 
 @workflow.defn(name="ModelRolloutWorkflow")
