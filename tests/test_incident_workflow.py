@@ -138,9 +138,9 @@ async def test_an_unreachable_pager_is_noted_and_the_incident_goes_on(stack: Set
     incident = _injected_incident(stack, catalog["secret_password"])
     [nobody] = pick_free_ports(1, "127.0.0.1")
     url = f"http://127.0.0.1:{nobody}/page"
-    async with running_workers(client, stack) as settings:
-        started = await start_incident(client, incident, policy=PolicyRef(name="runbook"), settings=settings,
-                                       escalation_url=url)
+    async with running_workers(client, stack) as settings:  # the URL from the settings, as `alerts serve` has it
+        started = await start_incident(client, incident, policy=PolicyRef(name="runbook"),
+                                       settings=settings.model_copy(update={"escalation_url": url}))
         outcome: IncidentOutcome = await started.handle.result()
         status: RemediationStatus = await started.handle.query("status", result_type=RemediationStatus)
     assert (outcome.termination, outcome.outcome) == ("escalated", "unresolved") and outcome.trajectory_key
