@@ -19,7 +19,8 @@ def incident_outcome(t: Trajectory, key: str | None = None) -> IncidentOutcome:
         model_version=t.model_version, steps=len(t.steps), writes=len(t.writes),
         refused=sum(r.refused for r in results), invalid=sum(s.action is None for s in t.steps),
         false_positive=EpisodeFacts.of(t).false_positive,
-        diagnosis=t.diagnosis, summary=t.summary, reward=t.reward, time_to_mitigate_s=t.time_to_mitigate_s, trajectory_key=key)
+        diagnosis=t.diagnosis, summary=t.summary, reward=t.reward, time_to_mitigate_s=t.time_to_mitigate_s,
+        trajectory_key=key)
 
 
 def escalation_notice(t: Trajectory, at: datetime) -> EscalationNotice:

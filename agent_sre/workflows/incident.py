@@ -4,7 +4,7 @@
                   │  policy: decide_next_action                                 │
                   │  tools:  run_tool (guardrails, idempotency key per step)    ▼
                   └─ until finish|escalate, step limit,                (awaiting_feedback) ─▶ storing ─▶ done
-                     deadline or cancel
+                     deadline or cancel; an escalation is POSTed to the request's escalation_url at once
 
 Where the activities that reach the cluster run is the request's `queues.tool_execution` (see `near_cluster`).
 
