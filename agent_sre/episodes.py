@@ -118,6 +118,7 @@ def _stats(group: str, rs: list[EpisodeResult]) -> OutcomeStats:
         mean_steps=steps / len(rs),
         false_positive_rate=fmean(r.outcome.false_positive for r in rs),
         escalation_rate=fmean(r.outcome.termination == "escalated" for r in rs),
+        write_rate=fmean(r.outcome.writes > 0 for r in rs),
         harmful_rate=fmean(r.outcome.outcome == "worse" for r in rs),
         invalid_action_rate=sum(r.outcome.invalid for r in rs) / max(steps, 1),
         mean_reward=fmean(r.outcome.reward.total for r in rs))

@@ -140,8 +140,8 @@ def fmt(value: float | None, spec: str) -> str:
 
 def heldout_table(rows: list[Row]) -> tuple[Table, str]:
     table = Table(title="held-out suite")
-    headers = ["policy", "episodes", "success", "time to mitigate (sim s)", "steps", "false positives", "escalated",
-               "harmful", "invalid actions", "reward"]
+    headers = ["policy", "episodes", "success", "time to mitigate (sim s)", "steps", "wrote", "false positives",
+               "escalated", "harmful", "invalid actions", "reward"]
     for h in headers:
         table.add_column(h)
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
@@ -331,7 +331,7 @@ action. SFT: the runbook's resolved and honestly escalated episodes on the train
 {args.beta}; arithmetic: SFT {arithmetic(sft.bf16)}, GRPO {arithmetic(grpo.bf16 if grpo else None)}.
 
 Held-out results (time to mitigate in simulated seconds; each action costs {grpo_config.step_cost_s:.0f} s;
-false positive = acted on a false alarm, or claimed a fix the observer rejects; escalated = handed to a human as
+wrote = episodes with at least one write; false positive = acted on a false alarm, or claimed a fix the observer rejects; escalated = handed to a human as
 not fixed, which claims no fix):
 
 {heldout_md}

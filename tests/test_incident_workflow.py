@@ -75,6 +75,7 @@ async def test_every_fault_type_runs_through_the_workflow_with_the_runbook(stack
     assert {"bad_image", "chaos_network_delay", "node_selector_missing", "scaled_to_zero"} <= resolved
     assert not {"network_policy_deny", "service_selector", "secret_password"} & resolved
     assert 0.5 <= rows["all"].success_rate < 1.0, rows["all"]
+    assert rows["bad_image"].write_rate == 1.0  # it resolved them, so it wrote: `wrote` counts episodes, not writes
     stored = list(iter_trajectories(object_store(stack), stack.s3_bucket, model_version="runbook-v1"))
     assert {r.outcome.workflow_id for r in results} <= {t.workflow_id for t in stored}
 

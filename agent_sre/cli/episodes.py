@@ -18,13 +18,14 @@ from agent_sre.models.episode import EpisodeResult, OutcomeStats
 app = typer.Typer(help="Simulated incidents: stage-1 data and evaluation.", no_args_is_help=True)
 console = Console(width=max(Console().width, 110))  # tables stay readable in logs and CI, not only in terminals
 UNRESOLVED_LISTED = 10
-OUTCOME_HEADERS = ("success", "TTM s", "steps", "false pos.", "escalated", "harmful", "invalid", "reward")
+OUTCOME_HEADERS = ("success", "TTM s", "steps", "wrote", "false pos.", "escalated", "harmful", "invalid", "reward")
 
 
 def outcome_cells(r: OutcomeStats, ttm_format: str = ".1f") -> list[str]:
     """One row of figures under OUTCOME_HEADERS, as every outcome table prints them."""
     ttm = "-" if r.mean_time_to_mitigate_s is None else format(r.mean_time_to_mitigate_s, ttm_format)
-    return [f"{r.success_rate:.0%}", ttm, f"{r.mean_steps:.1f}", f"{r.false_positive_rate:.0%}",
+    wrote = "-" if r.write_rate is None else f"{r.write_rate:.0%}"
+    return [f"{r.success_rate:.0%}", ttm, f"{r.mean_steps:.1f}", wrote, f"{r.false_positive_rate:.0%}",
             f"{r.escalation_rate:.0%}", f"{r.harmful_rate:.0%}", f"{r.invalid_action_rate:.0%}",
             f"{r.mean_reward:+.2f}"]
 

@@ -58,6 +58,9 @@ class OutcomeStats(BaseModel):
     false_positive_rate: float
     escalation_rate: float = Field(default=0.0, description="handed to a human as not fixed (0 in figures recorded "
                                                             "before the agent could escalate)")
+    write_rate: float | None = Field(default=None, description="episodes with at least one write: tells an agent "
+                                                               "that fixed nothing apart from one that did nothing "
+                                                               "(None in figures recorded before it was counted)")
     harmful_rate: float
     invalid_action_rate: float
     mean_reward: float
