@@ -12,7 +12,7 @@ Every stage writes its result under --out (a rerun reuses finished stages), and 
 after the GPU): the GRPO learning curve, the held-out table, and wall time, tokens/s, model TFLOP/s and (on a GPU) MFU
 of each training stage on this machine.
 
-    .venv/bin/python bench/training.py [--sft-episodes 24] [--grpo-steps 6] [--eval 16] [--out DIR]
+    .venv/bin/python bench/training.py [--sft-episodes 24] [--sft-steps 48] [--grpo-steps 6] [--eval 16] [--out DIR]
 """
 
 from __future__ import annotations
@@ -207,7 +207,9 @@ def cost_markdown(expert: Expert, sft: SFTResult, grpo: GRPOResult | None, peak_
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sft-episodes", type=int, default=24, help="expert conversations for SFT")
-    parser.add_argument("--sft-steps", type=int, default=24, help="SFT optimizer steps (batch 1)")
+    parser.add_argument("--sft-steps", type=int, default=48,
+                        help="SFT optimizer steps (batch 1): two passes over the expert conversations; after one, the "
+                             "model checks a fix it never made (docs/benchmarks.md, 'The `escalate` ending')")
     parser.add_argument("--sft-lr", type=float, default=1e-4)
     parser.add_argument("--grpo-steps", type=int, default=6, help="0: SFT only, no GRPO stage")
     parser.add_argument("--grpo-lr", type=float, default=3e-6)
