@@ -365,7 +365,8 @@ def test_episodes_run_plays_a_batch_with_the_policy_named_and_prints_the_outcome
     assert result.exit_code == 0, result.output
     text = flat(result)
     assert "3 simulated incidents · policy runbook-v1" in text
-    assert re.search(r"│ bad_image │ 3 │ 100% │", text), text  # the runbook fixes a bad image
+    # the runbook fixes a bad image, so every episode wrote (success, TTM, steps, wrote)
+    assert re.search(r"│ bad_image │ 3 │ 100% │ [\d.]+ │ [\d.]+ │ 100% │", text), text
     assert "not resolved" not in text
 
 
