@@ -333,8 +333,8 @@ action. SFT: the runbook's resolved and honestly escalated episodes on the train
 {args.beta}; arithmetic: SFT {arithmetic(sft.bf16)}, GRPO {arithmetic(grpo.bf16 if grpo else None)}.
 
 Held-out results (time to mitigate in simulated seconds; each action costs {grpo_config.step_cost_s:.0f} s;
-wrote = episodes with at least one write; false positive = acted on a false alarm, or claimed a fix the observer rejects; escalated = handed to a human as
-not fixed, which claims no fix):
+wrote = episodes with at least one write; false positive = acted on a false alarm, or claimed a fix the observer
+rejects; escalated = handed to a human as not fixed, which claims no fix):
 
 {heldout_md}
 
