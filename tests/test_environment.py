@@ -6,12 +6,14 @@ import pytest
 
 from agent_sre.models.incident import RemediationLimits
 from agent_sre.models.remediation import PolicyRef
+from agent_sre.models.training import SIMULATED_MAX_ACTIONS
 from agent_sre.models.tools import ToolCall
 from agent_sre.policy.conversation import render_action
 from agent_sre.policy.runbook import RunbookPolicy
-from agent_sre.scenarios import load_scenarios
+from agent_sre.scenarios import default_catalog, heldout_suite, load_scenarios
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.training.environment import IncidentEnvironment
+from agent_sre.training.evaluate import run_policy
 
 
 @pytest.fixture
@@ -80,3 +82,13 @@ def test_waiting_for_a_rollout_costs_simulated_time(simulator: Simulator) -> Non
     t = env.close()
     assert t.verdict is not None and t.verdict.outcome == "resolved"
     assert t.time_to_mitigate_s is not None and t.time_to_mitigate_s > 3.0 * len(t.steps)
+
+
+def test_the_runbook_leaves_a_model_room_to_slip_within_the_simulated_action_budget(simulator: Simulator) -> None:
+    """SFT teaches the runbook's episodes and GRPO and the evaluation give a model SIMULATED_MAX_ACTIONS: a model
+    that copies the longest of them still has two actions for an invalid one (with none spare, half the held-out
+    episodes of a model taught by it ran out of actions)."""
+    scenarios = load_scenarios(default_catalog()) + load_scenarios(heldout_suite())
+    played = run_policy(RunbookPolicy(), PolicyRef(name="runbook"), scenarios)
+    assert max(r.outcome.steps for r in played) <= SIMULATED_MAX_ACTIONS - 2
+    assert not [r.scenario for r in played if r.outcome.termination == "step_limit"]

@@ -30,8 +30,8 @@ from agent_sre.cli.models import console, registry_call
 from agent_sre.cli.common import fail as _fail
 from agent_sre.cli.common import no_workflow, not_running, run_with_client, unpolled
 from agent_sre.config import Settings, get_settings
-from agent_sre.models.training import (EvalReport, EvalRequest, EvaluationConfig, TrainingRequest, TrainingStage,
-                                       TrainingStatus)
+from agent_sre.models.training import (SIMULATED_MAX_ACTIONS, EvalReport, EvalRequest, EvaluationConfig, TrainingRequest,
+                                       TrainingStage, TrainingStatus)
 
 app = typer.Typer(help="Train a model version: collect data, train, evaluate, gate (a Temporal workflow).",
                   invoke_without_command=True, no_args_is_help=False)
@@ -234,7 +234,7 @@ def evaluate(
     version: str = typer.Option(..., "--version", help="a registered version, or 'base'"),
     suite: str = typer.Option(None, "--suite", help="scenario file or directory (default: the held-out suite)"),
     limit: int = typer.Option(None, "--limit", min=1, help="only N scenarios of the suite, across its fault types"),
-    max_turns: int = typer.Option(8, "--max-turns", min=1, help="model turns per episode"),
+    max_turns: int = typer.Option(SIMULATED_MAX_ACTIONS, "--max-turns", min=1, help="model turns per episode"),
     store: bool = typer.Option(True, "--store/--no-store", help="store the results with the version"),
 ) -> None:
     """Evaluate a version on a scenario suite here (in-process) and print the outcome table."""

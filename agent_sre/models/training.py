@@ -14,6 +14,11 @@ from agent_sre.models.reward import RewardFunctionName
 Precision = Literal["auto", "fp32", "bf16"]
 PRECISION_HELP = ("training arithmetic: bf16 autocast over fp32 weights, fp32, or auto (bf16 on a GPU that computes "
                   "it natively, fp32 on a CPU)")
+SIMULATED_MAX_ACTIONS = 12
+"""Actions per simulated episode, for every policy alike: the runbook's expert episodes (the SFT data), GRPO's
+rollouts and the held-out evaluation. The runbook's longest episode takes 10 (seven reads, the fix, its check, the
+finish), so a model taught by it keeps two actions for a slip; with 10 it ran out in half the held-out scenarios
+(docs/benchmarks.md). Production incidents get `RemediationLimits.max_steps` (15)."""
 
 
 class SFTConfig(BaseModel):
@@ -72,7 +77,7 @@ class GRPOTrainingConfig(BaseModel):
                                      "deviation, the batch's, or nothing (docs/training-cycle.md)")
     temperature: float = Field(default=1.0, gt=0)
     max_new_tokens: int = Field(default=96, ge=8, description="per turn: a tool call is short")
-    max_turns: int = Field(default=8, ge=1, description="actions per episode")
+    max_turns: int = Field(default=SIMULATED_MAX_ACTIONS, ge=1, description="actions per episode")
     step_cost_s: float = Field(default=3.0, ge=0, description="simulated seconds each action takes")
     reward_function: Literal["sre", "outcome", "weighted"] = "sre"
     curriculum: bool = Field(default=True, description="sample fault families neither solved nor hopeless")
@@ -278,7 +283,7 @@ class EvaluationConfig(BaseModel):
     suite: str | None = Field(default=None, description="scenario file or directory; None: the held-out suite")
     limit: int | None = Field(default=None, ge=1, description="only N scenarios of the suite, taken across its "
                                                                "fault types (one of each before a second of any)")
-    max_turns: int = Field(default=8, ge=1)
+    max_turns: int = Field(default=SIMULATED_MAX_ACTIONS, ge=1, description="actions per episode")
     max_new_tokens: int = Field(default=96, ge=8)
     batch: int = Field(default=16, ge=1, description="episodes per forward pass")
     tolerances: GateTolerances = Field(default_factory=GateTolerances)

@@ -27,6 +27,7 @@ from agent_sre.models.incident import Incident, RemediationLimits
 from agent_sre.models.policy import ChatMessage, PolicyDecision
 from agent_sre.models.reward import RewardConfig
 from agent_sre.models.scenario import Scenario
+from agent_sre.models.training import SIMULATED_MAX_ACTIONS
 from agent_sre.models.trajectory import Step, Trajectory
 from agent_sre.models.verdict import HealthSnapshot
 from agent_sre.policy.conversation import parse_action, pending_messages
@@ -44,7 +45,7 @@ class IncidentEnvironment:
                  reward: RewardConfig | None = None, model_version: str = "candidate", policy: str = "llm",
                  step_cost_s: float = 3.0, with_user_report: bool = True) -> None:
         self.simulator, self.scenario = simulator, scenario
-        self.limits = limits or RemediationLimits(max_steps=12, settle_s=60.0)
+        self.limits = limits or RemediationLimits(max_steps=SIMULATED_MAX_ACTIONS, settle_s=60.0)
         self.reward_config = reward or RewardConfig()
         self.model_version, self.policy, self.step_cost_s = model_version, policy, step_cost_s
         self.with_user_report = with_user_report
