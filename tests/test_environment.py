@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from agent_sre.models.incident import RemediationLimits
@@ -41,8 +43,12 @@ def test_runbook_episode_resolves_and_is_scored_in_simulated_time(simulator: Sim
     assert simulator.envs == {}  # the environment is gone
 
 
-@pytest.mark.parametrize("fault", ["oom_limit", "bad_image", "scaled_to_zero"])
-def test_the_runbook_fixes_textbook_faults_on_a_manual_clock(simulator: Simulator, fault: str) -> None:
+@pytest.mark.parametrize(("fault", "diagnosis"), [
+    ("oom_limit", r"deployment \S+ is OOMKilled at its memory limit of \d+Mi"),
+    ("bad_image", r"the current revision of deployment \S+ is broken: its image cannot be pulled"),
+    ("scaled_to_zero", r"deployment \S+ was scaled to zero replicas")])
+def test_the_runbook_fixes_textbook_faults_on_a_manual_clock_and_says_what_they_were(
+        simulator: Simulator, fault: str, diagnosis: str) -> None:
     env = IncidentEnvironment(simulator, _scenario(fault), policy="runbook")
     env.reset()
     policy, ref = RunbookPolicy(), PolicyRef()
@@ -50,6 +56,19 @@ def test_the_runbook_fixes_textbook_faults_on_a_manual_clock(simulator: Simulato
         env.record(policy.decide(ref, env.trajectory))
     t = env.close()
     assert t.verdict is not None and t.verdict.outcome == "resolved", (t.verdict, [s.action for s in t.steps])
+    assert re.fullmatch(diagnosis, t.diagnosis or ""), t.diagnosis  # in words, not the fix's tool call
+
+
+def test_a_fix_the_runbook_did_not_choose_is_named_by_its_call(simulator: Simulator) -> None:
+    """The runbook taking over an episode someone else wrote in cannot say what that write answered."""
+    env = IncidentEnvironment(simulator, _scenario("oom_limit"), policy="runbook")
+    env.reset()
+    env.step('{"tool": "scale", "args": {"deployment": "frontend", "replicas": 3}}')
+    policy, ref = RunbookPolicy(), PolicyRef()
+    while not env.done:
+        env.record(policy.decide(ref, env.trajectory))
+    t = env.close()
+    assert t.diagnosis == "scale {'deployment': 'frontend', 'replicas': 3}"
 
 
 def test_bad_model_output_is_an_invalid_step_and_the_step_limit_ends_the_episode(simulator: Simulator) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.tools import TOOL_SPECS, ToolCall
@@ -29,6 +30,10 @@ QUOTA_NAME = re.compile(r'exceeded quota: (?P<name>[-a-z0-9]+)')
 SCALED_TO_ZERO = re.compile(r"deployment/(?P<name>[-a-z0-9]+)\s+Scaled down replica set \S+ (?:to 0 from|from \d+ to 0\b)")
 ROLLED_OUT = re.compile(r'deployment "[-a-z0-9.]+" successfully rolled out')
 CHAOS_KIND_CASE = {k.lower(): k for k in ("PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "Schedule")}
+BROKEN_REVISION = {  # symptoms a rollback answers, in words
+    "ImagePullBackOff": "its image cannot be pulled", "ErrImagePull": "its image cannot be pulled",
+    "CrashLoopBackOff": "its containers crash-loop", "Readiness probe failed": "its pods never get ready",
+    "Init:": "an init container does not complete"}
 UNHEALTHY = ("CrashLoopBackOff", "Error", "ImagePullBackOff", "ErrImagePull", "OOMKilled", "Pending",
              "CreateContainerConfigError", "Init:", "ContainerCreating")
 
@@ -47,6 +52,13 @@ class Evidence:
         return any(c.tool == tool and all(c.args.get(k) == v for k, v in args.items()) for c in self.done)
 
 
+class Remedy(NamedTuple):
+    """The runbook's fix and, in words, the fault it answers: the diagnosis the episode ends with."""
+
+    call: ToolCall
+    diagnosis: str
+
+
 def deployment_of(pod: str) -> str:
     """`cart-7d9f8c6b5d-x2k4q` → `cart` (a Deployment's pods carry two generated suffixes)."""
     parts = pod.split("-")
@@ -63,27 +75,36 @@ class RunbookPolicy(ActionPolicy):
                 return call
         if any(TOOL_SPECS[c.tool].write for c in ev.done):
             return self._after_fix(trajectory, ev, service)
-        fix = self._remediation(ev, service)
-        return fix if fix is not None else _finish("no actionable fault found; likely a false alarm", ev)
+        remedy = self._remediation(ev, service)
+        return remedy.call if remedy is not None else _finish(
+            "no fault found", "no actionable fault found; likely a false alarm")
 
     def _after_fix(self, trajectory: Trajectory, ev: Evidence, service: str | None) -> ToolCall:
         """Check the fix the way the wiki says (`kubectl rollout status` on the alerting service's deployment, else
         the one it touched), then finish, or escalate if the rollout never became available. With one step left
         there is no room to check."""
         fix = next(c for c in reversed(ev.done) if TOOL_SPECS[c.tool].write)
+        diagnosis = self._diagnosis(trajectory, service, fix)
         target = service or fix.args.get("deployment")
         if not isinstance(target, str) or len(trajectory.steps) + 2 > trajectory.incident.limits.max_steps:
-            return _finish("applied the runbook remediation", ev)
+            return _finish(diagnosis, "applied the runbook remediation")
         check = ToolCall(tool="rollout_status", args={"deployment": target})
         if not ev.did(check.tool, **check.args):
             return check
         status = next(s.result.output for s in reversed(trajectory.steps)
                       if s.action == check and s.result is not None)
         if ROLLED_OUT.search(status):
-            return _finish("applied the runbook remediation; it rolled out", ev)
+            return _finish(diagnosis, "applied the runbook remediation; it rolled out")
         last = status.splitlines()[-1] if status else "no answer"
-        return ToolCall(tool="escalate", args={"diagnosis": f"{fix.tool} did not fix deployment/{target}",
+        return ToolCall(tool="escalate", args={"diagnosis": f"{diagnosis}; {fix.tool} did not fix deployment/{target}",
                                                "summary": f"rollout status: {last}"})
+
+    def _diagnosis(self, trajectory: Trajectory, service: str | None, fix: ToolCall) -> str:
+        """The fault the fix answered, in words: the remediation rules re-read on what was known before it."""
+        before = trajectory.steps[:next(i for i, s in enumerate(trajectory.steps) if s.action == fix)]
+        remedy = self._remediation(Evidence(text="\n".join(s.result.output for s in before if s.result is not None)),
+                                   service)
+        return remedy.diagnosis if remedy is not None and remedy.call == fix else f"{fix.tool} {fix.args}"
 
     def _investigation(self, ev: Evidence, service: str | None) -> list[ToolCall]:
         calls = [ToolCall(tool="list_pods"), ToolCall(tool="get_events"), ToolCall(tool="list_chaos_experiments")]
@@ -99,14 +120,16 @@ class RunbookPolicy(ActionPolicy):
                 calls.append(ToolCall(tool="top", args={"kind": "nodes"}))
         return calls
 
-    def _remediation(self, ev: Evidence, service: str | None) -> ToolCall | None:
+    def _remediation(self, ev: Evidence, service: str | None) -> Remedy | None:
         chaos = CHAOS_ROW.search(ev.text) or CHAOS_SLASH.search(ev.text)
         if chaos is not None:
             kind = CHAOS_KIND_CASE.get(chaos["kind"].lower(), chaos["kind"])
-            return ToolCall(tool="delete_chaos_experiment", args={"kind": kind, "name": chaos["name"]})
+            return Remedy(ToolCall(tool="delete_chaos_experiment", args={"kind": kind, "name": chaos["name"]}),
+                          f"chaos experiment {kind}/{chaos['name']} is injecting faults")
         for zero in SCALED_TO_ZERO.finditer(ev.text):  # scaled to zero, and not as part of a rollout
             if not re.search(rf"deployment/{zero['name']}\s+Scaled up", ev.text):
-                return ToolCall(tool="scale", args={"deployment": zero["name"], "replicas": 1})
+                return Remedy(ToolCall(tool="scale", args={"deployment": zero["name"], "replicas": 1}),
+                              f"deployment {zero['name']} was scaled to zero replicas")
         pod = _worst_pod(ev.text, service)
         deployment = deployment_of(pod["name"]) if pod is not None else service
         if deployment is None:
@@ -116,20 +139,28 @@ class RunbookPolicy(ActionPolicy):
             seen_mib = int(limit["value"]) * {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}[limit["unit"]] if limit else 0
             new = f"{max(int(seen_mib * 4), 512)}Mi"  # the runbook's generous bump; the leak hunt comes later
             # The runbook's convention: a deployment's main container carries its name.
-            return ToolCall(tool="set_resources", args={"deployment": deployment, "container": deployment,
-                                                        "memory_limit": new})
+            return Remedy(ToolCall(tool="set_resources", args={"deployment": deployment, "container": deployment,
+                                                               "memory_limit": new}),
+                          f"deployment {deployment} is OOMKilled at its memory limit"
+                          + (f" of {limit['value']}{limit['unit']}" if limit else ""))
         if cordoned := NODE_CORDONED.search(ev.text):
-            return ToolCall(tool="uncordon", args={"node": cordoned["name"]})
+            return Remedy(ToolCall(tool="uncordon", args={"node": cordoned["name"]}),
+                          f"node {cordoned['name']} is cordoned, so pods of deployment {deployment} cannot be placed")
         if ev.has("didn't match Pod's node affinity/selector", "node affinity/selector"):
-            return ToolCall(tool="remove_scheduling_constraints", args={"deployment": deployment})
+            return Remedy(ToolCall(tool="remove_scheduling_constraints", args={"deployment": deployment}),
+                          f"pods of deployment {deployment} match no node's affinity/selector")
         if quota := QUOTA_NAME.search(ev.text):
-            return ToolCall(tool="patch_quota", args={"name": quota["name"],
-                                                      "hard": {"pods": "50", "requests.cpu": "20",
-                                                               "requests.memory": "40Gi"}})
-        if ev.has("ImagePullBackOff", "ErrImagePull", "CrashLoopBackOff", "Readiness probe failed", "Init:"):
-            return ToolCall(tool="rollout_undo", args={"deployment": deployment})
+            return Remedy(ToolCall(tool="patch_quota", args={"name": quota["name"],
+                                                             "hard": {"pods": "50", "requests.cpu": "20",
+                                                                      "requests.memory": "40Gi"}}),
+                          f"resource quota {quota['name']} is exhausted, so new pods are refused")
+        failing = next((words for needle, words in BROKEN_REVISION.items() if ev.has(needle)), None)
+        if failing is not None:
+            return Remedy(ToolCall(tool="rollout_undo", args={"deployment": deployment}),
+                          f"the current revision of deployment {deployment} is broken: {failing}")
         if pod is not None and int(pod["restarts"]) > 0:
-            return ToolCall(tool="rollout_restart", args={"deployment": deployment})
+            return Remedy(ToolCall(tool="rollout_restart", args={"deployment": deployment}),
+                          f"pod {pod['name']} of deployment {deployment} keeps restarting ({pod['restarts']} restarts)")
         return None
 
 
@@ -150,7 +181,5 @@ def _worst_pod(text: str, service: str | None) -> dict[str, str] | None:
     return best[1] if best else None
 
 
-def _finish(summary: str, ev: Evidence) -> ToolCall:
-    writes = [c for c in ev.done if TOOL_SPECS[c.tool].write]
-    diagnosis = f"{writes[-1].tool} {writes[-1].args}" if writes else "no fault found"
+def _finish(diagnosis: str, summary: str) -> ToolCall:
     return ToolCall(tool="finish", args={"diagnosis": diagnosis, "summary": summary})
