@@ -30,8 +30,8 @@ from agent_sre.cli.models import console, registry_call
 from agent_sre.cli.common import fail as _fail
 from agent_sre.cli.common import no_workflow, not_running, run_with_client, unpolled
 from agent_sre.config import Settings, get_settings
-from agent_sre.models.training import (SIMULATED_MAX_ACTIONS, EvalReport, EvalRequest, EvaluationConfig, TrainingRequest,
-                                       TrainingStage, TrainingStatus)
+from agent_sre.models.training import (SIMULATED_MAX_ACTIONS, EvalReport, EvalRequest, EvaluationConfig,
+                                       TrainingRequest, TrainingStage, TrainingStatus)
 
 app = typer.Typer(help="Train a model version: collect data, train, evaluate, gate (a Temporal workflow).",
                   invoke_without_command=True, no_args_is_help=False)
