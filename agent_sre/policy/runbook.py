@@ -84,13 +84,13 @@ class RunbookPolicy(ActionPolicy):
         the one it touched), then finish, or escalate if the rollout never became available. With one step left
         there is no room to check."""
         fix = next(c for c in reversed(ev.done) if TOOL_SPECS[c.tool].write)
-        diagnosis = self._diagnosis(trajectory, service, fix)
         target = service or fix.args.get("deployment")
         if not isinstance(target, str) or len(trajectory.steps) + 2 > trajectory.incident.limits.max_steps:
-            return _finish(diagnosis, "applied the runbook remediation")
+            return _finish(self._diagnosis(trajectory, service, fix), "applied the runbook remediation")
         check = ToolCall(tool="rollout_status", args={"deployment": target})
         if not ev.did(check.tool, **check.args):
             return check
+        diagnosis = self._diagnosis(trajectory, service, fix)
         status = next(s.result.output for s in reversed(trajectory.steps)
                       if s.action == check and s.result is not None)
         if ROLLED_OUT.search(status):
