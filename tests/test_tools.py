@@ -28,7 +28,7 @@ from agent_sre.simulator.simulator import Simulator
 from agent_sre.simulator.transport import in_process_api_client
 from agent_sre.tools import ToolContext, execute, execute_invocation, guardrails
 from agent_sre.tools.client import api_client
-from agent_sre.tools.context import POLL_S, sleep_one_poll
+from agent_sre.tools.context import FIRST_POLL_S, POLL_S, poll_delay, sleep_backing_off
 from agent_sre.tools.executor import TOOLS
 from agent_sre.tools.guardrails import IDEMPOTENCY_ANNOTATION, Refusal
 from agent_sre.tools.kube import Kube
@@ -541,7 +541,7 @@ def _injected(fault_name: str, manual_clock: bool = False) -> tuple[Simulator, C
     simulator.advance(cluster.name, 300)
     ctx = ToolContext(api=api, namespace="shop", idempotency_key="diag")
     if manual_clock:
-        ctx.pause = lambda: simulator.advance(cluster.name, POLL_S)
+        ctx.pause = lambda _reads: simulator.advance(cluster.name, POLL_S)
     return simulator, cluster, ctx, scenario
 
 
@@ -625,11 +625,27 @@ def test_rollout_status_stops_at_the_progress_deadline() -> None:
 def test_rollout_status_on_a_stopped_clock_gives_up_by_the_wall_clock() -> None:
     """A caller that runs a manual clock and leaves the default pause (a sleep) gets a timeout, not a hang."""
     _, cluster, ctx, scenario = _injected("bad_image", manual_clock=True)
-    ctx.pause = sleep_one_poll
+    ctx.pause = sleep_backing_off
     before, start = cluster.clock.now(), time.monotonic()
     out = _read(ctx, "rollout_status", deployment=scenario.target, timeout_s=1)
     assert out.endswith("error: timed out waiting for the condition") and cluster.clock.now() == before
-    assert POLL_S <= time.monotonic() - start < 10 * POLL_S
+    assert 1 <= time.monotonic() - start < 1 + 10 * POLL_S
+
+
+def test_a_waiting_read_looks_again_soon_then_backs_off_to_one_read_a_second() -> None:
+    """Client-go's backoff shape: a rollout done in a blink (the simulator's 60x clock) is seen in a blink, and a
+    long wait on a real cluster costs its API server one read a second."""
+    assert [poll_delay(reads) for reads in range(1, 8)] == [FIRST_POLL_S * 2 ** n for n in range(5)] + [POLL_S] * 2
+    assert sum(poll_delay(reads) for reads in range(1, 5)) < POLL_S  # four looks before the old first re-read
+
+
+def test_rollout_status_tells_its_pause_how_many_reads_it_has_made() -> None:
+    _, _, ctx, scenario = _injected("bad_image", manual_clock=True)
+    seen: list[int] = []
+    advance = ctx.pause
+    ctx.pause = lambda reads: (seen.append(reads), advance(reads))[-1]
+    _read(ctx, "rollout_status", deployment=scenario.target, timeout_s=5)
+    assert seen == [1, 2, 3, 4, 5]
 
 
 def test_rollout_status_sleeps_between_reads_when_the_clock_runs_by_itself(http_env: Env) -> None:
@@ -638,6 +654,6 @@ def test_rollout_status_sleeps_between_reads_when_the_clock_runs_by_itself(http_
     out = http_env.ok("rollout_status", deployment="cart", timeout_s=1)
     assert out.splitlines() == ['Waiting for deployment "cart" rollout to finish: 1 of 2 updated replicas are '
                                 'available...', "error: timed out waiting for the condition"]
-    assert time.monotonic() - start >= POLL_S
+    assert time.monotonic() - start >= FIRST_POLL_S
     refused = http_env.run("rollout_status", deployment="cart", timeout_s=MAX_WAIT_S + 1)
     assert refused.refused and "timeout_s" in refused.output

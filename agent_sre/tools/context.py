@@ -12,11 +12,19 @@ from kubernetes.client import ApiClient
 from agent_sre.tools.kube import Kube
 
 DEFAULT_MAX_CHARS = 2000
-POLL_S = 1.0  # how often a waiting tool re-reads the cluster
+FIRST_POLL_S = 0.05  # a waiting tool's first re-read comes this soon after its first read ...
+POLL_S = 1.0  # ... and its waits double up to this
 
 
-def sleep_one_poll() -> None:
-    time.sleep(POLL_S)
+def poll_delay(reads: int) -> float:
+    """Seconds to wait after a waiting tool's `reads`-th read: 50 ms, doubling to one second (client-go's backoff
+    shape). A rollout that completes in a blink, as on the simulator's fast clock, is seen in a blink; a long one
+    costs the API server one read a second."""
+    return min(POLL_S, FIRST_POLL_S * 2 ** (reads - 1))
+
+
+def sleep_backing_off(reads: int) -> None:
+    time.sleep(poll_delay(reads))
 
 
 class ToolFailure(Exception):
@@ -30,9 +38,9 @@ class ToolContext:
     idempotency_key: str | None = None  # required for writes; the same key on a retry makes the write act once
     attempt: int = 1  # the activity attempt (>1 on a retry): a delete that finds nothing on a retry is done
     max_chars: int = DEFAULT_MAX_CHARS
-    # What a waiting tool does between two reads: sleep; on a simulated clock that only actions move (training
-    # episodes), advance it instead.
-    pause: Callable[[], None] = field(default=sleep_one_poll)
+    # What a waiting tool does after its n-th read: sleep, backing off; on a simulated clock that only actions
+    # move (training episodes), advance it instead.
+    pause: Callable[[int], None] = field(default=sleep_backing_off)
 
     @cached_property
     def kube(self) -> Kube:

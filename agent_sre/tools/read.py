@@ -250,8 +250,10 @@ def rollout_status(ctx: ToolContext, args: m.RolloutStatus) -> str:
     lines: list[str] = []
     deadline: float | None = None
     wall_deadline = time.monotonic() + args.timeout_s
+    reads = 0
     while True:
         message, finished = rollout_progress(ctx.kube.get("deployment", args.deployment))
+        reads += 1
         now = ctx.now()
         deadline = now + args.timeout_s if deadline is None else deadline
         if not lines or lines[-1] != message:
@@ -261,7 +263,7 @@ def rollout_status(ctx: ToolContext, args: m.RolloutStatus) -> str:
         if now >= deadline or time.monotonic() >= wall_deadline:
             lines.append("error: timed out waiting for the condition")
             break
-        ctx.pause()
+        ctx.pause(reads)
     return clip("\n".join(lines), ctx.max_chars, keep="tail")  # the verdict is the last line
 
 

@@ -125,8 +125,9 @@ class IncidentEnvironment:
         return t
 
     # --- helpers -----------------------------------------------------------------------------------------------
-    def _advance_one_poll(self) -> None:
-        """A waiting tool's pause: only actions move this clock, so waiting moves it by one poll."""
+    def _advance_one_poll(self, reads: int) -> None:
+        """A waiting tool's pause: only actions move this clock, so waiting moves it by one poll, a second of
+        cluster time after every read (the wall clock's backoff would only make simulated waits cheaper)."""
         self.simulator.advance(self._env_name(), POLL_S)
 
     def _next_prompt(self) -> list[ChatMessage]:
