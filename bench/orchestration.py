@@ -148,6 +148,7 @@ def direct_trajectory(scenario: Scenario, ref: PolicyRef,
     baseline = injected.health or run(observer.snapshot_cluster, incident)  # as the remediation takes it
     t = Trajectory(incident=incident, workflow_id=f"direct-{incident.id}", run_id="direct", policy=ref.name,
                    model_version=ref.version, started_at=datetime.now(UTC))
+    t.termination = "step_limit"
     while len(t.steps) < limits.max_steps:
         decision = decide(PolicyRequest(policy=ref, trajectory=t.for_policy()))
         t.conversation += [*decision.new_messages, ChatMessage(role="assistant", content=decision.completion)]
@@ -155,11 +156,11 @@ def direct_trajectory(scenario: Scenario, ref: PolicyRef,
         t.steps.append(step)
         if decision.action is None:
             continue
-        if decision.action.tool == "finish":
+        if t.end(decision.action) is not None:  # finish or escalate, as the workflow's loop ends
             break
         step.result = run(tools.run_tool, ToolInvocation(call=decision.action, namespace=incident.namespace,
                                                          kubeconfig=env.server, idempotency_key=f"{t.workflow_id}/{step.index}"))
-    t.termination, t.mitigated_at = "finished", datetime.now(UTC)
+    t.mitigated_at = datetime.now(UTC)
     t.verdict = run(observer.observe, ObserveRequest(incident=incident, baseline=baseline))
     t.ended_at = datetime.now(UTC)
     t.reward = run(rewards.compute_reward, RewardRequest(trajectory=t, config=EpisodeRequest(scenario=scenario).reward))
