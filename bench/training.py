@@ -39,8 +39,8 @@ from agent_sre.episodes import interleave_by_fault, summarize  # noqa: E402
 from agent_sre.models.episode import EpisodeResult, OutcomeStats  # noqa: E402
 from agent_sre.models.remediation import PolicyRef  # noqa: E402
 from agent_sre.models.scenario import Scenario  # noqa: E402
-from agent_sre.models.training import (SIMULATED_MAX_ACTIONS, GRPOResult, GRPOTrainingConfig, Precision,  # noqa: E402
-                                       SFTConfig, SFTResult)
+from agent_sre.models.training import (MAX_ACTION_TOKENS, SIMULATED_MAX_ACTIONS, GRPOResult,  # noqa: E402
+                                       GRPOTrainingConfig, Precision, SFTConfig, SFTResult)
 from agent_sre.models.trajectory import Trajectory  # noqa: E402
 from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir  # noqa: E402
 from agent_sre.policy.runbook import RunbookPolicy  # noqa: E402
@@ -236,7 +236,7 @@ def main() -> None:
                                                           "the GPU's name; a CPU has none)")
     parser.add_argument("--seed", type=int, default=0, help="SFT's and GRPO's seed (data order, sampling)")
     parser.add_argument("--max-turns", type=int, default=SIMULATED_MAX_ACTIONS)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--max-new-tokens", type=int, default=MAX_ACTION_TOKENS)
     parser.add_argument("--skip-untrained", action="store_true", help="leave the untrained model out of the table")
     parser.add_argument("--out", type=Path, default=get_settings().data_dir / "bench-training")
     parser.add_argument("--no-docs", action="store_true")

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
+from llm_fixtures import tiny_model_dir  # noqa: F401 (fixture)
+from transformers import AutoTokenizer
 
 from agent_sre.models.incident import RemediationLimits
 from agent_sre.models.remediation import PolicyRef
-from agent_sre.models.training import SIMULATED_MAX_ACTIONS
+from agent_sre.models.training import MAX_ACTION_TOKENS, SIMULATED_MAX_ACTIONS
 from agent_sre.models.tools import ToolCall
 from agent_sre.policy.conversation import render_action
 from agent_sre.policy.runbook import RunbookPolicy
 from agent_sre.scenarios import default_catalog, heldout_suite, load_scenarios
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.training.environment import IncidentEnvironment
-from agent_sre.training.evaluate import run_policy
+from agent_sre.training.evaluate import play
 
 
 @pytest.fixture
@@ -103,11 +106,19 @@ def test_waiting_for_a_rollout_costs_simulated_time(simulator: Simulator) -> Non
     assert t.time_to_mitigate_s is not None and t.time_to_mitigate_s > 3.0 * len(t.steps)
 
 
-def test_the_runbook_leaves_a_model_room_to_slip_within_the_simulated_action_budget(simulator: Simulator) -> None:
-    """SFT teaches the runbook's episodes and GRPO and the evaluation give a model SIMULATED_MAX_ACTIONS: a model
-    that copies the longest of them still has two actions for an invalid one (with none spare, half the held-out
-    episodes of a model taught by it ran out of actions)."""
-    scenarios = load_scenarios(default_catalog()) + load_scenarios(heldout_suite())
-    played = run_policy(RunbookPolicy(), PolicyRef(name="runbook"), scenarios)
-    assert max(r.outcome.steps for r in played) <= SIMULATED_MAX_ACTIONS - 2
-    assert not [r.scenario for r in played if r.outcome.termination == "step_limit"]
+def test_the_runbook_leaves_a_model_room_to_slip_within_the_simulated_budgets(simulator: Simulator,
+                                                                           tiny_model_dir: Path) -> None:
+    """SFT teaches the runbook's episodes and GRPO and the evaluation give a model SIMULATED_MAX_ACTIONS actions of
+    MAX_ACTION_TOKENS tokens each. A model that copies the longest episode still has two actions for an invalid one
+    (with none spare, half the held-out episodes of a model taught by it ran out of actions), and one that copies
+    the longest action, end token included, a quarter of the tokens for a longer name (at 64, the escalations of
+    the runbook's student were cut off)."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir, local_files_only=True)  # SmolLM2's
+    ref, runbook = PolicyRef(name="runbook"), RunbookPolicy()
+    played = [play(runbook, ref, s, simulator)
+              for s in load_scenarios(default_catalog()) + load_scenarios(heldout_suite())]
+    assert max(len(t.steps) for t in played) <= SIMULATED_MAX_ACTIONS - 2
+    assert not [t.incident.fault_class for t in played if t.termination == "step_limit"]
+    longest = max(len(tokenizer(s.decision.completion, add_special_tokens=False).input_ids) + 1
+                  for t in played for s in t.steps)
+    assert longest <= 0.75 * MAX_ACTION_TOKENS, longest

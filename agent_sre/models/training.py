@@ -19,6 +19,11 @@ SIMULATED_MAX_ACTIONS = 12
 rollouts and the held-out evaluation. The runbook's longest episode takes 10 (seven reads, the fix, its check, the
 finish), so a model taught by it keeps two actions for a slip; with 10 it ran out in half the held-out scenarios
 (docs/benchmarks.md). Production incidents get `RemediationLimits.max_steps` (15)."""
+MAX_ACTION_TOKENS = 96
+"""Tokens a model may generate for one action in simulated episodes (GRPO's rollouts, the held-out evaluation). The
+runbook's longest action, an escalation that names the fault and the failed fix, takes 63 SmolLM2 tokens and its end
+token one more: all of the 64 that `bench/training.py` used to allow, so a student copying it for a longer name would
+be cut off mid-JSON, an invalid action. A tool call that ends sooner costs nothing for the room."""
 
 
 class SFTConfig(BaseModel):
@@ -76,7 +81,7 @@ class GRPOTrainingConfig(BaseModel):
         default="batch", description="advantage = return - its group's mean, divided by the group's standard "
                                      "deviation, the batch's, or nothing (docs/training-cycle.md)")
     temperature: float = Field(default=1.0, gt=0)
-    max_new_tokens: int = Field(default=96, ge=8, description="per turn: a tool call is short")
+    max_new_tokens: int = Field(default=MAX_ACTION_TOKENS, ge=8, description="per turn: a tool call is short")
     max_turns: int = Field(default=SIMULATED_MAX_ACTIONS, ge=1, description="actions per episode")
     step_cost_s: float = Field(default=3.0, ge=0, description="simulated seconds each action takes")
     reward_function: Literal["sre", "outcome", "weighted"] = "sre"
@@ -284,7 +289,7 @@ class EvaluationConfig(BaseModel):
     limit: int | None = Field(default=None, ge=1, description="only N scenarios of the suite, taken across its "
                                                                "fault types (one of each before a second of any)")
     max_turns: int = Field(default=SIMULATED_MAX_ACTIONS, ge=1, description="actions per episode")
-    max_new_tokens: int = Field(default=96, ge=8)
+    max_new_tokens: int = Field(default=MAX_ACTION_TOKENS, ge=8)
     batch: int = Field(default=16, ge=1, description="episodes per forward pass")
     tolerances: GateTolerances = Field(default_factory=GateTolerances)
 

@@ -10,7 +10,7 @@ from agent_sre.episodes import summarize
 from agent_sre.models.episode import EpisodeResult, OutcomeStats
 from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.scenario import Scenario
-from agent_sre.models.training import SIMULATED_MAX_ACTIONS
+from agent_sre.models.training import MAX_ACTION_TOKENS, SIMULATED_MAX_ACTIONS
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.outcome import incident_outcome
 from agent_sre.policy.base import Policy
@@ -43,7 +43,7 @@ def run_policy(policy: Policy, ref: PolicyRef, scenarios: Sequence[Scenario], *,
 
 
 def run_model(model_dir: Path, scenarios: Sequence[Scenario], *, version: str = "candidate",
-              max_turns: int = SIMULATED_MAX_ACTIONS, max_new_tokens: int = 96, batch: int = 16,
+              max_turns: int = SIMULATED_MAX_ACTIONS, max_new_tokens: int = MAX_ACTION_TOKENS, batch: int = 16,
               device: str = "auto") -> list[EpisodeResult]:
     """A language model on the suite with greedy decoding, many episodes per forward pass (the CPU-friendly
     path; `run_policy` with an LLMPolicy gives the same episodes one call at a time, as serving does)."""
