@@ -12,7 +12,7 @@ from trajectory_factory import ALERT, START, scenario
 from agent_sre.models.incident import Incident
 from agent_sre.models.policy import ChatMessage
 from agent_sre.models.remediation import PolicyRef
-from agent_sre.models.tools import ToolResult
+from agent_sre.models.tools import TOOL_SPECS, ToolResult
 from agent_sre.models.trajectory import Step, Trajectory
 from agent_sre.models.verdict import Verdict
 from agent_sre.policy.llm import tiny_model
@@ -60,10 +60,10 @@ ROLLOUT_TIMED_OUT = 'Waiting for deployment "cart" rollout to finish: 0 of 2 upd
 
 
 def runbook_episode(fault: str = "bad-image", outcome: str = "resolved", run_id: str = "run-0001",
-                    fix_rolls_out: bool = True) -> Trajectory:
+                    fix_rolls_out: bool = True, fix_error: str | None = None) -> Trajectory:
     """An episode of the real runbook policy, with the conversation exactly as the workflow records it, judged
     `outcome`. When its fix rolls out the runbook finishes (a claimed fix, whatever the verdict); when the rollout
-    times out it escalates."""
+    times out, or the fix itself fails with `fix_error`, it escalates."""
     incident = Incident(source="simulation", alert=ALERT, namespace="shop", scenario=scenario(fault))
     t = Trajectory(incident=incident, workflow_id=incident.workflow_id, run_id=run_id, policy="runbook",
                    model_version="runbook-v1", started_at=START)
@@ -80,7 +80,10 @@ def runbook_episode(fault: str = "bad-image", outcome: str = "resolved", run_id:
         if t.end(action) is not None:
             break
         key = f"{action.tool}:{action.args['kind']}" if action.tool == "describe" else action.tool
-        step.result = ToolResult(tool=action.tool, ok=True, output=outputs.get(key, "No resources found."))
+        if fix_error is not None and TOOL_SPECS[action.tool].write:
+            step.result = ToolResult(tool=action.tool, ok=False, output=fix_error)
+        else:
+            step.result = ToolResult(tool=action.tool, ok=True, output=outputs.get(key, "No resources found."))
     t.verdict = Verdict(outcome=outcome, reasons=[f"judged {outcome}"],
                         unhealthy={} if outcome == "resolved" else {"cart": ["0/2 pods ready"]},
                         baseline_unhealthy=[] if fault == "none" else ["cart"])

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from llm_fixtures import tiny_model_dir  # noqa: F401 (fixture)
+from llm_fixtures import runbook_episode, tiny_model_dir  # noqa: F401 (fixture)
 from transformers import AutoTokenizer
 
 from agent_sre.models.incident import RemediationLimits
@@ -64,14 +64,26 @@ def test_the_runbook_fixes_textbook_faults_on_a_manual_clock_and_says_what_they_
 
 def test_a_fix_the_runbook_did_not_choose_is_named_by_its_call(simulator: Simulator) -> None:
     """The runbook taking over an episode someone else wrote in cannot say what that write answered."""
-    env = IncidentEnvironment(simulator, _scenario("oom_limit"), policy="runbook")
+    scenario = _scenario("oom_limit")
+    env = IncidentEnvironment(simulator, scenario, policy="runbook")
     env.reset()
-    env.step('{"tool": "scale", "args": {"deployment": "frontend", "replicas": 3}}')
+    scale = ToolCall(tool="scale", args={"deployment": scenario.target, "replicas": 3})
+    assert "scaled" in env.step(render_action(scale))[0].content
     policy, ref = RunbookPolicy(), PolicyRef()
     while not env.done:
         env.record(policy.decide(ref, env.trajectory))
     t = env.close()
-    assert t.diagnosis == "scale {'deployment': 'frontend', 'replicas': 3}"
+    assert t.diagnosis == f"scale {scale.args}"
+
+
+def test_a_fix_the_cluster_refuses_is_handed_over_with_its_error_not_claimed() -> None:
+    """A careful on-call whose `kubectl set resources` errors neither says it rolled out nor retries it blindly."""
+    error = "error: memory request 640Mi must be less than or equal to the memory limit 512Mi"
+    t = runbook_episode("oom", outcome="unresolved", fix_error=error)
+    assert [s.action.tool for s in t.steps if s.action][-2:] == ["set_resources", "escalate"]
+    assert t.termination == "escalated" and not t.writes
+    assert re.fullmatch(r"deployment cart is OOMKilled at its memory limit of 64Mi; set_resources failed", t.diagnosis)
+    assert t.summary == f"set_resources: {error}"
 
 
 def test_bad_model_output_is_an_invalid_step_and_the_step_limit_ends_the_episode(simulator: Simulator) -> None:

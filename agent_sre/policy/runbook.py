@@ -4,7 +4,7 @@ It is the baseline and the SFT teacher. Like a real runbook it is good but not p
 NetworkPolicies or Service wiring, treats every crash loop as a bad rollout (a corrupted Secret survives a
 rollback), and restarts anything that has been restarting — including benign noise on a false alarm. After a fix
 it waits for the rollout and escalates to a human if it never becomes available, so a failed fix is handed over
-rather than claimed (a fix that rolls out but cures nothing is still claimed).
+rather than claimed, as is a fix the cluster refuses (a fix that rolls out but cures nothing is still claimed).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.tools import TOOL_SPECS, ToolCall
-from agent_sre.models.trajectory import Trajectory
+from agent_sre.models.trajectory import Step, Trajectory
 from agent_sre.policy.base import ActionPolicy
 
 POD_ROW = re.compile(r"^(?P<name>[a-z0-9][-a-z0-9.]*)\s+(?P<ready>\d+)/(?P<total>\d+)\s+(?P<status>\S+)\s+"
@@ -28,6 +28,7 @@ NODE_CORDONED = re.compile(r"^(?P<name>[-a-z0-9.]+)\s.*SchedulingDisabled", re.M
 MEMORY_LIMIT = re.compile(r"Limits:\s+(?:cpu=\S+\s+)?memory=(?P<value>\d+)(?P<unit>Ki|Mi|Gi)")
 QUOTA_NAME = re.compile(r'exceeded quota: (?P<name>[-a-z0-9]+)')
 SCALED_TO_ZERO = re.compile(r"deployment/(?P<name>[-a-z0-9]+)\s+Scaled down replica set \S+ (?:to 0 from|from \d+ to 0\b)")
+MAX_ERROR_CHARS = 120  # of a failed fix's error, quoted to the human it is handed to
 ROLLED_OUT = re.compile(r'deployment "[-a-z0-9.]+" successfully rolled out')
 CHAOS_KIND_CASE = {k.lower(): k for k in ("PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "Schedule")}
 BROKEN_REVISION = {  # symptoms a rollback answers, in words
@@ -73,8 +74,11 @@ class RunbookPolicy(ActionPolicy):
         for call in self._investigation(ev, service):
             if not ev.did(call.tool, **call.args):
                 return call
-        if any(TOOL_SPECS[c.tool].write for c in ev.done):
+        writes = [s for s in trajectory.steps if s.action is not None and TOOL_SPECS[s.action.tool].write]
+        if any(_succeeded(s) for s in writes):
             return self._after_fix(trajectory, ev, service)
+        if writes:
+            return self._hand_over(trajectory, writes[-1], service)
         remedy = self._remediation(ev, service)
         return remedy.call if remedy is not None else _finish(
             "no fault found", "no actionable fault found; likely a false alarm")
@@ -83,7 +87,8 @@ class RunbookPolicy(ActionPolicy):
         """Check the fix the way the wiki says (`kubectl rollout status` on the alerting service's deployment, else
         the one it touched), then finish, or escalate if the rollout never became available. With one step left
         there is no room to check."""
-        fix = next(c for c in reversed(ev.done) if TOOL_SPECS[c.tool].write)
+        fix = next(s.action for s in reversed(trajectory.steps)
+                   if s.action is not None and TOOL_SPECS[s.action.tool].write and _succeeded(s))
         target = service or fix.args.get("deployment")
         if not isinstance(target, str) or len(trajectory.steps) + 2 > trajectory.incident.limits.max_steps:
             return _finish(self._diagnosis(trajectory, service, fix), "applied the runbook remediation")
@@ -98,6 +103,16 @@ class RunbookPolicy(ActionPolicy):
         last = status.splitlines()[-1] if status else "no answer"
         return ToolCall(tool="escalate", args={"diagnosis": f"{diagnosis}; {fix.tool} did not fix deployment/{target}",
                                                "summary": f"rollout status: {last}"})
+
+    def _hand_over(self, trajectory: Trajectory, failed: Step, service: str | None) -> ToolCall:
+        """A fix the cluster (or a guardrail) refused is neither claimed nor retried blindly: a human gets the fault,
+        the fix and its error."""
+        assert failed.action is not None
+        fix, output = failed.action, failed.result.output if failed.result is not None else ""
+        error = next((line for line in output.splitlines() if line.strip()), "no answer")
+        return ToolCall(tool="escalate", args={"diagnosis": f"{self._diagnosis(trajectory, service, fix)}; "
+                                                            f"{fix.tool} failed",
+                                               "summary": f"{fix.tool}: {error[:MAX_ERROR_CHARS]}"})
 
     def _diagnosis(self, trajectory: Trajectory, service: str | None, fix: ToolCall) -> str:
         """The fault the fix answered, in words: the remediation rules re-read on what was known before it."""
@@ -179,6 +194,10 @@ def _worst_pod(text: str, service: str | None) -> dict[str, str] | None:
         if best is None or score > best[0]:
             best = (score, row)
     return best[1] if best else None
+
+
+def _succeeded(step: Step) -> bool:
+    return step.result is not None and step.result.ok
 
 
 def _finish(diagnosis: str, summary: str) -> ToolCall:
