@@ -28,7 +28,7 @@ NODE_CORDONED = re.compile(r"^(?P<name>[-a-z0-9.]+)\s.*SchedulingDisabled", re.M
 MEMORY_LIMIT = re.compile(r"Limits:\s+(?:cpu=\S+\s+)?memory=(?P<value>\d+)(?P<unit>Ki|Mi|Gi)")
 QUOTA_NAME = re.compile(r'exceeded quota: (?P<name>[-a-z0-9]+)')
 SCALED_TO_ZERO = re.compile(r"deployment/(?P<name>[-a-z0-9]+)\s+Scaled down replica set \S+ (?:to 0 from|from \d+ to 0\b)")
-MAX_ERROR_CHARS = 120  # of a failed fix's error, quoted to the human it is handed to
+MAX_ERROR_CHARS = 80  # of a failed fix's error, quoted in its escalation (which stays within MAX_ACTION_TOKENS)
 ROLLED_OUT = re.compile(r'deployment "[-a-z0-9.]+" successfully rolled out')
 CHAOS_KIND_CASE = {k.lower(): k for k in ("PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "Schedule")}
 BROKEN_REVISION = {  # symptoms a rollback answers, in words
