@@ -82,7 +82,7 @@ def test_a_fix_the_cluster_refuses_is_handed_over_with_its_error_not_claimed() -
     t = runbook_episode("oom", outcome="unresolved", fix_error=error)
     assert [s.action.tool for s in t.steps if s.action][-2:] == ["set_resources", "escalate"]
     assert t.termination == "escalated" and not t.writes
-    assert re.fullmatch(r"deployment cart is OOMKilled at its memory limit of 64Mi; set_resources failed", t.diagnosis)
+    assert t.diagnosis == "deployment cart is OOMKilled at its memory limit of 64Mi; set_resources failed"
     assert t.summary == f"set_resources: {error}"
 
 

@@ -75,20 +75,18 @@ class RunbookPolicy(ActionPolicy):
             if not ev.did(call.tool, **call.args):
                 return call
         writes = [s for s in trajectory.steps if s.action is not None and TOOL_SPECS[s.action.tool].write]
-        if any(_succeeded(s) for s in writes):
-            return self._after_fix(trajectory, ev, service)
+        if fixes := [s.action for s in writes if s.action is not None and s.result is not None and s.result.ok]:
+            return self._after_fix(trajectory, ev, service, fixes[-1])
         if writes:
             return self._hand_over(trajectory, writes[-1], service)
         remedy = self._remediation(ev, service)
         return remedy.call if remedy is not None else _finish(
             "no fault found", "no actionable fault found; likely a false alarm")
 
-    def _after_fix(self, trajectory: Trajectory, ev: Evidence, service: str | None) -> ToolCall:
+    def _after_fix(self, trajectory: Trajectory, ev: Evidence, service: str | None, fix: ToolCall) -> ToolCall:
         """Check the fix the way the wiki says (`kubectl rollout status` on the alerting service's deployment, else
         the one it touched), then finish, or escalate if the rollout never became available. With one step left
         there is no room to check."""
-        fix = next(s.action for s in reversed(trajectory.steps)
-                   if s.action is not None and TOOL_SPECS[s.action.tool].write and _succeeded(s))
         target = service or fix.args.get("deployment")
         if not isinstance(target, str) or len(trajectory.steps) + 2 > trajectory.incident.limits.max_steps:
             return _finish(self._diagnosis(trajectory, service, fix), "applied the runbook remediation")
@@ -194,10 +192,6 @@ def _worst_pod(text: str, service: str | None) -> dict[str, str] | None:
         if best is None or score > best[0]:
             best = (score, row)
     return best[1] if best else None
-
-
-def _succeeded(step: Step) -> bool:
-    return step.result is not None and step.result.ok
 
 
 def _finish(diagnosis: str, summary: str) -> ToolCall:
