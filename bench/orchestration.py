@@ -96,8 +96,10 @@ class FloorWorkflow:
         return n
 
 
-async def round_trips_ms(settings: Settings, runs: int = 3) -> dict[str, float]:
-    """Per kind of activity, the median over `runs` workflows of FLOOR_ACTIVITIES no-ops of the time per activity."""
+async def round_trips_ms(settings: Settings, runs: int = 3) -> dict[str, tuple[float, float, float]]:
+    """Per kind of activity, over `runs` workflows of FLOOR_ACTIVITIES no-ops: the median wall time per activity,
+    and the CPU time per activity of this process (the SDK: workflow activations, the worker's Rust core) and of
+    the Temporal server, all in ms. Nothing of ours runs in them: this is what the SDK and the server cost alone."""
     client = await connect(settings)
     executor = ThreadPoolExecutor(4)
     async with (Worker(client, task_queue=FLOOR_QUEUE, workflows=[FloorWorkflow], activities=[noop],
@@ -105,14 +107,18 @@ async def round_trips_ms(settings: Settings, runs: int = 3) -> dict[str, float]:
                 Worker(client, task_queue=FLOOR_OTHER_QUEUE, activities=[noop], activity_executor=executor)):
         floor = {}
         for kind, queue in FLOOR_KINDS.items():
-            times = []
+            times, before = [], cpu_seconds(settings)
             for _ in range(runs):
                 began = time.perf_counter()
                 await client.execute_workflow(FloorWorkflow.run, args=[FLOOR_ACTIVITIES, queue],
                                               id=f"floor-{uuid.uuid4().hex}", task_queue=FLOOR_QUEUE)
                 times.append((time.perf_counter() - began) * 1000 / FLOOR_ACTIVITIES)
-            floor[kind] = statistics.median(times)
+            after = cpu_seconds(settings)
+            cpu = {name: (after[name] - before[name]) * 1000 / (runs * FLOOR_ACTIVITIES) for name in before}
+            floor[kind] = (statistics.median(times), cpu["bench process"], cpu.get("temporal", 0.0))
     return floor
+
+
 HEADING = "## Orchestration (bench/orchestration.py)"
 NOTES = """- `queue`: every tool call and the observation are activities on `agent-tools`, two matching hops each.
   `local`: reads run as local activities beside the workflow (results recorded as markers when the workflow task
@@ -127,17 +133,19 @@ NOTES = """- `queue`: every tool call and the observation are activities on `age
 """
 
 
-def direct_episode(scenario: Scenario, ref: PolicyRef) -> tuple[float, int]:
+def direct_episode(scenario: Scenario, ref: PolicyRef,
+                   tool_seconds: dict[str, float] | None = None) -> tuple[float, int]:
     """One episode with every activity called in-process, in the workflow's order. Returns (seconds, steps)."""
     began = time.perf_counter()
-    t = direct_trajectory(scenario, ref)
+    t = direct_trajectory(scenario, ref, tool_seconds=tool_seconds)
     return time.perf_counter() - began, len(t.steps)
 
 
 def direct_trajectory(scenario: Scenario, ref: PolicyRef,
                       decide: Callable[[PolicyRequest], PolicyDecision] | None = None,
-                      limits: RemediationLimits = LIMITS) -> Trajectory:
-    """`direct_episode`'s episode; `decide` replaces the policy activity (a policy configured by the caller)."""
+                      limits: RemediationLimits = LIMITS, tool_seconds: dict[str, float] | None = None) -> Trajectory:
+    """`direct_episode`'s episode; `decide` replaces the policy activity (a policy configured by the caller).
+    `tool_seconds` adds up the wall time of each tool's calls, by tool."""
     run = ActivityEnvironment().run
     decide = decide or (lambda req: run(policy.decide_next_action, req))
     name = environment_name(f"direct-{uuid.uuid4().hex}")
@@ -158,8 +166,11 @@ def direct_trajectory(scenario: Scenario, ref: PolicyRef,
             continue
         if t.end(decision.action) is not None:  # finish or escalate, as the workflow's loop ends
             break
+        began = time.perf_counter()
         step.result = run(tools.run_tool, ToolInvocation(call=decision.action, namespace=incident.namespace,
                                                          kubeconfig=env.server, idempotency_key=f"{t.workflow_id}/{step.index}"))
+        if tool_seconds is not None:
+            tool_seconds[decision.action.tool] = tool_seconds.get(decision.action.tool, 0.0) + time.perf_counter() - began
     t.mitigated_at = datetime.now(UTC)
     t.verdict = run(observer.observe, ObserveRequest(incident=incident, baseline=baseline))
     t.ended_at = datetime.now(UTC)
@@ -210,8 +221,10 @@ async def cpu_per_episode(settings: Settings, n: int, run: Callable[[], Awaitabl
 
 
 async def measure(settings: Settings, picked: list[Scenario], ref: PolicyRef, concurrency: int,
-                  ) -> tuple[dict[str, list[tuple[float, int]]], dict[str, tuple[float, dict[str, float], float]]]:
-    """Sequential (seconds, steps) per episode and mode, and concurrent (wall s, CPU ms per episode) per mode."""
+                  ) -> tuple[dict[str, list[tuple[float, int]]], dict[str, tuple[float, dict[str, float], float]],
+                             dict[str, float]]:
+    """Sequential (seconds, steps) per episode and mode, concurrent (wall s, CPU ms per episode) per mode, and the
+    sequential direct episodes' seconds in each tool."""
     modes = {mode: settings.model_copy(update={"tool_execution": mode}) for mode in get_args(ToolExecution)}
     client = await connect(settings)
     async with AsyncExitStack() as workers:
@@ -229,8 +242,9 @@ async def measure(settings: Settings, picked: list[Scenario], ref: PolicyRef, co
             for mode in modes:
                 await temporal(mode, scenario)
         sequential: dict[str, list[tuple[float, int]]] = {"direct": [], **{mode: [] for mode in modes}}
+        tool_seconds: dict[str, float] = {}
         for scenario in picked:
-            sequential["direct"].append(await asyncio.to_thread(direct_episode, scenario, ref))
+            sequential["direct"].append(await asyncio.to_thread(direct_episode, scenario, ref, tool_seconds))
             for mode in modes:
                 sequential[mode].append(await temporal(mode, scenario))
 
@@ -243,7 +257,7 @@ async def measure(settings: Settings, picked: list[Scenario], ref: PolicyRef, co
         for mode, mode_settings in modes.items():
             concurrent[mode] = await cpu_per_episode(settings, n, partial(run_episodes, client, mode_settings, picked,
                                                                           n, ref, concurrency, limits=LIMITS))
-    return sequential, concurrent
+    return sequential, concurrent, tool_seconds
 
 
 def main() -> None:
@@ -264,7 +278,7 @@ def main() -> None:
         asyncio.run(stack.up(settings))
         try:
             floor = asyncio.run(round_trips_ms(settings))
-            sequential, concurrent = asyncio.run(measure(settings, picked, ref, args.concurrency))
+            sequential, concurrent, tool_seconds = asyncio.run(measure(settings, picked, ref, args.concurrency))
         finally:
             asyncio.run(stack.down(settings))
     load_after = os.getloadavg()[0]
@@ -289,14 +303,26 @@ def main() -> None:
         cpu.add_row(label(mode, ""), *(f"{used[p]:.1f}" for p in processes), f"{sum(used.values()):.1f}",
                     f"{gc_ms:.1f}")
     console.print(cpu)
-    for kind, ms in floor.items():
-        console.print(f"dev-server floor, {kind}: {ms:.1f} ms per activity")
+    direct_wall = sum(t for t, _ in direct)
+    tool_rows = [(tool, seconds * 1000 / n, seconds / direct_wall)
+                 for tool, seconds in sorted(tool_seconds.items(), key=lambda item: -item[1])]
+    tools_table = Table("tool", "ms per episode", "of the episode", title="Direct episodes (sequential): time in tools")
+    for tool, ms, share in tool_rows:
+        tools_table.add_row(tool, f"{ms:.1f}", f"{share:.0%}")
+    console.print(tools_table)
+    for kind, (ms, sdk_ms, server_ms) in floor.items():
+        console.print(f"floor, {kind}: {ms:.1f} ms per activity; CPU ms: this process {sdk_ms:.2f}, "
+                      f"server {server_ms:.2f}")
     console.print(f"1-minute load average {load_before:.2f} before, {load_after:.2f} after")
 
     best_overhead = min(o for _, _, o in rows if o is not None)
     cores = os.cpu_count() or 1
     best_rate = max(n / wall for mode, (wall, _, _) in concurrent.items() if mode != "direct")
     steps = statistics.mean(s for _, s in direct)
+    direct_cpu = sum(concurrent["direct"][1].values())
+    orchestration_cpu = {mode: sum(used.values()) - direct_cpu for mode, (_, used, _) in concurrent.items()
+                         if mode != "direct"}
+    local_sdk_ms, local_server_ms = floor["local activity"][1:]
     body = provenance() + (
         f"1-minute load average {load_before:.2f} before the run (other work on the machine) and {load_after:.2f} at "
         "its end (the stack's processes and the bench's own). Compare machines by the dev-server floor below.\n"
@@ -312,15 +338,31 @@ def main() -> None:
         + f"|---|{'---:|' * (len(processes) + 2)}\n"
         + "".join(f"| {label(mode, '')} | {' | '.join(f'{used[p]:.1f}' for p in processes)} | "
                   f"{sum(used.values()):.1f} | {gc_ms:.1f} |\n" for mode, (_, used, gc_ms) in concurrent.items())
+        + f"\nWhere the sequential direct episodes' time goes ({direct_wall * 1000 / n:.0f} ms an episode), by "
+          "tool (wall time of its calls; the rest is setting up, deciding, observing, rewarding, storing):\n\n"
+          "| tool | ms per episode | of the episode |\n|---|---:|---:|\n"
+        + "".join(f"| `{tool}` | {ms:.1f} | {share:.0%} |\n" for tool, ms, share in tool_rows)
         + f"\nThe dev server's floor on this machine (a workflow of {FLOOR_ACTIVITIES} no-op activities, median of "
-          "3, per activity):\n\n| how the workflow runs an activity | ms |\n|---|---:|\n"
-        + "".join(f"| {kind} | {ms:.1f} |\n" for kind, ms in floor.items())
+          "3, per activity; CPU over the 3 workflows, per activity, the server's including each workflow's start and "
+          "completion):\n\n"
+          "| how the workflow runs an activity | ms | CPU ms, bench process (SDK: worker and client) | CPU ms, Temporal server |\n"
+          "|---|---:|---:|---:|\n"
+        + "".join(f"| {kind} | {ms:.1f} | {sdk_ms:.2f} | {server_ms:.2f} |\n"
+                  for kind, (ms, sdk_ms, server_ms) in floor.items())
         + f"\n- Overhead target <= 10 ms/step: {'met' if best_overhead <= 10 else 'NOT met'} ({best_overhead:.1f}).\n"
         + f"- Throughput target >= 20 episodes/s: {'met' if best_rate >= 20 else 'NOT met'} ({best_rate:.2f}).\n"
         + "- At the CPU time per episode measured here (contention inflates it), even with every core free the "
           "rate could not exceed cores x 1000 / CPU ms: "
         + ", ".join(f"{label(mode, '')} {cores * 1000 / sum(used.values()):.1f}"
                     for mode, (_, used, _) in concurrent.items()) + f" episodes/s on {cores} cores.\n"
+        + "- Orchestration's own CPU, the temporal run's total less the direct run's: "
+        + ", ".join(f"{label(mode, '')} {ms:.0f} ms" for mode, ms in orchestration_cpu.items())
+        + f" per episode. Were the episodes free, {cores} cores could orchestrate at most "
+        + ", ".join(f"{cores * 1000 / ms:.1f}" for ms in orchestration_cpu.values())
+        + " episodes/s. A step is at least two activities (the decision, the tool); a no-op local activity alone "
+          f"costs this process {local_sdk_ms:.2f} CPU ms, and the floor's workflow of {FLOOR_ACTIVITIES} of them "
+          f"(start, workflow tasks, markers, completion) {local_server_ms * FLOOR_ACTIVITIES:.0f} CPU ms of the "
+          "server's; an episode is two workflows.\n"
         + NOTES)
     if not args.no_docs:
         write_section(HEADING, body)
