@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from isolated_workers import running_workers, terminate_running
+from temporalio.client import WorkflowExecutionStatus
 
 from agent_sre.config import Settings
 from agent_sre.models.remediation import IncidentOutcome, RemediationRequest
@@ -103,3 +104,34 @@ async def test_start_signal_query_and_result_with_the_temporal_cli(stack: Settin
     assert outcome.model_version == "scripted-cli"
     assert [(f.rating, f.comment) for f in outcome.reward.feedback] == [(1, "quick and right")]
     assert outcome.trajectory_key
+
+
+async def test_an_input_that_does_not_validate_fails_the_workflow_with_its_reasons(stack: Settings) -> None:
+    """Not a workflow task that fails and is retried for as long as the workflow may run."""
+    client = await connect(stack)
+    inputs = {"no-report": '{"incident": {"namespace": "shop"}}',
+              "bad-namespace": '{"incident": {"namespace": "BAD NS", "report": "checkout fails"}}',
+              "not-an-object": '"hello"'}
+    ids = {case: f"bad-input-{case}-{uuid.uuid4().hex[:6]}" for case in inputs}
+    async with running_workers(client, stack) as settings:
+        try:
+            for case, text in inputs.items():
+                rc, out = await temporal_cli(settings, "workflow", "start", "--type", "IncidentRemediationWorkflow",
+                                             "--task-queue", settings.queue_agent, "--workflow-id", ids[case],
+                                             "--input", text)
+                assert rc == 0, out
+            deadline = time.monotonic() + 60
+            for workflow_id in ids.values():
+                status = (await client.get_workflow_handle(workflow_id).describe()).status
+                while status == WorkflowExecutionStatus.RUNNING and time.monotonic() < deadline:
+                    await asyncio.sleep(0.2)
+                    status = (await client.get_workflow_handle(workflow_id).describe()).status
+                assert status == WorkflowExecutionStatus.FAILED, (workflow_id, status)
+            results = {case: await temporal_cli(settings, "workflow", "result", "--workflow-id", workflow_id)
+                       for case, workflow_id in ids.items()}
+        finally:
+            await terminate_running(client, ids.values())
+    for case, (rc, out) in results.items():
+        assert rc != 0 and "validation error for RemediationRequest" in out, (case, out)
+    assert "an incident needs an alert or a report" in results["no-report"][1]
+    assert "incident.namespace" in results["bad-namespace"][1]

@@ -45,6 +45,7 @@ from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolInvocation, ToolRes
 from agent_sre.models.trajectory import Step, Termination, Trajectory
 from agent_sre.outcome import escalation_notice, incident_outcome
 from agent_sre.webhooks import NOTIFY_RETRY
+from agent_sre.workflows import BAD_INPUT
 
 FAULT_CLASS = SearchAttributeKey.for_keyword("FaultClass")
 SERVICE = SearchAttributeKey.for_keyword("Service")
@@ -84,7 +85,7 @@ def search_attributes(incident: Incident, policy_ref: PolicyRef | None) -> Typed
     return TypedSearchAttributes(pairs)
 
 
-@workflow.defn(name="IncidentRemediationWorkflow", sandboxed=False)
+@workflow.defn(name="IncidentRemediationWorkflow", sandboxed=False, failure_exception_types=BAD_INPUT)
 class IncidentRemediationWorkflow:
     @workflow.init
     def __init__(self, request: RemediationRequest) -> None:

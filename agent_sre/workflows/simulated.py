@@ -15,6 +15,7 @@ from agent_sre.activities import simulation
 from agent_sre.models.episode import EpisodeRequest, EpisodeResult, InjectRequest
 from agent_sre.models.incident import Incident
 from agent_sre.models.remediation import RemediationRequest
+from agent_sre.workflows import BAD_INPUT
 from agent_sre.workflows.incident import IncidentRemediationWorkflow, near_cluster, search_attributes
 
 QUICK = timedelta(seconds=30)
@@ -27,7 +28,7 @@ def environment_name(workflow_id: str) -> str:
     return f"{readable}-{hashlib.sha256(workflow_id.encode()).hexdigest()[:12]}"
 
 
-@workflow.defn(name="SimulatedIncidentWorkflow", sandboxed=False)
+@workflow.defn(name="SimulatedIncidentWorkflow", sandboxed=False, failure_exception_types=BAD_INPUT)
 class SimulatedIncidentWorkflow:
     @workflow.run
     async def run(self, req: EpisodeRequest) -> EpisodeResult:
