@@ -135,3 +135,39 @@ async def test_an_input_that_does_not_validate_fails_the_workflow_with_its_reaso
         assert rc != 0 and "validation error for RemediationRequest" in out, (case, out)
     assert "an incident needs an alert or a report" in results["no-report"][1]
     assert "incident.namespace" in results["bad-namespace"][1]
+
+
+async def test_a_signal_whose_arguments_do_not_fit_is_dropped_and_the_incident_goes_on(stack: Settings) -> None:
+    """`temporal workflow signal` without `--input`, or with one too many: not a workflow task failed forever."""
+    client = await connect(stack)
+    workflow_id = f"incident-shop-signals-{uuid.uuid4().hex[:6]}"
+    async with running_workers(client, stack) as settings:
+        request = {"incident": {"id": workflow_id, "source": "cli", "namespace": "shop", "report": "checkout fails",
+                                "limits": {"settle_s": 0, "feedback_window_s": 300}},
+                   "policy": {"name": "scripted", "version": "scripted-cli",
+                              "script": [{"tool": "finish", "args": {"diagnosis": "fine", "summary": "looked"}}]},
+                   "queues": {"tools": settings.queue_tools, "policy": settings.queue_policy}}
+        try:
+            rc, out = await temporal_cli(settings, "workflow", "start", "--type", "IncidentRemediationWorkflow",
+                                         "--task-queue", settings.queue_agent, "--workflow-id", workflow_id,
+                                         "--input", json.dumps(request))
+            assert rc == 0, out
+            deadline = time.monotonic() + 60
+            while (await query_status(settings, workflow_id))["phase"] != "awaiting_feedback":
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.1)
+            feedback = '{"rating": 1, "comment": "right", "author": "cli"}'
+            for name, inputs in [("human_feedback", []), ("approve_action", []),
+                                 ("human_feedback", ["--input", feedback, "--input", '"extra"'])]:
+                rc, out = await temporal_cli(settings, "workflow", "signal", "--workflow-id", workflow_id,
+                                             "--name", name, *inputs)
+                assert rc == 0, out
+            status = await query_status(settings, workflow_id)  # a failed workflow task could not answer this
+            assert status["phase"] == "awaiting_feedback", status
+            rc, out = await temporal_cli(settings, "workflow", "signal", "--workflow-id", workflow_id,
+                                         "--name", "human_feedback", "--input", feedback)
+            assert rc == 0, out
+            outcome = await client.get_workflow_handle(workflow_id, result_type=IncidentOutcome).result()
+        finally:
+            await terminate_running(client, [workflow_id])
+    assert [(f.rating, f.comment) for f in outcome.reward.feedback] == [(1, "right")]

@@ -22,6 +22,7 @@ from temporalio.worker import Worker
 from agent_sre.activities import (escalation, learning, observer, policy, rewards, rollout, routing, simulation,
                                   tools, training, trajectories)
 from agent_sre.config import Settings
+from agent_sre.workers.signals import SignalArgumentsInterceptor
 from agent_sre.workflows.incident import IncidentRemediationWorkflow
 from agent_sre.workflows.learning import ContinuousLearningWorkflow
 from agent_sre.workflows.rollout import ModelRolloutWorkflow
@@ -81,7 +82,8 @@ def build_workers(client: Client, settings: Settings, queues: Sequence[str] | No
     # once per throttle interval: a short one makes `stop` end a training job within seconds.
     return [Worker(client, task_queue=queue, workflows=workflows, activities=activities,
                    activity_executor=executor, max_concurrent_activities=max_concurrent_activities,
-                   max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE, graceful_shutdown_timeout=graceful_shutdown)
+                   max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE, graceful_shutdown_timeout=graceful_shutdown,
+                   interceptors=[SignalArgumentsInterceptor()])
             for queue, (workflows, activities) in contents.items() if not queues or queue in queues]
 
 
