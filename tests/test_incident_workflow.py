@@ -9,7 +9,8 @@ import uuid
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 
 from agent_sre import faults
 from agent_sre.config import Settings
@@ -217,6 +218,24 @@ async def test_repeated_alert_attaches_to_the_running_remediation(stack: Setting
         await first.handle.signal("cancel")
         outcome: IncidentOutcome = await first.handle.result()
     assert outcome.termination == "cancelled" and outcome.refused == 1 and outcome.writes == 0
+
+
+async def test_a_kubeconfig_that_does_not_exist_fails_the_incident_at_once(stack: Settings, catalog, tmp_path) -> None:
+    """Not a baseline snapshot retried for as long as the workflow may run."""
+    client = await _client(stack)
+    missing = tmp_path / "no-such-kubeconfig"
+    incident = Incident(id=uuid.uuid4().hex[:12], source="sdk", alert=catalog["bad_image"].alert, namespace="shop",
+                        kubeconfig=str(missing))
+    async with running_workers(client, stack) as settings:
+        started = await start_incident(client, incident, policy=PolicyRef(name="runbook"), settings=settings)
+        with pytest.raises(WorkflowFailureError) as failed:
+            await asyncio.wait_for(started.handle.result(), timeout=60)
+    causes, cause = [], failed.value.cause
+    while cause is not None:
+        causes.append(cause)
+        cause = cause.cause
+    assert any(isinstance(c, ApplicationError) and c.type == "KubeconfigError" and str(missing) in c.message
+               and c.non_retryable for c in causes), causes
 
 
 async def test_approval_gate_and_status_query(stack: Settings, catalog) -> None:

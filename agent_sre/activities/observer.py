@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -10,7 +11,15 @@ from agent_sre.faults import oracle
 from agent_sre.models.incident import Incident
 from agent_sre.models.remediation import ObserveRequest
 from agent_sre.models.verdict import HealthSnapshot, Verdict
-from agent_sre.tools.client import api_client
+from agent_sre.tools.client import KubeconfigError, api_client
+
+
+def _cluster(incident: Incident) -> ApiClient:
+    """The incident's cluster. A kubeconfig that is missing or unusable will not mend on a retry: fail at once."""
+    try:
+        return api_client(incident.kubeconfig)
+    except KubeconfigError as e:
+        raise ApplicationError(str(e), type="KubeconfigError", non_retryable=True) from e
 
 
 @activity.defn
@@ -18,7 +27,7 @@ def snapshot_cluster(incident: Incident) -> HealthSnapshot:
     """The baseline. A namespace that does not exist is a bad incident, not a passing fault: fail, don't retry."""
     app = incident.scenario.app if incident.scenario else None
     try:
-        return oracle.snapshot(api_client(incident.kubeconfig), incident.namespace, app)
+        return oracle.snapshot(_cluster(incident), incident.namespace, app)
     except ApiException as e:
         if e.status == 404:
             raise ApplicationError(f"namespace {incident.namespace!r} not found in the cluster: {e.reason}",
@@ -28,4 +37,4 @@ def snapshot_cluster(incident: Incident) -> HealthSnapshot:
 
 @activity.defn
 def observe(req: ObserveRequest) -> Verdict:
-    return oracle.observe_incident(api_client(req.incident.kubeconfig), req.incident, req.baseline)
+    return oracle.observe_incident(_cluster(req.incident), req.incident, req.baseline)
