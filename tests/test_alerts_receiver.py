@@ -135,6 +135,8 @@ MALFORMED: dict[str, tuple[bytes, str]] = {
     "no alerts": (json.dumps(webhook()).encode(), "alerts"),
     "alert without labels": (json.dumps(webhook({"status": "firing"})).encode(), "alerts.0.labels"),
     "unknown alert status": (json.dumps(webhook(alert(status="pending"))).encode(), "alerts.0.status"),
+    "fingerprint too long for a workflow id": (json.dumps(webhook({**alert(), "fingerprint": "f" * 2000})).encode(),
+                                               "Temporal allows 1000"),
 }
 
 

@@ -13,6 +13,7 @@ from agent_sre.models.scenario import Scenario
 from agent_sre.models.tools import Risk
 
 IncidentSource = Literal["alertmanager", "sdk", "cli", "user_report", "simulation"]
+MAX_WORKFLOW_ID = 1000  # the Temporal server's limit.maxIDLength, by default
 
 
 class RemediationLimits(BaseModel):
@@ -49,6 +50,9 @@ class Incident(BaseModel):
                 self.id = self.alert.stable_fingerprint()
             else:
                 self.id = hashlib.sha256(f"{self.namespace}\n{self.report}".encode()).hexdigest()[:16]
+        if len(self.workflow_id) > MAX_WORKFLOW_ID:
+            raise ValueError(f"the incident's workflow id would be {len(self.workflow_id)} characters and Temporal "
+                             f"allows {MAX_WORKFLOW_ID}: give it a shorter id (or its alert a shorter fingerprint)")
         if self.service is None and self.alert is not None:
             self.service = self.alert.labels.get("service") or self.alert.labels.get("deployment")
         return self
