@@ -101,6 +101,16 @@ def test_missing_paths_are_reported(tmp_path: Path) -> None:
         load_scenarios(tmp_path)
 
 
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n---\n"])
+def test_yaml_that_holds_no_scenario_is_refused(tmp_path: Path, text: str) -> None:
+    path = _write(tmp_path, text)
+    for where in (path, tmp_path):
+        with pytest.raises(ScenarioError, match="holds no scenarios"):
+            load_scenarios(where)
+    result = CliRunner().invoke(cli, ["episodes", "run", "--scenarios", str(path), "--n", "1"])
+    assert result.exit_code == 1 and "holds no scenarios" in result.output and "Traceback" not in result.output
+
+
 # --- the command line, against the simulator over HTTP -----------------------------------------------------------
 
 @pytest.fixture(scope="module")

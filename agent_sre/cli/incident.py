@@ -433,14 +433,9 @@ def _firing_alerts(path: Path) -> list[Alert]:
 
 
 def _load_scenario(path: Path, name: str | None) -> Scenario:
-    from agent_sre.scenarios import load_scenarios  # here: it loads the fault catalog, slow for other commands
+    from agent_sre.scenarios import pick_scenario  # here: it loads the fault catalog, slow for other commands
 
-    loaded: list[Scenario] = list(_bad_input(lambda: load_scenarios(path)))
-    chosen = [s for s in loaded if name is None or s.name == name]
-    if len(chosen) != 1:
-        problem = f"no scenario named {name!r}" if name else f"{len(loaded)} scenarios"
-        _fail(f"{path} holds {problem}; pick one with --name ({', '.join(s.name for s in loaded)})")
-    return chosen[0]
+    return _bad_input(lambda: pick_scenario(path, name))
 
 
 def _limits(base: RemediationLimits, approval_risk: RiskName | None,

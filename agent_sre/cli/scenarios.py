@@ -49,13 +49,12 @@ def _load(path: Path | None) -> list[Scenario]:
 
 
 def _pick(path: Path, name: str | None) -> Scenario:
-    loaded = _load(path)
-    chosen = [s for s in loaded if name is None or s.name == name]
-    if len(chosen) != 1:
-        what = f"no scenario named {name!r}" if name else f"{len(loaded)} scenarios"
-        names = ", ".join(s.name for s in loaded[:20]) + (" ..." if len(loaded) > 20 else "")
-        raise _fail(f"{path} holds {what}; pick one with --name ({names})")
-    return chosen[0]
+    from agent_sre.scenarios import ScenarioError, pick_scenario
+
+    try:
+        return pick_scenario(path, name)
+    except ScenarioError as exc:
+        raise _fail(str(exc)) from None
 
 
 def _client(kubeconfig: Path | None) -> ApiClient:

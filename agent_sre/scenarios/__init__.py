@@ -128,7 +128,21 @@ def load_scenarios(path: Path | str | None = None) -> list[Scenario]:
                 raise ScenarioError(f"{file}: scenario name {scenario.name!r} is already used in {seen[scenario.name]}")
             seen[scenario.name] = file
             scenarios.append(scenario)
+    if not scenarios:
+        raise ScenarioError(f"{root}: holds no scenarios (its YAML is empty)")
     return scenarios
 
 
-__all__ = ["CATALOG_DIR", "HELDOUT_DIR", "ScenarioError", "default_catalog", "heldout_suite", "load_scenarios"]
+def pick_scenario(path: Path | str, name: str | None) -> Scenario:
+    """The scenario called `name` in `path`, or the only one there when `name` is None."""
+    loaded = load_scenarios(path)
+    chosen = [s for s in loaded if name is None or s.name == name]
+    if len(chosen) != 1:
+        what = f"no scenario named {name!r}" if name else f"{len(loaded)} scenarios"
+        names = ", ".join(s.name for s in loaded[:20]) + (" ..." if len(loaded) > 20 else "")
+        raise ScenarioError(f"{path} holds {what}; pick one with --name ({names})")
+    return chosen[0]
+
+
+__all__ = ["CATALOG_DIR", "HELDOUT_DIR", "ScenarioError", "default_catalog", "heldout_suite", "load_scenarios",
+           "pick_scenario"]
