@@ -388,6 +388,7 @@ def test_episodes_run_names_the_unresolved_episodes_whose_steps_show_why(cli: Ca
     (("incident", "start", "--scenario", str(BAD_IMAGE), "--name", "nope"), "no scenario named 'nope'"),
     (("incident", "report", "x", "--namespace", "Not_Valid"),
      "namespace: String should match pattern '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'"),
+    (("incident", "report", "   ", "--namespace", "shop"), "input: an incident needs an alert or a report"),
     (("incident", "report", "x", "--namespace", "shop", "--policy", "llm"),
      "Invalid value for --policy: unknown model version 'llm'; registered:"),
     (("episodes", "run", "--policy", "nope"), "unknown model version 'nope'"),

@@ -118,7 +118,7 @@ def test_a_plan_file_in_short_form(tmp_path: Path) -> None:
     ("steps: [set_weight: 10, analyze]", "step 2 (analyze) right after set_weight would see no incidents"),
     ("steps: [set_weight: 100, bake: 1d, analyze]", "at weight 100 the baseline serves nothing"),
     ("steps: [set_weight: 10, bake: 1d]", "the plan never analyses the candidate"),
-    ("steps: [set_weight: 10, bake: 0s, analyze]", "steps.1.bake.duration: Value error, must be longer than zero"),
+    ("steps: [set_weight: 10, bake: 0s, analyze]", "steps.1.bake.duration: must be longer than zero"),
     ("steps: [set_weight: 0]", "steps.0.set_weight.weight: Input should be greater than 0"),
     ("steps: [promote_now: 3]", "does not match any of the expected tags"),
     ("steps: []", "steps: List should have at least 1 item"),

@@ -6,7 +6,7 @@ import hashlib
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agent_sre.models.alert import Alert
 from agent_sre.models.scenario import Scenario
@@ -40,6 +40,11 @@ class Incident(BaseModel):
     scenario: Scenario | None = Field(default=None, description="ground truth, only for simulated incidents")
     limits: RemediationLimits = Field(default_factory=RemediationLimits)
     created_at: datetime | None = None
+
+    @field_validator("report")
+    @classmethod
+    def _blank_report_is_none(cls, report: str | None) -> str | None:
+        return (report.strip() or None) if report is not None else None
 
     @model_validator(mode="after")
     def _identity(self) -> Incident:
