@@ -328,6 +328,16 @@ def test_user_report_starts_then_attaches(cli: Callable[..., Result], shop_env: 
     assert cli("incident", "cancel", workflow_id).exit_code == 0
 
 
+def test_status_of_a_failed_incident_says_why(cli: Callable[..., Result], tmp_path: Path) -> None:
+    missing = tmp_path / "no-kubeconfig"
+    started = cli("incident", "report", f"checkout is down ({uuid.uuid4().hex[:6]})", "--namespace", "shop",
+                  "--kubeconfig", str(missing))
+    assert started.exit_code == 0, started.output
+    workflow_id = re.search(r"started (incident-shop-\w+)", flat(started)).group(1)  # type: ignore[union-attr]
+    failed = status_until(cli, workflow_id, "FAILED")
+    assert f"ended │ failed: KubeconfigError: kubeconfig {missing} does not exist" in failed, failed
+
+
 def test_cancel_while_a_write_waits_for_approval(cli: Callable[..., Result]) -> None:
     started = cli("incident", "start", "--scenario", str(BAD_IMAGE), "--name", "bad-image-checkout-s0",
                   "--approval-risk", "low")

@@ -153,7 +153,7 @@ def status(workflow_id: str = typer.Argument(..., metavar="ID", help="the remedi
         if desc.status == WorkflowExecutionStatus.COMPLETED:
             _outcome_rows(table, await _outcome(client, handle.id))
         elif desc.status not in (None, WorkflowExecutionStatus.RUNNING):
-            table.add_row("ended", f"[red]{desc.status.name.lower()}[/] (see the Temporal UI for why)")
+            table.add_row("ended", f"[red]{desc.status.name.lower()}[/]: {escape(await _why_it_ended(handle))}")
         console.print(table)
 
     _run(show, not_found=no_workflow("workflow", workflow_id))
@@ -261,7 +261,7 @@ async def _follow_steps(client: Client, settings: Settings, handle: WorkflowHand
                               f"({o.reward.function})")
             return
         if desc.status != WorkflowExecutionStatus.RUNNING:
-            _fail(f"{handle.id} ended {desc.status.name.lower() if desc.status else '?'} (see the Temporal UI for why)")
+            _fail(f"{handle.id} ended {desc.status.name.lower() if desc.status else '?'}: {await _why_it_ended(handle)}")
         if (why := await unpolled(client, task_queue)) is not None:
             _fail(f"{handle.id} cannot be followed: {why}")
         t = await handle.query("trajectory", result_type=Trajectory, rpc_timeout=QUERY_TIMEOUT)
@@ -573,6 +573,15 @@ def _bad_input(make: Callable[[], T], where: str = "") -> T:
     except (ValueError, OSError) as e:
         _fail(f"{prefix}{e}")
 
+
+
+async def _why_it_ended(handle: WorkflowHandle[Any, Any]) -> str:
+    """The reason a workflow that did not complete gives in its history: its failure, or who ended it and why."""
+    try:
+        await handle.result()
+    except WorkflowFailureError as e:
+        return str(e.cause or e)
+    return "it completed"
 
 
 def _run(action: Callable[[Client, Settings], Awaitable[None]], not_found: str = "no such workflow") -> None:
