@@ -506,6 +506,15 @@ def test_worker_bad_input_is_one_clear_error(settings: Settings, monkeypatch: py
     assert unreachable.exit_code == 1 and f"cannot reach Temporal at 127.0.0.1:{nobody}" in flat(unreachable)
     assert "Traceback" not in unreachable.output
 
+    absent = settings.model_copy(update={"temporal_namespace": f"absent-{uuid.uuid4().hex[:8]}"})
+    monkeypatch.setattr(config, "get_settings", lambda: absent)
+    monkeypatch.setattr(cli_common, "get_settings", lambda: absent)
+    for args in (["worker", "--metrics-port", "0"], ["episodes", "run", "--n", "1"],
+                 ["incident", "status", "incident-shop-0"]):
+        missing = runner.invoke(app, args)
+        assert missing.exit_code == 1 and "Traceback" not in missing.output, (args, missing.output)
+        assert f"has no namespace '{absent.temporal_namespace}' (AGENT_SRE_TEMPORAL_NAMESPACE)" in flat(missing), args
+
     # A namespace registered by hand, as on a production cluster, has none of our search attributes.
     bare = f"bare-{uuid.uuid4().hex[:8]}"
     asyncio.run(_register_namespace(settings, bare))

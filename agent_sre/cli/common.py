@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -43,18 +43,33 @@ def policy_ref(policy: str) -> PolicyRef:
         raise typer.BadParameter(str(exc), param_hint="--policy") from None
 
 
+async def connect_or_fail(settings: Settings) -> Client:
+    """A client of the configured Temporal namespace; a server that cannot be reached, or that lacks the
+    namespace, is a one-line error naming the setting (rather than a NOT_FOUND on the first call, worded as if a
+    workflow were missing)."""
+    try:
+        client = await connect(settings)
+    except RuntimeError as exc:
+        fail(f"cannot reach Temporal at {settings.temporal_address} ({exc}); is `agent-sre dev up` running?")
+    try:
+        await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=client.namespace))
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise
+        fail(f"Temporal at {settings.temporal_address} has no namespace {client.namespace!r} "
+             "(AGENT_SRE_TEMPORAL_NAMESPACE): create it (`temporal operator namespace create --namespace "
+             f"{client.namespace}`) or name one it has")
+    return client
+
+
 def run_with_client(action: Callable[[Client, Settings], Awaitable[None]], not_found: str | None = None) -> None:
-    """Connect to Temporal and run `action`; an unreachable server is a one-line error, and so is Temporal's
-    refusal when `not_found` words its NOT_FOUND in the caller's terms. Other errors propagate for the caller to
-    word in its own terms."""
+    """Connect to Temporal (`connect_or_fail`) and run `action`; Temporal's refusal is a one-line error too when
+    `not_found` words its NOT_FOUND in the caller's terms. Other errors propagate for the caller to word in its
+    own terms."""
     settings = get_settings()
 
     async def go() -> None:
-        try:
-            client = await connect(settings)
-        except RuntimeError as exc:
-            fail(f"cannot reach Temporal at {settings.temporal_address} ({exc}); is `agent-sre dev up` running?")
-        await action(client, settings)
+        await action(await connect_or_fail(settings), settings)
 
     try:
         asyncio.run(go())

@@ -18,7 +18,8 @@ def worker(
     """Run workflows and activities: the agent loop, tools, policy inference."""
     from agent_sre.config import get_settings
     from agent_sre.telemetry import instrument, setup_tracing, shutdown_tracing, start_metrics_server
-    from agent_sre.temporal import connect, unregistered_search_attributes
+    from agent_sre.cli.common import connect_or_fail
+    from agent_sre.temporal import unregistered_search_attributes
     from agent_sre.workers.main import queue_contents, run_workers
 
     settings = get_settings()
@@ -35,12 +36,7 @@ def worker(
             raise typer.BadParameter(f"cannot serve metrics on port {port}: {e}", param_hint="--metrics-port") from None
 
     async def serve() -> None:
-        try:
-            client = instrument(await connect(settings))
-        except RuntimeError as e:
-            typer.echo(f"error: cannot reach Temporal at {settings.temporal_address} ({e}); "
-                       "is `agent-sre dev up` running?", err=True)
-            raise typer.Exit(1) from None
+        client = instrument(await connect_or_fail(settings))
         if missing := await unregistered_search_attributes(client):
             namespace = settings.temporal_namespace
             typer.echo(f"error: namespace {namespace!r} lacks search attributes our workflows set (a remediation "
