@@ -41,3 +41,13 @@ def ensure_bucket(client: Minio, bucket: str) -> bool:
             return False
         raise
     return True
+
+
+def store_unreachable(settings: Settings, timeout_s: float = 2.0) -> str | None:
+    """Why the object store does not answer a bucket lookup, or None when it does. A worker warns at start: its
+    trajectories would wait in their workflows until the store is back, and the CLI that started them says nothing."""
+    try:
+        object_store(settings, timeout_s=timeout_s).bucket_exists(settings.s3_bucket)
+    except (urllib3.exceptions.HTTPError, S3Error, OSError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None

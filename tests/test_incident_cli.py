@@ -488,7 +488,8 @@ def test_a_bad_setting_is_one_clear_error_naming_its_variable(monkeypatch: pytes
         "number (got 'hot')"]
 
 
-def test_worker_bad_input_is_one_clear_error(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_worker_bad_input_is_one_clear_error(stack: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = stack
     runner = CliRunner()
     unknown = runner.invoke(app, ["worker", "--queue", "nope", "--metrics-port", "0"])
     assert unknown.exit_code == 2 and "unknown task queue(s) ['nope']" in flat(unknown)
@@ -497,7 +498,12 @@ def test_worker_bad_input_is_one_clear_error(settings: Settings, monkeypatch: py
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         busy = runner.invoke(app, ["worker", "--metrics-port", str(taken.getsockname()[1])])
-    assert busy.exit_code == 2 and "cannot serve metrics on port" in flat(busy)
+        monkeypatch.setattr(config, "get_settings", lambda: settings.model_copy(
+            update={"metrics_port": taken.getsockname()[1]}))
+        busy_setting = runner.invoke(app, ["worker"])
+    assert busy.exit_code == 2 and "Invalid value for --metrics-port: cannot serve metrics on port" in flat(busy)
+    assert busy_setting.exit_code == 2
+    assert "Invalid value for AGENT_SRE_METRICS_PORT: cannot serve metrics on port" in flat(busy_setting)
 
     [nobody] = pick_free_ports(1, "127.0.0.1")
     monkeypatch.setattr(config, "get_settings", lambda: settings.model_copy(
@@ -525,6 +531,27 @@ def test_worker_bad_input_is_one_clear_error(settings: Settings, monkeypatch: py
     assert [line.strip() for line in unregistered.output.splitlines()[-len(SEARCH_ATTRIBUTES):]] == [
         f"temporal operator search-attribute create --namespace {bare} --name {key} --type Keyword"
         for key in SEARCH_ATTRIBUTES]
+
+
+def test_worker_warns_at_start_when_the_object_store_does_not_answer(stack: Settings, tmp_path: Path) -> None:
+    """It serves all the same (the trajectories wait in their workflows), but says so where its operator looks."""
+    settings = isolated_queues(stack)
+    [nobody] = pick_free_ports(1, "127.0.0.1")
+    env = dict(os.environ, AGENT_SRE_QUEUE_AGENT=settings.queue_agent, AGENT_SRE_QUEUE_TOOLS=settings.queue_tools,
+               AGENT_SRE_QUEUE_POLICY=settings.queue_policy, AGENT_SRE_S3_ENDPOINT=f"127.0.0.1:{nobody}")
+    log = tmp_path / "worker.log"
+    proc = subprocess.Popen([sys.executable, "-m", "agent_sre.cli", "worker", "--metrics-port", "0"], env=env,
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _until(lambda: "worker on" in log.read_text(), "the worker to start", log)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    text = re.sub(r"\s+", " ", log.read_text())
+    assert f"warning: the object store at 127.0.0.1:{nobody} does not answer (NewConnectionError" in text, text
 
 
 async def _register_namespace(settings: Settings, name: str) -> None:

@@ -19,6 +19,7 @@ def worker(
     from agent_sre.config import get_settings
     from agent_sre.telemetry import instrument, setup_tracing, shutdown_tracing, start_metrics_server
     from agent_sre.cli.common import connect_or_fail
+    from agent_sre.storage import store_unreachable
     from agent_sre.temporal import unregistered_search_attributes
     from agent_sre.workers.main import queue_contents, run_workers
 
@@ -33,7 +34,8 @@ def worker(
         try:
             start_metrics_server(port)
         except OSError as e:
-            raise typer.BadParameter(f"cannot serve metrics on port {port}: {e}", param_hint="--metrics-port") from None
+            raise typer.BadParameter(f"cannot serve metrics on port {port}: {e}", param_hint=(
+                "AGENT_SRE_METRICS_PORT" if metrics_port is None else "--metrics-port")) from None
 
     async def serve() -> None:
         client = instrument(await connect_or_fail(settings))
@@ -45,6 +47,9 @@ def worker(
                 typer.echo(f"  temporal operator search-attribute create --namespace {namespace} --name {key} "
                            f"--type {kind}", err=True)
             raise typer.Exit(1)
+        if (down := await asyncio.to_thread(store_unreachable, settings)) is not None:
+            typer.echo(f"warning: the object store at {settings.s3_endpoint} does not answer ({down}); incidents "
+                       "will wait in their `storing` phase, retrying, until it does", err=True)
         await run_workers(client, settings, queue or None, ready=lambda: typer.echo(
             f"worker on {', '.join(queue or sorted(known))} · Temporal {settings.temporal_address}"
             + (f" · metrics http://0.0.0.0:{port}/metrics" if port else "")))
