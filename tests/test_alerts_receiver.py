@@ -150,6 +150,12 @@ async def test_malformed_body_is_400_with_the_reason(receiver: Receiver, case: s
     assert "receipts" not in reply or reply["receipts"] == []
 
 
+async def test_a_body_over_the_size_limit_is_413_in_the_same_shape(receiver: Receiver) -> None:
+    status, reply = await receiver.post(None, raw=b"{" + b" " * 2_000_000 + b"}")
+    assert status == 413
+    assert "Maximum request body size" in reply["error"] and "nothing was started" in reply["error"]
+
+
 async def test_one_bad_alert_rejects_the_whole_delivery_before_anything_starts(receiver: Receiver) -> None:
     good = alert()
     no_namespace = alert()

@@ -68,6 +68,9 @@ async def receive_alerts(request: web.Request) -> web.Response:
     try:
         webhook = AlertmanagerWebhook.model_validate_json(await request.read())
         plan = plan_delivery(webhook)
+    except web.HTTPRequestEntityTooLarge as e:
+        DELIVERIES_REJECTED.labels("too_large").inc()
+        return _reply(WebhookReply(error=f"{e.text}; nothing was started"), 413)
     except ValueError as e:  # pydantic's ValidationError is a ValueError
         DELIVERIES_REJECTED.labels("malformed").inc()
         return _reply(WebhookReply(error=f"malformed Alertmanager webhook, nothing was started: {_reason(e)}"), 400)
