@@ -338,6 +338,30 @@ def test_status_of_a_failed_incident_says_why(cli: Callable[..., Result], tmp_pa
     assert f"ended │ failed: KubeconfigError: kubeconfig {missing} does not exist" in failed, failed
 
 
+def test_status_names_an_activity_no_worker_picks_up(cli: Callable[..., Result], worker: Worker) -> None:
+    """A hand-written request naming a tools queue nobody serves: the remediation waits, and status says on what."""
+    nobody = f"no-worker-{uuid.uuid4().hex[:6]}"
+    incident = Incident(id=uuid.uuid4().hex[:8], source="cli", namespace="shop", report="checkout fails")
+    request = RemediationRequest(incident=incident, queues={"tools": nobody, "policy": worker.settings.queue_policy,
+                                                            "tool_execution": "queue"})
+
+    async def start() -> None:
+        client = await connect(worker.settings)
+        await client.start_workflow("IncidentRemediationWorkflow", request, id=incident.workflow_id,
+                                    task_queue=worker.settings.queue_agent)
+
+    asyncio.run(start())
+    try:
+        waiting = status_until(cli, incident.workflow_id, "waiting on")
+        assert "snapshot_cluster · scheduled · attempt 1 · no worker has picked it up" in waiting, waiting
+    finally:
+        asyncio.run(_terminate(worker.settings, incident.workflow_id))
+
+
+async def _terminate(settings: Settings, workflow_id: str) -> None:
+    await (await connect(settings)).get_workflow_handle(workflow_id).terminate(reason="test finished")
+
+
 def test_cancel_while_a_write_waits_for_approval(cli: Callable[..., Result]) -> None:
     started = cli("incident", "start", "--scenario", str(BAD_IMAGE), "--name", "bad-image-checkout-s0",
                   "--approval-risk", "low")

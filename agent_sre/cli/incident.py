@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
@@ -150,9 +151,11 @@ def status(workflow_id: str = typer.Argument(..., metavar="ID", help="the remedi
             except RPCError as e:
                 table.add_row("status", f"[yellow]no answer to the status query: {escape(e.message)}[/] "
                                         "(is a worker running?)")
-        if desc.status == WorkflowExecutionStatus.COMPLETED:
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            _waiting_rows(table, desc)
+        elif desc.status == WorkflowExecutionStatus.COMPLETED:
             _outcome_rows(table, await _outcome(client, handle.id))
-        elif desc.status not in (None, WorkflowExecutionStatus.RUNNING):
+        elif desc.status is not None:
             table.add_row("ended", f"[red]{desc.status.name.lower()}[/]: {escape(await _why_it_ended(handle))}")
         console.print(table)
 
@@ -477,6 +480,21 @@ async def _start_episode(client: Client, settings: Settings, request: EpisodeReq
 
 def _print_follow_hint(workflow_id: str) -> None:
     console.print(f"[dim]follow it: agent-sre incident steps {escape(workflow_id)} -f[/]")
+
+
+def _waiting_rows(table: Table, desc: WorkflowExecutionDescription) -> None:
+    """What a running remediation waits on that its status query cannot say: activities not yet picked up by a
+    worker (a queue nobody serves), retrying or failing, and a workflow task that keeps failing."""
+    for pending in desc.raw_description.pending_activities:
+        state = PendingActivityState.Name(pending.state).removeprefix("PENDING_ACTIVITY_STATE_").lower()
+        line = f"{pending.activity_type.name} · {state} · attempt {pending.attempt}"
+        if pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED:
+            line += " · no worker has picked it up (is one serving its task queue?)"
+        if pending.last_failure.message:
+            line += f" · last failure: {pending.last_failure.message}"
+        table.add_row("waiting on", escape(line))
+    if (attempt := desc.raw_description.pending_workflow_task.attempt) > 1:
+        table.add_row("workflow task", f"[red]failing, attempt {attempt}[/]: the worker's log says why")
 
 
 async def _remediation(client: Client, workflow_id: str, wait: bool = False

@@ -229,7 +229,10 @@ async def run_drill(client: Client, settings: Settings, registry: Registry, plan
             for record in records[len(report.cycles):]:
                 assert record.ended_at is not None  # a record is written as its cycle ends
                 since = (report.cycles[-1].record.ended_at if report.cycles else None) or report.started_at
-                cycle = DrillCycle(record=record, before=window([i for i in traffic.served
+                # A cycle that was already running when the schedule paused ends inside the final window: the
+                # incidents of that window are the after window's alone.
+                served = traffic.served if final_from is None else traffic.served[:final_from]
+                cycle = DrillCycle(record=record, before=window([i for i in served
                                                                  if since < i.ended_at <= record.ended_at]))
                 report.cycles.append(cycle)
                 rollouts.track(cycle)
