@@ -16,10 +16,10 @@ def worker(
                                      help="Prometheus /metrics port (default: settings.metrics_port; 0 = off)"),
 ) -> None:
     """Run workflows and activities: the agent loop, tools, policy inference."""
-    from agent_sre.config import get_settings
-    from agent_sre.telemetry import instrument, setup_tracing, shutdown_tracing, start_metrics_server
     from agent_sre.cli.common import connect_or_fail
+    from agent_sre.config import get_settings
     from agent_sre.storage import store_unreachable
+    from agent_sre.telemetry import instrument, setup_tracing, shutdown_tracing, start_metrics_server
     from agent_sre.temporal import unregistered_search_attributes
     from agent_sre.workers.main import queue_contents, run_workers
 
