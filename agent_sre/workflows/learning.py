@@ -32,7 +32,6 @@ with workflow.unsafe.imports_passed_through():
                                            RolloutPrep, RolloutStarted)
     from agent_sre.models.training import EvalRequest, GateRequest, TrainingRequest
     from agent_sre.training.gate import failures
-    from agent_sre.workflows import BAD_INPUT
     from agent_sre.workflows.training import COLLECT, EVALUATE, QUICK, ActivityOptions, TrainingCycleWorkflow
 
 SCHEDULED_AT = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")  # set on runs a Schedule starts
@@ -69,7 +68,7 @@ def training_request(config: LearningConfig, record: CycleRecord, data: CycleDat
                   f"{len(data.replay.train)} re-created incidents"})
 
 
-@workflow.defn(name="ContinuousLearningWorkflow", failure_exception_types=BAD_INPUT)
+@workflow.defn(name="ContinuousLearningWorkflow")
 class ContinuousLearningWorkflow:
     @workflow.init
     def __init__(self, input: LearningCycleInput) -> None:

@@ -44,13 +44,12 @@ with workflow.unsafe.imports_passed_through():
         format_duration,
     )
     from agent_sre.webhooks import NOTIFY_RETRY
-    from agent_sre.workflows import BAD_INPUT
 
 QUICK = timedelta(seconds=30)
 MUST_LAND = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 
 
-@workflow.defn(name="ModelRolloutWorkflow", failure_exception_types=BAD_INPUT)
+@workflow.defn(name="ModelRolloutWorkflow")
 class ModelRolloutWorkflow:
     @workflow.init
     def __init__(self, req: RolloutRequest) -> None:

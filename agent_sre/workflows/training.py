@@ -26,7 +26,6 @@ with workflow.unsafe.imports_passed_through():
     from agent_sre.activities import training as activities
     from agent_sre.models.training import (ArchiveRequest, EvalRequest, GateRequest, TrainingMetrics,
                                            TrainingPhase, TrainingRequest, TrainingStatus, TrainJob)
-    from agent_sre.workflows import BAD_INPUT
 
 T = TypeVar("T")
 
@@ -59,7 +58,7 @@ class Stopped(Exception):
     """The `stop` signal ended the cycle."""
 
 
-@workflow.defn(name="TrainingCycleWorkflow", failure_exception_types=BAD_INPUT)
+@workflow.defn(name="TrainingCycleWorkflow")
 class TrainingCycleWorkflow:
     @workflow.init
     def __init__(self, request: TrainingRequest) -> None:
