@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import urllib3
 from minio import Minio
-from minio.error import S3Error
+from minio.error import MinioException, S3Error
 
 from agent_sre.config import Settings
 
@@ -43,11 +43,16 @@ def ensure_bucket(client: Minio, bucket: str) -> bool:
     return True
 
 
-def store_unreachable(settings: Settings, timeout_s: float = 2.0) -> str | None:
-    """Why the object store does not answer a bucket lookup, or None when it does. A worker warns at start: its
-    trajectories would wait in their workflows until the store is back, and the CLI that started them says nothing."""
+def store_status(settings: Settings, timeout_s: float = 2.0) -> tuple[bool, str]:
+    """Whether the object store answers a bucket lookup, and what it said (or why not), in one line: the stack's
+    health check, and the warning a worker gives at start (its trajectories would wait in their workflows until the
+    store is back, and the CLI that started them says nothing)."""
+    from agent_sre.stack.component import short_error  # here: the stack's components import this module
+
     try:
-        object_store(settings, timeout_s=timeout_s).bucket_exists(settings.s3_bucket)
-    except (urllib3.exceptions.HTTPError, S3Error, OSError) as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None
+        exists = object_store(settings, timeout_s=timeout_s).bucket_exists(settings.s3_bucket)
+    except S3Error as exc:
+        return False, f"{exc.code}: {exc.message}"
+    except (MinioException, urllib3.exceptions.HTTPError, OSError) as exc:  # refused, timed out, garbled
+        return False, short_error(exc)
+    return True, f"bucket {settings.s3_bucket} {'present' if exists else 'missing'}"

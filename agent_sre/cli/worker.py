@@ -18,7 +18,7 @@ def worker(
     """Run workflows and activities: the agent loop, tools, policy inference."""
     from agent_sre.cli.common import connect_or_fail
     from agent_sre.config import get_settings
-    from agent_sre.storage import store_unreachable
+    from agent_sre.storage import store_status
     from agent_sre.telemetry import instrument, setup_tracing, shutdown_tracing, start_metrics_server
     from agent_sre.temporal import unregistered_search_attributes
     from agent_sre.workers.main import queue_contents, run_workers
@@ -47,8 +47,9 @@ def worker(
                 typer.echo(f"  temporal operator search-attribute create --namespace {namespace} --name {key} "
                            f"--type {kind}", err=True)
             raise typer.Exit(1)
-        if (down := await asyncio.to_thread(store_unreachable, settings)) is not None:
-            typer.echo(f"warning: the object store at {settings.s3_endpoint} does not answer ({down}); incidents "
+        answers, detail = await asyncio.to_thread(store_status, settings)
+        if not answers:
+            typer.echo(f"warning: the object store at {settings.s3_endpoint} does not answer ({detail}); incidents "
                        "will wait in their `storing` phase, retrying, until it does", err=True)
         await run_workers(client, settings, queue or None, ready=lambda: typer.echo(
             f"worker on {', '.join(queue or sorted(known))} · Temporal {settings.temporal_address}"

@@ -11,13 +11,11 @@ import asyncio
 import json
 from pathlib import Path
 
-from minio.error import S3Error
-
 from agent_sre.config import Settings
 from agent_sre.stack.binaries import find_binary
-from agent_sre.stack.component import Component, Health, data_dir, short_error
+from agent_sre.stack.component import Component, Health, data_dir
 from agent_sre.stack.ports import PortSpec, split_host_port
-from agent_sre.storage import ensure_bucket, object_store
+from agent_sre.storage import ensure_bucket, object_store, store_status
 
 GRPC_OFFSET = 10_000  # SeaweedFS convention: each service's gRPC port is its HTTP port + 10000
 ENDPOINT_SETTING = "AGENT_SRE_S3_ENDPOINT"
@@ -81,14 +79,7 @@ class SeaweedS3(Component):
         return argv
 
     async def probe(self, settings: Settings) -> Health:
-        client = object_store(settings, timeout_s=2.0)
-        try:
-            exists = await asyncio.to_thread(client.bucket_exists, settings.s3_bucket)
-        except S3Error as exc:
-            return Health(False, f"{exc.code}: {exc.message}")
-        except Exception as exc:  # connection refused, timeouts: "does not answer"
-            return Health(False, short_error(exc))
-        return Health(True, f"bucket {settings.s3_bucket} {'present' if exists else 'missing'}")
+        return Health(*await asyncio.to_thread(store_status, settings))
 
     async def on_ready(self, settings: Settings) -> None:
         await asyncio.to_thread(ensure_bucket, object_store(settings, timeout_s=5.0), settings.s3_bucket)
