@@ -172,7 +172,8 @@ def direct_trajectory(scenario: Scenario, ref: PolicyRef,
         if tool_seconds is not None:
             tool_seconds[decision.action.tool] = tool_seconds.get(decision.action.tool, 0.0) + time.perf_counter() - began
     t.mitigated_at = datetime.now(UTC)
-    t.verdict = run(observer.observe, ObserveRequest(incident=incident, baseline=baseline))
+    t.verdict = run(observer.observe, ObserveRequest(incident=incident, baseline=baseline, termination=t.termination,
+                                                     writes=len(t.writes)))
     t.ended_at = datetime.now(UTC)
     t.reward = run(rewards.compute_reward, RewardRequest(trajectory=t, config=EpisodeRequest(scenario=scenario).reward))
     run(trajectories.store_trajectory, t)

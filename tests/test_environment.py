@@ -9,13 +9,18 @@ import pytest
 from llm_fixtures import runbook_episode, tiny_model_dir  # noqa: F401 (fixture)
 from transformers import AutoTokenizer
 
+from agent_sre.episodes import summarize
+from agent_sre.models.episode import EpisodeResult
 from agent_sre.models.incident import RemediationLimits
 from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.training import MAX_ACTION_TOKENS, SIMULATED_MAX_ACTIONS
 from agent_sre.models.tools import ToolCall
+from agent_sre.models.trajectory import Trajectory
+from agent_sre.outcome import incident_outcome
 from agent_sre.policy.conversation import render_action
 from agent_sre.policy.runbook import RunbookPolicy
 from agent_sre.scenarios import default_catalog, heldout_suite, load_scenarios
+from agent_sre.simulator.apps import get_app
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.training.environment import IncidentEnvironment
 from agent_sre.training.evaluate import play
@@ -100,6 +105,44 @@ def test_bad_model_output_is_an_invalid_step_and_the_step_limit_ends_the_episode
     assert t.reward.step_rewards[0] < 0 and t.reward.step_rewards[2] < 0
     with pytest.raises(RuntimeError):
         env.step("{}")
+
+
+def test_a_false_alarm_is_handled_only_by_finishing_with_no_write(simulator: Simulator) -> None:
+    """A false alarm's cluster stays healthy whatever an agent that never writes does, so the cluster alone would
+    count invalid actions to the step limit, or paging a human, as handling it. Only a finish with no write is."""
+    scenario = _scenario("none")
+    replicas = get_app(scenario.app).service(scenario.target).replicas
+
+    def episode(*completions: str) -> Trajectory:
+        env = IncidentEnvironment(simulator, scenario, limits=RemediationLimits(max_steps=4))
+        env.reset()
+        for completion in completions:
+            env.step(completion)
+        assert env.done
+        return env.close()
+
+    def call(tool: str, **args: object) -> str:
+        return render_action(ToolCall(tool=tool, args=args))
+
+    look, done = call("list_pods"), call("finish", diagnosis="no fault", summary="nothing needs changing")
+    invalid = episode(*["I think everything is fine."] * 4)
+    assert invalid.termination == "step_limit" and not invalid.writes
+    assert invalid.verdict is not None and invalid.verdict.outcome == "unresolved", invalid.verdict
+    assert invalid.verdict.reasons == ["the agent ran out of steps: a false alarm is handled only by finishing "
+                                       "with nothing changed"]
+    outcome = incident_outcome(invalid)
+    assert outcome.outcome == "unresolved" and not outcome.false_positive
+    assert summarize([EpisodeResult(scenario=scenario.name, fault="none", environment=invalid.run_id,
+                                      outcome=outcome)])[-1].success_rate == 0
+
+    paged = episode(look, call("escalate", diagnosis="nothing found", summary="paging a human"))
+    assert paged.termination == "escalated" and paged.verdict is not None and paged.verdict.outcome == "unresolved"
+    # a write that changes nothing (the replicas it already has) is still acting on a false alarm
+    noop = episode(call("scale", deployment=scenario.target, replicas=replicas), done)
+    assert len(noop.writes) == 1 and noop.verdict is not None and noop.verdict.outcome == "unresolved"
+    assert incident_outcome(noop).false_positive
+    right = episode(look, done)
+    assert right.termination == "finished" and right.verdict is not None and right.verdict.outcome == "resolved"
 
 
 def test_waiting_for_a_rollout_costs_simulated_time(simulator: Simulator) -> None:

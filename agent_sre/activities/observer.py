@@ -37,4 +37,4 @@ def snapshot_cluster(incident: Incident) -> HealthSnapshot:
 
 @activity.defn
 def observe(req: ObserveRequest) -> Verdict:
-    return oracle.observe_incident(_cluster(req.incident), req.incident, req.baseline)
+    return oracle.observe_incident(_cluster(req.incident), req.incident, req.baseline, req.termination, req.writes)

@@ -20,6 +20,7 @@ from agent_sre.faults.k8s import K8s
 from agent_sre.models.alert import Alert
 from agent_sre.models.scenario import GroundTruth, Scenario
 from agent_sre.models.tools import ToolCall
+from agent_sre.models.trajectory import Termination
 from agent_sre.models.verdict import HealthSnapshot
 from agent_sre.simulator.apps import AppSpec, ServiceSpec, deployment, get_app
 from agent_sre.simulator.deployments import rollout_impact
@@ -145,6 +146,12 @@ class FaultType(ABC):
 
     def check(self, k8s: K8s, ctx: FaultContext, baseline: HealthSnapshot) -> list[str]:
         """Fault-specific reasons the incident is not resolved, beyond service health (none by default)."""
+        return []
+
+    def ending_check(self, termination: Termination, writes: int) -> list[str]:
+        """Reasons the way the agent ended leaves the incident unresolved, whatever the cluster shows. None by
+        default: a real fault is fixed or not, and the cluster says which. A fault whose cluster looks right
+        without any action (a false alarm) needs the agent's own ending to tell handling it from not trying."""
         return []
 
     # --- the scenario's alert, symptom and ground truth ---------------------------------------------------------

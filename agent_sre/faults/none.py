@@ -1,4 +1,7 @@
-"""No fault at all: an alert fired on a blip that is already gone. The right action is to change nothing."""
+"""No fault at all: an alert fired on a blip that is already gone. The right action is to look, change nothing,
+and finish saying so. The cluster of a false alarm is healthy whatever the agent does short of writing, so the
+verdict also reads how the agent ended: running out of steps on invalid actions, or paging a human, has not
+handled it."""
 
 from __future__ import annotations
 
@@ -6,17 +9,21 @@ from agent_sre.faults.base import FaultContext, FaultType
 from agent_sre.faults.health import fingerprints
 from agent_sre.faults.k8s import K8s
 from agent_sre.models.tools import ToolCall
+from agent_sre.models.trajectory import Termination
 from agent_sre.models.verdict import HealthSnapshot
 from agent_sre.simulator.apps import AppSpec
 
 SYMPTOMS = ("A latency alert fired for {feature}, but nobody has complained - is anything actually wrong?",
             "Someone thinks {feature} felt slow for a moment earlier; can you check?",
             "We got paged about {feature}. Customers seem fine. Should we do something?")
+UNFINISHED: dict[Termination, str] = {"escalated": "paged a human", "step_limit": "ran out of steps",
+                                      "deadline": "ran past its deadline", "cancelled": "was cancelled",
+                                      "finished": "finished"}
 
 
 class FalseAlarm(FaultType):
     name = "none"
-    summary = "no fault: a flaky latency alert on a healthy app (resolved only if nothing is changed)"
+    summary = "no fault: a flaky latency alert on a healthy app (resolved only by finishing with nothing changed)"
     fault_class = "none"
     modelled_on = "AIOpsLab noop (detection task with no anomaly)"
     alert_name = "HighLatency"
@@ -44,3 +51,12 @@ class FalseAlarm(FaultType):
         now = fingerprints(k8s, ctx.namespace)
         return [f"{ref} was changed although nothing was wrong" for ref, digest in sorted(now.items())
                 if baseline.fingerprints.get(ref, digest) != digest]
+
+    def ending_check(self, termination: Termination, writes: int) -> list[str]:
+        reasons = []
+        if termination != "finished":
+            reasons.append(f"the agent {UNFINISHED[termination]}: a false alarm is handled only by finishing with "
+                           "nothing changed")
+        if writes:
+            reasons.append(f"{writes} write{'s' if writes > 1 else ''} to the cluster although nothing was wrong")
+        return reasons

@@ -5,6 +5,11 @@ deployment, service, config map, secret, PVC, quota or node) is gone. Resolved m
 healthy (see `health.py`) and the fault's own check passes (the secret matches the database again, the node is
 uncordoned, nothing was changed for a false alarm). Everything is read through the Kubernetes API, so the oracle
 judges the simulator and a real cluster alike.
+
+Given how the agent ended (`termination`, `writes`), the fault's `ending_check` is judged too: a false alarm's
+cluster is healthy whatever an agent that never writes does, so it is resolved only when the agent finished, with
+no write, rather than ran out of steps or paged a human. Without them (a baseline check, a request from before the
+field) the cluster alone decides.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from agent_sre.faults.health import fingerprints, inventory, service_health
 from agent_sre.faults.k8s import K8s
 from agent_sre.models.incident import Incident
 from agent_sre.models.scenario import Scenario
+from agent_sre.models.trajectory import Termination
 from agent_sre.models.verdict import HealthSnapshot, Outcome, Verdict
 from agent_sre.simulator.apps import APPS, PART_OF, AppSpec, get_app
 
@@ -34,19 +40,26 @@ def snapshot(api_client: ApiClient, namespace: str, app: str | None = None) -> H
                           fingerprints=fingerprints(k8s, namespace))
 
 
-def observe(api_client: ApiClient, scenario: Scenario, baseline: HealthSnapshot) -> Verdict:
-    """Judge the cluster now against the baseline, with the scenario's fault-specific check."""
+def observe(api_client: ApiClient, scenario: Scenario, baseline: HealthSnapshot,
+            termination: Termination | None = None, writes: int = 0) -> Verdict:
+    """Judge the cluster now against the baseline, with the scenario's fault-specific check, and, when
+    `termination` says how the agent ended (after `writes` successful writes), the fault's check of that ending."""
     k8s = K8s(api_client, memo=True)
     fault = get_fault(scenario.fault)
-    return _judge(k8s, get_app(scenario.app), scenario.namespace, baseline,
-                  lambda: fault.check(k8s, fault.context_of(scenario), baseline))
+
+    def specific() -> list[str]:
+        reasons = fault.check(k8s, fault.context_of(scenario), baseline)
+        return reasons if termination is None else [*reasons, *fault.ending_check(termination, writes)]
+
+    return _judge(k8s, get_app(scenario.app), scenario.namespace, baseline, specific)
 
 
-def observe_incident(api_client: ApiClient, incident: Incident, baseline: HealthSnapshot) -> Verdict:
+def observe_incident(api_client: ApiClient, incident: Incident, baseline: HealthSnapshot,
+                     termination: Termination | None = None, writes: int = 0) -> Verdict:
     """`observe` for any incident: a simulated one has its scenario; a real one is judged on service health,
     with the app's expectations when the namespace belongs to a known app."""
     if incident.scenario is not None:
-        return observe(api_client, incident.scenario, baseline)
+        return observe(api_client, incident.scenario, baseline, termination, writes)
     k8s = K8s(api_client, memo=True)
     part_of = (k8s.namespace(incident.namespace)["metadata"].get("labels") or {}).get(PART_OF)
     return _judge(k8s, APPS.get(part_of or ""), incident.namespace, baseline, list)

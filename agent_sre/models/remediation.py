@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from agent_sre.models.incident import Incident
 from agent_sre.models.reward import RewardConfig, RewardRecord
 from agent_sre.models.tools import ToolCall
-from agent_sre.models.trajectory import Trajectory
+from agent_sre.models.trajectory import Termination, Trajectory
 from agent_sre.models.verdict import HealthSnapshot
 
 PolicyName = Literal["runbook", "scripted", "llm"]
@@ -114,6 +114,9 @@ class PolicyRequest(BaseModel):
 class ObserveRequest(BaseModel):
     incident: Incident
     baseline: HealthSnapshot = Field(description="the namespace's health before the agent acted")
+    termination: Termination | None = Field(default=None, description="how the agent ended; a false alarm is "
+                                            "resolved only by finishing. None (older requests): the cluster decides")
+    writes: int = Field(default=0, ge=0, description="the agent's successful writes to the cluster")
 
 
 class RewardRequest(BaseModel):

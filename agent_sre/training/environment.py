@@ -117,7 +117,8 @@ class IncidentEnvironment:
             t.mitigated_at = self._now()
             self.simulator.advance(self._env_name(), self.limits.settle_s)
             assert self._baseline is not None
-            t.verdict = oracle.observe_incident(self._api(), t.incident, self._baseline)
+            t.verdict = oracle.observe_incident(self._api(), t.incident, self._baseline, t.termination,
+                                                len(t.writes))
             t.ended_at = self._now()
             t.reward = compute_reward(t, self.reward_config)
         finally:

@@ -136,7 +136,9 @@ class IncidentRemediationWorkflow:
             await workflow.sleep(timedelta(seconds=incident.limits.settle_s))
         self._set_phase("observing")
         verdict = await near_cluster(self._queues, observer.observe,
-                                     ObserveRequest(incident=incident, baseline=baseline))
+                                     ObserveRequest(incident=incident, baseline=baseline,
+                                                    termination=trajectory.termination,
+                                                    writes=len(trajectory.writes)))
         trajectory.verdict, self._outcome = verdict, verdict.outcome
         workflow.upsert_search_attributes([OUTCOME.value_set(verdict.outcome),  # one event, as above
                                            ENDING.value_set(trajectory.termination)])
