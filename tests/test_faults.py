@@ -21,7 +21,7 @@ from agent_sre.faults.oracle import observe_incident
 from agent_sre.models.incident import Incident
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.tools import TOOL_SPECS
-from agent_sre.scenarios import HELDOUT_DIR, load_scenarios
+from agent_sre.scenarios import HELDOUT_DIR, VARIANTS_DIR, load_scenarios
 from agent_sre.simulator.apps import APPS
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.simulator.transport import in_process_api_client
@@ -152,7 +152,7 @@ def test_environments_side_by_side_stay_isolated(sim: Simulator) -> None:
 
 
 def test_ground_truth_uses_the_tool_vocabulary() -> None:
-    for scenario in load_scenarios() + load_scenarios(HELDOUT_DIR):
+    for scenario in load_scenarios() + load_scenarios(HELDOUT_DIR) + load_scenarios(VARIANTS_DIR):
         truth = scenario.ground_truth
         for call in [*truth.fix, *truth.wrong_fix, *truth.destructive]:
             assert call.tool in TOOL_SPECS

@@ -5,7 +5,12 @@ family (it has `family`). A family's `matrix` maps `target` and fault parameters
 combination times every seed is one scenario, named `FAMILY-TARGET-VALUES-sSEED`. Whatever a document leaves
 out - the namespace (the app's), the alert, the user's symptom, the ground truth - is derived from the fault
 type, so a new scenario needs no code. The training catalog lives in `catalog/`, the held-out suite (fixed
-seeds, targets and values the catalog never uses, false alarms) in `heldout/`.
+seeds, targets and values the catalog never uses, false alarms) in `heldout/`, and a second evaluation suite in
+`variants/`: the held-out families again, with new seeds, other targets and other values. A success rate near
+55 % on the 46 held-out scenarios has a 95 % interval of ±14 points; on both suites (110 episodes), ±9.
+Neither evaluation suite repeats a catalog scenario, even with another seed. Two kinds of variant repeat held-out
+scenarios with a new seed only: the cordoned nodes (their only other targets are the catalog's) and the false
+alarms (every target one can have is in the catalog or the held-out suite).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from agent_sre.simulator.apps import get_app
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
 HELDOUT_DIR = Path(__file__).parent / "heldout"
+VARIANTS_DIR = Path(__file__).parent / "variants"
 SCENARIO_KEYS = {"name", "app", "namespace", "fault", "target", "params", "seed", "alert", "symptom", "ground_truth",
                  "tags"}
 
@@ -39,6 +45,11 @@ def default_catalog() -> Path:
 
 def heldout_suite() -> Path:
     return HELDOUT_DIR
+
+
+def variants_suite() -> Path:
+    """The second evaluation suite: the held-out families with new seeds, other targets and other values."""
+    return VARIANTS_DIR
 
 
 def _slug(value: Any) -> str:
@@ -144,5 +155,5 @@ def pick_scenario(path: Path | str, name: str | None) -> Scenario:
     return chosen[0]
 
 
-__all__ = ["CATALOG_DIR", "HELDOUT_DIR", "ScenarioError", "default_catalog", "heldout_suite", "load_scenarios",
-           "pick_scenario"]
+__all__ = ["CATALOG_DIR", "HELDOUT_DIR", "VARIANTS_DIR", "ScenarioError", "default_catalog", "heldout_suite",
+           "load_scenarios", "pick_scenario", "variants_suite"]
