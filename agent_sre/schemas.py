@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 from pydantic import BaseModel
 
+from agent_sre.models.evaluation import EvaluationComparison
 from agent_sre.models.learning import CycleRecord, LearningCycleInput, LearningState
 from agent_sre.models.reward import LateFeedback, RewardRecord
 from agent_sre.models.training import TrainingRequest, TrainingStatus
@@ -28,6 +29,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "learning.input.v1": LearningCycleInput,
     "learning.state.v1": LearningState,
     "learning.cycle.v1": CycleRecord,
+    "evaluation.v1": EvaluationComparison,
 }
 
 DEFAULT_DIR = Path(__file__).resolve().parents[1] / "docs" / "schemas"

@@ -45,6 +45,9 @@ class EpisodeResult(BaseModel):
     fault: str
     environment: str
     outcome: IncidentOutcome
+    generated_tokens: int | None = Field(default=None, description="tokens a language model generated in the "
+                                         "episode (in-process evaluation); None for rule-based policies and for "
+                                         "episodes run through Temporal")
 
 
 class OutcomeStats(BaseModel):

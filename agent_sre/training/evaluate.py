@@ -27,6 +27,12 @@ def play(policy: Policy, ref: PolicyRef, scenario: Scenario, simulator: Simulato
     return env.close()
 
 
+def generated_tokens(t: Trajectory) -> int | None:
+    """The tokens the policy generated in `t`: None when no decision carries any (a rule-based policy)."""
+    counts = [len(s.decision.completion_token_ids) for s in t.steps if s.decision.completion_token_ids is not None]
+    return sum(counts) if counts else None
+
+
 def run_policy(policy: Policy, ref: PolicyRef, scenarios: Sequence[Scenario], *,
                on_done: Callable[[EpisodeResult], None] | None = None) -> list[EpisodeResult]:
     """One episode per scenario, each in its own isolated environment on a manual clock."""
@@ -35,7 +41,7 @@ def run_policy(policy: Policy, ref: PolicyRef, scenarios: Sequence[Scenario], *,
     for scenario in scenarios:
         trajectory = play(policy, ref, scenario, simulator)
         result = EpisodeResult(scenario=scenario.name, fault=scenario.fault, environment=trajectory.run_id,
-                               outcome=incident_outcome(trajectory))
+                               outcome=incident_outcome(trajectory), generated_tokens=generated_tokens(trajectory))
         results.append(result)
         if on_done:
             on_done(result)
@@ -64,7 +70,8 @@ def run_model(model_dir: Path, scenarios: Sequence[Scenario], *, version: str = 
             assert rollout.trajectory is not None
             results.append(EpisodeResult(scenario=scenario.name, fault=scenario.fault,
                                          environment=rollout.trajectory.run_id,
-                                         outcome=incident_outcome(rollout.trajectory)))
+                                         outcome=incident_outcome(rollout.trajectory),
+                                         generated_tokens=generated_tokens(rollout.trajectory)))
     return results
 
 
