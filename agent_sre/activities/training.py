@@ -421,16 +421,25 @@ def evaluation_episodes(req: EvalRequest, versions: Registry, settings: Settings
 def run_evaluation(req: EvalRequest, versions: Registry, settings: Settings,
                    on_progress: Callable[[int], None] = lambda n: None) -> EvalReport:
     """A version on the suite; results already stored for exactly this suite are reused, new ones stored."""
+    return evaluate_with_episodes(req, versions, settings, on_progress)[0]
+
+
+def evaluate_with_episodes(req: EvalRequest, versions: Registry, settings: Settings,
+                           on_progress: Callable[[int], None] = lambda n: None,
+                           reuse: bool = True) -> tuple[EvalReport, list[EpisodeResult] | None]:
+    """`run_evaluation`, and the episodes behind its rows: None when stored rows were reused (the registry keeps
+    only the rows). `reuse=False` plays the suite again whatever is stored, and stores the new rows."""
     suite, scenarios = load_suite(req.evaluation)
     registered = req.version in versions.index().versions
     store_it = registered and req.store
-    if store_it and (rows := versions.eval_results(req.version).get(suite)) is not None:
+    if reuse and store_it and (rows := versions.eval_results(req.version).get(suite)) is not None:
         return EvalReport(version=req.version, suite=suite, scenarios=len(scenarios), rows=rows, stored=True,
-                          reused=True)
-    rows = summarize(evaluation_episodes(req, versions, settings, registered, on_progress))
+                          reused=True), None
+    episodes = evaluation_episodes(req, versions, settings, registered, on_progress)
+    rows = summarize(episodes)
     if store_it:
         versions.record_eval(req.version, suite, rows)
-    return EvalReport(version=req.version, suite=suite, scenarios=len(scenarios), rows=rows, stored=store_it)
+    return EvalReport(version=req.version, suite=suite, scenarios=len(scenarios), rows=rows, stored=store_it), episodes
 
 
 @activity.defn

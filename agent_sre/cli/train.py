@@ -1,10 +1,11 @@
 """`agent-sre train`: start a training cycle (collect → train → evaluate → gate) and follow it;
-`agent-sre eval`: a version on an evaluation suite, here and now, with the results stored with the version.
+`agent-sre eval`: a version (results stored with it) or a model directory on an evaluation suite, here and now.
 
     agent-sre train --algorithm sft --base base --steps 30 --wait
     agent-sre train status training-sft-base-20260314-092653
     agent-sre train stop training-sft-base-20260314-092653 --reason "wrong data"
     agent-sre eval --version sft-base-20260314-092653 --limit 10
+    agent-sre eval --model ./checkpoints/grpo-12 --suite variants --per-scenario   # or -o json: evaluation.v1
 
 A cycle is a TrainingCycleWorkflow on the training task queue: run `agent-sre worker` (every queue) or
 `agent-sre worker -q training` on the machine that trains.
@@ -13,6 +14,7 @@ A cycle is a TrainingCycleWorkflow on the training task queue: run `agent-sre wo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime, timedelta
@@ -30,8 +32,12 @@ from agent_sre.cli.models import console, registry_call
 from agent_sre.cli.common import fail as _fail
 from agent_sre.cli.common import no_workflow, not_running, run_with_client, unpolled
 from agent_sre.config import Settings, get_settings
+from agent_sre.episodes import summarize
+from agent_sre.models.episode import EpisodeResult
 from agent_sre.models.training import (SIMULATED_MAX_ACTIONS, EvalReport, EvalRequest, EvaluationConfig,
                                        TrainingRequest, TrainingStage, TrainingStatus)
+from agent_sre.training.comparison import compare
+from agent_sre.training.stats import wilson_interval
 
 app = typer.Typer(help="Train a model version: collect data, train, evaluate, gate (a Temporal workflow).",
                   invoke_without_command=True, no_args_is_help=False)
@@ -231,27 +237,97 @@ def print_report(report: EvalReport, unstored: str = "not a registered version")
 
 
 def evaluate(
-    version: str = typer.Option(..., "--version", help="a registered version, or 'base'"),
-    suite: str = typer.Option(None, "--suite", help="scenario file or directory (default: the held-out suite)"),
+    version: str = typer.Option(None, "--version", help="a registered version, or 'base'"),
+    model: Path = typer.Option(None, "--model", help="instead of --version: a Hugging Face causal LM directory, "
+                                                     "evaluated here; nothing is stored"),
+    suite: str = typer.Option(None, "--suite", help="heldout, variants, or a scenario file or directory anywhere "
+                                                    "(default: the held-out suite)"),
     limit: int = typer.Option(None, "--limit", min=1, help="only N scenarios of the suite, across its fault types"),
     max_turns: int = typer.Option(SIMULATED_MAX_ACTIONS, "--max-turns", min=1, help="model turns per episode"),
     store: bool = typer.Option(True, "--store/--no-store", help="store the results with the version"),
+    per_scenario: bool = typer.Option(False, "--per-scenario", help="each scenario's outcome too (plays the suite "
+                                                                    "again where results are stored)"),
+    output: str = typer.Option("table", "--output", "-o", help="table, or json: evaluation.v1 with each scenario "
+                                                               "(plays the suite again where results are stored)"),
 ) -> None:
-    """Evaluate a version on a scenario suite here (in-process) and print the outcome table."""
-    from agent_sre.activities.training import run_evaluation
+    """Evaluate a version, or a model directory, on a scenario suite here (in-process) and print the outcome table
+    and the success rate with its 95 % interval."""
+    from agent_sre.activities.training import evaluate_with_episodes
     from agent_sre.scenarios import ScenarioError
 
+    if (version is None) == (model is None):
+        _fail("give either --version V (a registered version, or 'base') or --model DIR (a model directory)")
+    if output not in ("table", "json"):
+        _fail(f"--output {output!r}: table or json")
     try:
-        req = EvalRequest(version=version, store=store,
-                          evaluation=EvaluationConfig(suite=suite, limit=limit, max_turns=max_turns))
+        config = EvaluationConfig(suite=suite, limit=limit, max_turns=max_turns)
+        req = EvalRequest(version=version or "model-dir", store=store, evaluation=config)
     except ValidationError as exc:
         _fail(_errors(exc))
-    with console.status(f"evaluating {version}…"):
+    quiet = output == "json"  # stdout is the document
+    with contextlib.nullcontext() if quiet else console.status(f"evaluating {version or model}…"):
         try:
-            report = registry_call(lambda r: run_evaluation(req, r, get_settings()))
+            if model is not None:
+                report, episodes = evaluate_model_dir(model, config)
+            else:
+                report, episodes = registry_call(lambda r: evaluate_with_episodes(
+                    req, r, get_settings(), reuse=not (per_scenario or quiet)))
         except (ValueError, ScenarioError) as exc:
             _fail(str(exc))
-    if store:
-        print_report(report)
+    if quiet:
+        assert episodes is not None
+        typer.echo(compare({report.version: {report.suite: episodes}}).model_dump_json(indent=2))
+        return
+    print_report(report, unstored="a model directory" if model is not None else
+                 "--no-store" if not store else "not a registered version")
+    console.print(success_line(report, episodes))
+    if per_scenario and episodes is not None:
+        console.print(scenario_table(episodes, f"{report.version} on {report.suite}: each scenario"))
+
+
+def evaluate_model_dir(model: Path, config: EvaluationConfig) -> tuple[EvalReport, list[EpisodeResult]]:
+    """A Hugging Face causal LM directory on the suite, greedily, in-process, on this machine's device."""
+    from agent_sre.training.evaluate import run_model
+    from agent_sre.training.gate import load_suite
+
+    if not (model / "config.json").is_file():
+        raise ValueError(f"{model}: not a Hugging Face model directory (no config.json)")
+    suite, scenarios = load_suite(config)
+    name = model.resolve().name
+    try:
+        episodes = run_model(model, scenarios, version=name, max_turns=config.max_turns,
+                             max_new_tokens=config.max_new_tokens, batch=config.batch,
+                             device=get_settings().llm_device)
+    except OSError as exc:  # weights or tokenizer files missing or unreadable
+        raise ValueError(f"{model}: cannot load the model: {exc}") from None
+    return EvalReport(version=name, suite=suite, scenarios=len(scenarios), rows=summarize(episodes),
+                      stored=False), episodes
+
+
+def success_line(report: EvalReport, episodes: list[EpisodeResult] | None) -> str:
+    """`success 26/46 = 57 % (95 % CI 42–70 %)`, from the episodes, or from the stored `all` row."""
+    if episodes is not None:
+        n, resolved = len(episodes), sum(e.outcome.outcome == "resolved" for e in episodes)
     else:
-        print_report(report, unstored="--no-store")
+        n = report.overall.episodes
+        resolved = round(report.overall.success_rate * n)
+    low, high = wilson_interval(resolved, n)
+    rate = resolved / n if n else 0.0
+    return f"success {resolved}/{n} = {100 * rate:.0f} % (95 % CI {100 * low:.0f}–{100 * high:.0f} %)"
+
+
+def scenario_table(episodes: list[EpisodeResult], title: str) -> Table:
+    """One row per episode: what a model did on each scenario, to read beside the per-fault table."""
+    tokens = any(e.generated_tokens is not None for e in episodes)
+    table = Table(title=title)
+    for col in ("scenario", "fault", "outcome", "ending", "steps", "writes", "invalid", "false pos.", "reward",
+                *(("tokens",) if tokens else ())):
+        table.add_column(col, justify="left" if col in ("scenario", "fault", "outcome", "ending") else "right",
+                         no_wrap=True)
+    for e in episodes:
+        o = e.outcome
+        colour = {"resolved": "green", "worse": "red"}.get(o.outcome, "yellow")
+        table.add_row(e.scenario, e.fault, f"[{colour}]{o.outcome}[/]", o.termination, str(o.steps), str(o.writes),
+                      str(o.invalid), "yes" if o.false_positive else "", f"{o.reward.total:g}",
+                      *((str(e.generated_tokens if e.generated_tokens is not None else "–"),) if tokens else ()))
+    return table

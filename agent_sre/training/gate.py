@@ -15,13 +15,24 @@ from agent_sre.episodes import interleave_by_fault
 from agent_sre.models.episode import OutcomeStats
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.training import EvaluationConfig, GateTolerances
-from agent_sre.scenarios import heldout_suite, load_scenarios
+from agent_sre.scenarios import heldout_suite, load_scenarios, variants_suite
+
+NAMED_SUITES = {"heldout": heldout_suite, "variants": variants_suite}
+
+
+def suite_source(suite: str | None) -> Path:
+    """Where a suite's scenarios are: a file or directory anywhere; a name of `NAMED_SUITES` that is no path here
+    (`--suite variants`, wherever the package is installed); none: the held-out suite."""
+    if not suite:
+        return heldout_suite()
+    path = Path(suite)
+    return NAMED_SUITES[suite]() if not path.exists() and suite in NAMED_SUITES else path
 
 
 def load_suite(config: EvaluationConfig) -> tuple[str, list[Scenario]]:
     """(suite id, scenarios) of an evaluation config: its suite (default: the held-out suite); with a `limit`, the
     first scenarios taken across fault types, since a suite lists its families in blocks."""
-    source = Path(config.suite) if config.suite else heldout_suite()
+    source = suite_source(config.suite)
     scenarios = load_scenarios(source)
     if config.limit is not None:
         scenarios = interleave_by_fault(scenarios)[:config.limit]
