@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.client import CoreV1Api
 from sim_fixtures import NS, call, seed
 
 from agent_sre.faults import FAULTS, inject
@@ -195,6 +196,25 @@ def test_chaos_experiments_and_get_resource(env: Env) -> None:
     assert "password: s3cret" in secret and secret.startswith("# secret data shown base64-decoded\napiVersion: v1")
     node = env.ok("get_resource", kind="node", name="node-1")
     assert "kind: Node" in node and "kubeletVersion: v1.32.0" in node
+
+
+def test_network_policies_and_nodes(env: Env) -> None:
+    """The two listings the evidence for a blocked caller and a cordoned node comes from."""
+    policies = env.ok("list_network_policies").splitlines()
+    assert policies[0].split() == ["NAME", "POD-SELECTOR", "ALLOWS-FROM", "AGE"]
+    assert policies[1].split()[:3] == ["allow-frontend", "app=cart", "app=frontend"]
+    env.ok("patch", kind="networkpolicy", name="allow-frontend", patch_type="merge", patch={"spec": {"ingress": [
+        {"from": [{"podSelector": {"matchExpressions": [{"key": "app", "operator": "In",
+                                                          "values": ["web", "frontend"]}]}}],
+         "ports": [{"port": 8080}]}]}})
+    assert "app in (frontend,web) on 8080" in env.ok("list_network_policies")
+    assert "PodSelector: app in (frontend,web)" in env.ok("describe", kind="networkpolicy", name="allow-frontend")
+
+    nodes = {line.split()[0]: line.split()[1:] for line in env.ok("list_nodes").splitlines()[1:]}
+    assert nodes["node-1"][0] == "Ready" and nodes["node-1"][2] == "<none>"  # kubernetes.io labels left out
+    CoreV1Api(env.api).patch_node("node-2", {"spec": {"unschedulable": True}, "metadata": {"labels": {"disk": "ssd"}}})
+    nodes = {line.split()[0]: line.split()[1:] for line in env.ok("list_nodes").splitlines()[1:]}
+    assert nodes["node-2"][0] == "Ready,SchedulingDisabled" and nodes["node-2"][2] == "disk=ssd"
 
 
 def _create_chaos(env: Env) -> None:

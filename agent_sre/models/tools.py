@@ -83,6 +83,10 @@ class ListChaos(_Args):
     namespace: str | None = None
 
 
+class ListNetworkPolicies(_Args):
+    namespace: str | None = None
+
+
 class GetResource(_Args):
     kind: ReadableKind
     name: str = Name
@@ -201,6 +205,8 @@ TOOL_SPECS: dict[str, ToolSpec] = {s.name: s for s in (
           "kubectl rollout status deployment/NAME --timeout: wait until its new pods are all available",
           max_wait_s=MAX_WAIT_S),
     _spec("list_chaos_experiments", ListChaos, Risk.READ, "Chaos Mesh experiments in the namespace"),
+    _spec("list_network_policies", ListNetworkPolicies, Risk.READ, "the pods each selects and whom it lets in"),
+    _spec("list_nodes", NoArgs, Risk.READ, "status (cordoned, not ready) and labels"),
     _spec("get_resource", GetResource, Risk.READ, "kubectl get KIND NAME -o yaml (secret values are shown decoded)"),
     _spec("patch", Patch, Risk.MEDIUM, "kubectl patch KIND NAME --type strategic|merge|json -p PATCH"),
     _spec("set_image", SetImage, Risk.MEDIUM, "kubectl set image deployment/NAME CONTAINER=IMAGE"),

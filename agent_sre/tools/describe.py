@@ -14,7 +14,7 @@ from typing import Any
 from kubernetes.utils import parse_quantity
 
 from agent_sre.kubetime import age
-from agent_sre.tools.render import NONE, clean, labels, table
+from agent_sre.tools.render import NONE, clean, labels, selector, table
 from agent_sre.tools.status import pod_ready, pod_status
 
 Obj = dict[str, Any]
@@ -325,9 +325,9 @@ def _peers(peers: list[Obj]) -> list[str]:
     out = []
     for peer in peers:
         if "podSelector" in peer or "namespaceSelector" in peer:
-            pods = labels((peer.get("podSelector") or {}).get("matchLabels"))
+            pods = selector(peer.get("podSelector"))
             namespaces = peer.get("namespaceSelector")
-            out.append(f"PodSelector: {pods}" + (f" NamespaceSelector: {labels(namespaces.get('matchLabels'))}"
+            out.append(f"PodSelector: {pods}" + (f" NamespaceSelector: {selector(namespaces)}"
                                                  if namespaces is not None else ""))
         elif "ipBlock" in peer:
             out.append(f"IPBlock: {peer['ipBlock'].get('cidr')}")

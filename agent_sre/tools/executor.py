@@ -36,6 +36,8 @@ TOOLS: dict[str, Callable[[ToolContext, Any], str | write.Outcome]] = {
     "rollout_history": read.rollout_history,
     "rollout_status": read.rollout_status,
     "list_chaos_experiments": read.list_chaos_experiments,
+    "list_network_policies": read.list_network_policies,
+    "list_nodes": read.list_nodes,
     "get_resource": read.get_resource,
     "finish": read.finish,
     "escalate": read.escalate,

@@ -16,7 +16,7 @@ from agent_sre.tools import describe as describers
 from agent_sre.tools.context import ToolContext
 from agent_sre.tools.kube import KINDS, Kube, KubeError, Obj
 from agent_sre.kubetime import age
-from agent_sre.tools.render import NONE, clean, clip, fit, labels, table
+from agent_sre.tools.render import NONE, clean, clip, fit, labels, selector, table
 from agent_sre.tools.status import pod_ready, pod_restarts, pod_status, rollout_progress
 
 REVISION = "deployment.kubernetes.io/revision"
@@ -315,6 +315,72 @@ def list_chaos_experiments(ctx: ToolContext, args: m.ListChaos) -> str:
     if not rows:
         return f"No chaos experiments in {ns} namespace."
     return clip(table(["KIND", "NAME", "ACTION", "TARGET", "DURATION", "AGE"], rows), ctx.max_chars)
+
+
+def _peer_summary(peer: Obj) -> str:
+    """One `from` peer in a word or two: `app=checkout`, `ns:kubernetes.io/metadata.name=monitoring`, a CIDR."""
+    if "ipBlock" in peer:
+        return f"cidr:{peer['ipBlock'].get('cidr')}"
+    parts = []
+    if "namespaceSelector" in peer:
+        parts.append("ns:" + selector(peer.get("namespaceSelector")))
+    if "podSelector" in peer:
+        parts.append(selector(peer.get("podSelector")))
+    return "+".join(parts) or "<any>"
+
+
+def _ingress_summary(spec: Obj) -> str:
+    """Whom a policy lets in, as `kubectl describe networkpolicy` says it at length: `<none>` isolates the pods."""
+    if "Ingress" not in (spec.get("policyTypes") or ["Ingress"]):
+        return "<not restricted>"
+    rules = spec.get("ingress") or []
+    if not rules:
+        return "<none>"
+    allowed = []
+    for rule in rules:
+        peers = [_peer_summary(p) for p in rule.get("from") or []] or ["<any>"]
+        ports = ",".join(str(p.get("port", "<any>")) for p in rule.get("ports") or [])
+        allowed.append(" ".join(peers) + (f" on {ports}" if ports else ""))
+    return "; ".join(allowed)
+
+
+def list_network_policies(ctx: ToolContext, args: m.ListNetworkPolicies) -> str:
+    """`kubectl get networkpolicies` with the ingress peers `describe` would show: the evidence that a caller is
+    not let in, without one describe per policy."""
+    ns = _ns(ctx, args.namespace)
+    policies = sorted(ctx.kube.list("networkpolicy", ns), key=lambda p: p["metadata"]["name"])
+    if not policies:
+        return f"No resources found in {ns} namespace."
+    now = ctx.now()
+    rows = [[p["metadata"]["name"], selector((p.get("spec") or {}).get("podSelector")),
+             _ingress_summary(p.get("spec") or {}), age(p["metadata"].get("creationTimestamp"), now)]
+            for p in policies]
+    return clip(table(["NAME", "POD-SELECTOR", "ALLOWS-FROM", "AGE"], rows), ctx.max_chars)
+
+
+def _node_status(node: Obj) -> str:
+    """`Ready`, `NotReady`, plus `SchedulingDisabled` when cordoned and any pressure condition that is true."""
+    conditions = {c.get("type"): c.get("status") for c in (node.get("status") or {}).get("conditions") or []}
+    words = ["Ready" if conditions.get("Ready") == "True" else "NotReady"]
+    words += [kind for kind, status in sorted(conditions.items()) if kind != "Ready" and status == "True"]
+    if (node.get("spec") or {}).get("unschedulable"):
+        words.append("SchedulingDisabled")
+    return ",".join(words)
+
+
+def list_nodes(ctx: ToolContext, args: m.NoArgs) -> str:
+    """`kubectl get nodes` with the labels that placement rules use (`-L`): the well-known `kubernetes.io` ones
+    are left out, since every node has them."""
+    nodes = sorted(ctx.kube.list("node"), key=lambda n: n["metadata"]["name"])
+    if not nodes:
+        return "No resources found"
+    now = ctx.now()
+    rows = []
+    for n in nodes:
+        meta = n["metadata"]
+        own = {k: v for k, v in (meta.get("labels") or {}).items() if "kubernetes.io" not in k}
+        rows.append([meta["name"], _node_status(n), age(meta.get("creationTimestamp"), now), labels(own)])
+    return clip(table(["NAME", "STATUS", "AGE", "LABELS"], rows), ctx.max_chars)
 
 
 def _decoded(data: dict[str, str]) -> dict[str, str]:

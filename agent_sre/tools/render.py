@@ -31,6 +31,17 @@ def labels(mapping: Mapping[str, str] | None, sep: str = ",") -> str:
     return sep.join(f"{k}={v}" for k, v in sorted((mapping or {}).items())) or NONE
 
 
+def selector(sel: Mapping[str, Any] | None) -> str:
+    """A label selector as kubectl prints it: `app=cart,tier in (backend,web)`; `<none>` when it selects all."""
+    sel = sel or {}
+    parts = [f"{k}={v}" for k, v in sorted((sel.get("matchLabels") or {}).items())]
+    for e in sel.get("matchExpressions") or []:
+        op, values = str(e.get("operator", "")), ",".join(sorted(map(str, e.get("values") or [])))
+        parts.append({"In": f"{e.get('key')} in ({values})", "NotIn": f"{e.get('key')} notin ({values})",
+                      "Exists": str(e.get("key")), "DoesNotExist": f"!{e.get('key')}"}.get(op, f"{e.get('key')} {op}"))
+    return ",".join(parts) or NONE
+
+
 def clip(text: str, max_chars: int, keep: str = "head") -> str:
     """Bound `text` to `max_chars`, cutting at line ends; `keep="tail"` keeps the newest lines (logs, events)."""
     if len(text) <= max_chars:
