@@ -11,6 +11,7 @@ from agent_sre.config import get_settings
 from agent_sre.models.policy import PolicyDecision
 from agent_sre.models.remediation import PolicyName, PolicyRequest
 from agent_sre.policy.base import Policy
+from agent_sre.policy.expert import ExpertPolicy
 from agent_sre.policy.llm import LLMPolicy
 from agent_sre.policy.runbook import RunbookPolicy
 from agent_sre.policy.scripted import ScriptedPolicy
@@ -22,7 +23,7 @@ def registered_model_dir(version: str) -> Path:
     return Registry.from_settings(get_settings()).local_path(version)
 
 
-POLICIES: dict[PolicyName, Policy] = {"runbook": RunbookPolicy(), "scripted": ScriptedPolicy(),
+POLICIES: dict[PolicyName, Policy] = {"runbook": RunbookPolicy(), "expert": ExpertPolicy(), "scripted": ScriptedPolicy(),
                                       "llm": LLMPolicy(registry=registered_model_dir)}
 tracer = trace.get_tracer("agent_sre.policy")
 

@@ -13,7 +13,7 @@ from agent_sre.models.tools import ToolCall
 from agent_sre.models.trajectory import Termination, Trajectory
 from agent_sre.models.verdict import HealthSnapshot
 
-PolicyName = Literal["runbook", "scripted", "llm"]
+PolicyName = Literal["runbook", "expert", "scripted", "llm"]
 ToolExecution = Literal["queue", "local"]
 
 

@@ -52,6 +52,11 @@ def variants_suite() -> Path:
     return VARIANTS_DIR
 
 
+def evaluation_suites() -> list[Path]:
+    """Every suite policies are judged on: nothing in them may be trained on."""
+    return [HELDOUT_DIR, VARIANTS_DIR]
+
+
 def _slug(value: Any) -> str:
     text = "-".join(f"{k}-{v}" for k, v in sorted(value.items())) if isinstance(value, dict) else str(value)
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
@@ -155,5 +160,6 @@ def pick_scenario(path: Path | str, name: str | None) -> Scenario:
     return chosen[0]
 
 
-__all__ = ["CATALOG_DIR", "HELDOUT_DIR", "VARIANTS_DIR", "ScenarioError", "default_catalog", "heldout_suite",
+__all__ = ["CATALOG_DIR", "HELDOUT_DIR", "VARIANTS_DIR", "ScenarioError", "default_catalog", "evaluation_suites",
+           "heldout_suite",
            "load_scenarios", "pick_scenario", "variants_suite"]

@@ -54,7 +54,7 @@ OUTCOME = SearchAttributeKey.for_keyword("Outcome")
 ENDING = SearchAttributeKey.for_keyword("Ending")  # how the agent stopped: "escalated" is a page for a human
 
 QUICK = timedelta(seconds=30)
-RULE_BASED_POLICIES = frozenset({"runbook", "scripted"})
+RULE_BASED_POLICIES = frozenset({"runbook", "expert", "scripted"})
 STORE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
                           maximum_interval=timedelta(minutes=2))  # unlimited attempts: the trajectory must land
 Arg = TypeVar("Arg")

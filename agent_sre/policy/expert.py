@@ -1,0 +1,418 @@
+"""The expert policy: the teacher the student imitates, a triage per fault family that reaches its fix from what it
+has read.
+
+The runbook is imitable but wrong or silent on a third of the catalog; a teacher that knows the scenario's ground
+truth is right everywhere but not imitable (its choices come from knowledge the conversation does not hold). This
+policy sits between them: it decides only from the tool output in the conversation, like the runbook, but it
+reads what an SRE would read for each symptom (the crash's last log lines, the scheduler's message, the caller's
+errors and the dependency they name, endpoints, ports, selectors, network policies, nodes) and every argument of its
+fix appears in that output or follows from it by a rule stated next to it. `tests/test_expert.py` checks this for
+every family. Because it decides from the conversation alone, it can label any state a student reaches (DAgger).
+
+Each triage step asks for what it needs with `Reads.read`: a read not made yet is the next action, so the policy
+is one pure function of the conversation, re-run at every turn.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from agent_sre.models.remediation import PolicyRef
+from agent_sre.models.tools import TOOL_SPECS, ToolCall
+from agent_sre.models.trajectory import Trajectory
+from agent_sre.policy.base import ActionPolicy
+from agent_sre.policy.runbook import CHAOS_KIND_CASE, CHAOS_ROW, POD_ROW, ROLLED_OUT, deployment_of
+
+MAX_ERROR_CHARS = 80  # of a failed fix's error, quoted in the escalation
+RECENT = re.compile(r"\((?:\d+s|\d+m\d*s?|\d+m)\s+ago\)")  # a restart minutes ago, not the benign one of yesterday
+SCHEDULER = re.compile(r"FailedScheduling\s+(?P<message>.*)")
+SECRET_REF = re.compile(r"^\s+(?P<env>[A-Z_][A-Z0-9_]*):\s+<set to the key '(?P<key>[^']+)' in secret "
+                        r"'(?P<name>[^']+)'>", re.MULTILINE)
+ENV_LINE = re.compile(r"^\s+(?P<env>[A-Z_][A-Z0-9_]*):\s+(?P<value>\S+)\s*$", re.MULTILINE)
+DEPENDENCY_VALUE = re.compile(r"^(?:[a-z]+://)?(?P<host>[a-z][-a-z0-9]*)(?:[.:/]|$)")
+ERROR_LINE = re.compile(r"level=(?:error|fatal)|\berror:|\bERROR\b|\bFATAL\b|Exception")  # the level, not a word
+HARD_FAILURE = re.compile(r"connection refused|i/o timeout|no such host|no endpoints|connect timed out",
+                          re.IGNORECASE)  # nothing answered at all: one such line, at any level, outweighs a slow reply
+REPEATED = re.compile(r"\(x(?P<n>\d+)(?: similar)?\)\s*$")  # a line the log view folded with its repeats
+TIMEOUT = re.compile(r"i/o timeout|timed out|deadline exceeded|connect timeout", re.IGNORECASE)
+CONTAINER_PORT = re.compile(r"^\s+Port:\s+(?P<port>\d+)/TCP", re.MULTILINE)
+TARGET_PORT = re.compile(r"^TargetPort:\s+(?P<port>[-a-z0-9]+)/", re.MULTILINE)
+ENDPOINT_PORT = re.compile(r"\d+\.\d+\.\d+\.\d+:(?P<port>\d+)")
+REPLICAS = re.compile(r"^Replicas:\s+(?P<desired>\d+) desired", re.MULTILINE)
+SCALED_FROM = re.compile(r"Scaled down replica set \S+ (?:to 0 from (?P<a>\d+)|from (?P<b>\d+) to 0)")
+SELECTOR = re.compile(r"^Selector:\s+(?P<selector>\S+)", re.MULTILINE)
+TEMPLATE_LABELS = re.compile(r"^Pod Template:\n\s+Labels:\s+(?P<labels>\S+)", re.MULTILINE)
+NODE_SELECTORS = re.compile(r"^Node-Selectors:\s+(?P<selectors>.+)$", re.MULTILINE)
+NODE_ROW = re.compile(r"^(?P<name>[-a-z0-9.]+)\s+(?P<status>\S+)\s+\S+\s+(?P<labels>\S+)\s*$", re.MULTILINE)
+NETPOL_ROW = re.compile(r"^(?P<name>[-a-z0-9.]+)\s+(?P<selector>\S+)\s+(?P<allows>.+?)\s+(?P<age>\S+)\s*$",
+                        re.MULTILINE)
+MEMORY_LIMIT = re.compile(r"Limits:\s+(?:cpu=\S+\s+)?memory=(?P<value>\d+)(?P<unit>Ki|Mi|Gi)")
+QUOTA_EXCEEDED = re.compile(r"exceeded quota: (?P<name>[-a-z0-9]+), requested: pods=(?P<requested>\d+), "
+                            r"used: pods=(?P<used>\d+), limited: pods=(?P<limit>\d+)")
+CONFIG_MAP_REF = re.compile(r"^\s+(?P<env>[A-Z_][A-Z0-9_]*):\s+<set to the key '(?P<key>[^']+)' of config map "
+                            r"'(?P<name>[^']+)'>", re.MULTILINE)
+NUMBER_WITH_UNIT = re.compile(r"""["'](?P<digits>\d+)[a-zA-Z]+["']""")  # '72s' where a count is expected
+ALLOWED_VALUES = re.compile(r"(?:one of:|choice|is not valid \()\s*(?P<choices>[-a-z0-9_]+(?:, [-a-z0-9_]+)+)")
+PASSWORD_REJECTED = re.compile(r"password authentication failed|Access denied for user|authentication failed",
+                               re.IGNORECASE)
+DB_PASSWORD_ENV = re.compile(r"PASSWORD", re.IGNORECASE)
+TEMPLATE_CHANGED = re.compile(r"^\d+ \(current\)\s+\S+\s+(?P<change>.+?)\s{3,}", re.MULTILINE)
+HEALTHY_STATUSES = ("Running", "Completed")
+MIN_UPSTREAM_SCORE = 3  # an error line naming a dependency scores 1, or 3 if nothing answered: below it, noise
+
+
+class _Need(Exception):
+    """A triage step needs a read that has not been made: it is the policy's next action."""
+
+    def __init__(self, call: ToolCall) -> None:
+        super().__init__(call.command_line())
+        self.call = call
+
+
+def _key(tool: str, args: dict[str, object]) -> str:
+    return tool + json.dumps(args, sort_keys=True)
+
+
+@dataclass
+class Reads:
+    """The outputs of the reads made so far, by call: what the diagnosis may use."""
+
+    outputs: dict[str, str] = field(default_factory=dict)
+
+    def read(self, tool: str, **args: object) -> str:
+        found = self.outputs.get(_key(tool, args))
+        if found is None:
+            raise _Need(ToolCall(tool=tool, args=args))
+        return found
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """The fix (one or more writes, in order), the fault in words, and the read that shows whether it worked."""
+
+    calls: tuple[ToolCall, ...]
+    diagnosis: str
+    check: ToolCall
+
+    def worked(self, output: str) -> bool:
+        if self.check.tool == "rollout_status":
+            return ROLLED_OUT.search(output) is not None
+        if self.check.tool == "get_endpoints":
+            return bool(ENDPOINT_PORT.search(output.split("\nnot ready:")[0]))
+        return True  # a listing that confirms the object is gone: the write's own result already said so
+
+
+@dataclass(frozen=True)
+class Pod:
+    name: str
+    ready: str
+    status: str
+    restarts: str
+
+    @property
+    def deployment(self) -> str:
+        return deployment_of(self.name)
+
+    @property
+    def sick(self) -> bool:
+        ready, total = self.ready.split("/")
+        return self.status not in HEALTHY_STATUSES or (ready != total and self.status != "Completed") \
+            or RECENT.search(self.restarts) is not None
+
+
+def _pods(listing: str) -> list[Pod]:
+    rows = re.finditer(r"^(?P<name>[a-z0-9][-a-z0-9.]*)\s+(?P<ready>\d+/\d+)\s+(?P<status>\S+)\s+"
+                       r"(?P<restarts>\d+(?: \([^)]*\))?)", listing, re.MULTILINE)
+    return [Pod(m["name"], m["ready"], m["status"], m["restarts"]) for m in rows]
+
+
+def _blame(logs: str, dependencies: set[str]) -> Counter[str]:
+    """How loudly the logs blame each dependency: an error line naming it scores 1, a line (of any level) saying
+    nothing answered scores 3, times the repeats the log view folded into it."""
+    counts: Counter[str] = Counter()
+    for line in logs.splitlines():
+        weight = 3 if HARD_FAILURE.search(line) else 1 if ERROR_LINE.search(line) else 0
+        repeated = REPEATED.search(line)
+        for dep in dependencies if weight else ():
+            if re.search(rf"\b{re.escape(dep)}\b", line):
+                counts[dep] += weight * (int(repeated["n"]) if repeated else 1)
+    return counts
+
+
+def _rollout_check(deployment: str) -> ToolCall:
+    return ToolCall(tool="rollout_status", args={"deployment": deployment})
+
+
+def _finish(diagnosis: str, summary: str) -> ToolCall:
+    return ToolCall(tool="finish", args={"diagnosis": diagnosis, "summary": summary})
+
+
+class ExpertPolicy(ActionPolicy):
+    """Investigate by symptom, fix from what was read, check the fix, then finish; escalate what it cannot fix."""
+
+    def choose(self, ref: PolicyRef, trajectory: Trajectory) -> ToolCall:
+        steps = [(s.action, s.result) for s in trajectory.steps if s.action is not None and s.result is not None]
+        reads = Reads()
+        for action, result in steps:  # the first answer to each read: a check after the fix does not re-diagnose
+            if not TOOL_SPECS[action.tool].write:
+                reads.outputs.setdefault(_key(action.tool, action.args), result.output)
+        try:
+            remedy = self.diagnose(reads, trajectory.incident.service)
+        except _Need as need:
+            return need.call
+        if remedy is None:
+            return _finish("no fault found: the alerted service's pods are running and ready, and its logs show no "
+                           "failing dependency", "false alarm; nothing needs changing")
+        fixed_at = -1
+        for call in remedy.calls:
+            done = [i for i, (action, _) in enumerate(steps) if action == call]
+            if not done:
+                return call
+            result = steps[done[-1]][1]
+            if not result.ok:
+                error = next((line for line in result.output.splitlines() if line.strip()), "no answer")
+                return ToolCall(tool="escalate", args={"diagnosis": remedy.diagnosis,
+                                                       "summary": f"{call.tool} failed: {error[:MAX_ERROR_CHARS]}"})
+            fixed_at = max(fixed_at, done[-1])
+        after = [result for action, result in steps[fixed_at + 1:] if action == remedy.check]
+        if not after:
+            if len(trajectory.steps) + 2 > trajectory.incident.limits.max_steps:
+                return _finish(remedy.diagnosis, "applied the fix; no step left to check it")
+            return remedy.check
+        if remedy.worked(after[-1].output):
+            return _finish(remedy.diagnosis, f"applied {', '.join(c.tool for c in remedy.calls)}; "
+                                             f"{remedy.check.tool} shows it worked")
+        last = (after[-1].output.strip().splitlines() or ["no answer"])[-1]
+        return ToolCall(tool="escalate", args={"diagnosis": remedy.diagnosis,
+                                               "summary": f"the fix did not work: {last[:MAX_ERROR_CHARS]}"})
+
+    # --- triage -------------------------------------------------------------------------------------------------
+
+    def diagnose(self, r: Reads, service: str | None) -> Remedy | None:
+        pods = _pods(r.read("list_pods"))
+        events = r.read("get_events")
+        chaos = r.read("list_chaos_experiments")
+        if found := CHAOS_ROW.search(chaos):
+            kind = CHAOS_KIND_CASE.get(found["kind"].lower(), found["kind"])
+            return Remedy((ToolCall(tool="delete_chaos_experiment", args={"kind": kind, "name": found["name"]}),),
+                          f"chaos experiment {kind}/{found['name']} is injecting faults into the namespace",
+                          ToolCall(tool="list_chaos_experiments"))
+        target = service or next((p.deployment for p in pods if p.sick and p.status != "Completed"), None)
+        if target is None:
+            return None
+        return self._service(r, target, pods, events, caller=None)
+
+    def _service(self, r: Reads, name: str, pods: list[Pod], events: str, caller: str | None) -> Remedy | None:
+        """A service that misbehaves: its own pods first, then what it depends on."""
+        deployment = r.read("describe", kind="deployment", name=name)
+        own = [p for p in pods if p.deployment == name and p.status != "Completed"]
+        if REPLICAS.search(deployment) and REPLICAS.search(deployment)["desired"] == "0":  # type: ignore[index]
+            return self._scaled_to_zero(name, events)
+        refused = next((m for m in QUOTA_EXCEEDED.finditer(events)
+                        if f"replicaset/{name}-" in events[events.rfind("\n", 0, m.start()):m.start()]), None)
+        if refused is not None:
+            used, requested = int(refused["used"]), int(refused["requested"])
+            hard = str(max(2 * used, used + requested))  # rule: room for every pod running now, twice over
+            return Remedy((ToolCall(tool="patch_quota", args={"name": refused["name"], "hard": {"pods": hard}}),),
+                          f"resource quota {refused['name']} allows {refused['limit']} pods while {used} run, so "
+                          f"new pods of {name} are refused", _rollout_check(name))
+        sick = sorted((p for p in own if p.sick), key=lambda p: (p.status == "Running", p.name))
+        if sick:
+            return self._pod(r, name, sick[0], deployment)
+        if not own:
+            return None
+        if caller is not None:
+            return None  # a dependency whose pods are all well: the problem is between the two (handled by the caller)
+        return self._dependencies(r, name, own, deployment, pods, events)
+
+    def _scaled_to_zero(self, name: str, events: str) -> Remedy:
+        before = next((m for m in SCALED_FROM.finditer(events) if f"deployment/{name} " in
+                       events[events.rfind("\n", 0, m.start()) + 1:m.start()]), None)
+        replicas = int((before["a"] or before["b"]) if before else 1)  # rule: the count it had, else one
+        return Remedy((ToolCall(tool="scale", args={"deployment": name, "replicas": replicas}),),
+                      f"deployment {name} is scaled to 0 replicas, so nothing serves it", _rollout_check(name))
+
+    def _pod(self, r: Reads, name: str, pod: Pod, deployment: str) -> Remedy:
+        if pod.status == "Pending":
+            return self._pending(r, name, pod)
+        if pod.status in ("CrashLoopBackOff", "Error") or (RECENT.search(pod.restarts) and pod.status == "Running"):
+            logs = r.read("get_logs", pod=pod.name, previous=True)
+            if remedy := self._config_error(r, name, logs, deployment):
+                return remedy
+        described = r.read("describe", kind="pod", name=pod.name)
+        history = r.read("rollout_history", deployment=name)
+        change = TEMPLATE_CHANGED.search(history)
+        changed = change is not None and change["change"] != "no template change"
+        oom = "OOMKilled" in described or pod.status == "OOMKilled"
+        if oom and changed and "resources" in change["change"]:  # type: ignore[index]
+            return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),
+                          f"containers of deployment {name} are OOMKilled since its last change lowered their "
+                          f"resources ({change['change'][:60]})", _rollout_check(name))  # type: ignore[index]
+        if oom:
+            limit = MEMORY_LIMIT.search(described)
+            seen = int(limit["value"]) * {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}[limit["unit"]] if limit else 128
+            new = f"{max(int(seen * 4), 512)}Mi"  # rule: four times the limit it was killed at, at least 512Mi
+            container = re.search(r"^Containers:\n\s+(?P<c>[-a-z0-9]+):", described, re.MULTILINE)
+            return Remedy((ToolCall(tool="set_resources", args={
+                "deployment": name, "container": container["c"] if container else name, "memory_limit": new}),),
+                f"containers of deployment {name} are OOMKilled at their memory limit"
+                + (f" of {limit['value']}{limit['unit']}" if limit else ""), _rollout_check(name))
+        symptom = pod.status if pod.status != "Running" else "its pods never become ready"
+        if changed:
+            return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),
+                          f"the last change to deployment {name} ({change['change'][:60]}) broke it: "  # type: ignore[index]
+                          f"{symptom}", _rollout_check(name))
+        return Remedy((ToolCall(tool="rollout_restart", args={"deployment": name}),),
+                      f"pod {pod.name} of deployment {name} is {symptom} with no change to its template",
+                      _rollout_check(name))
+
+    def _pending(self, r: Reads, name: str, pod: Pod) -> Remedy:
+        described = r.read("describe", kind="pod", name=pod.name)
+        message = (SCHEDULER.search(described) or SCHEDULER.search(r.read("get_events")))
+        why = message["message"] if message else ""
+        if "were unschedulable" in why:
+            selectors = NODE_SELECTORS.search(described)
+            wanted = set((selectors["selectors"] if selectors else "<none>").split(",")) - {"<none>"}
+            nodes = [m for m in NODE_ROW.finditer(r.read("list_nodes")) if "SchedulingDisabled" in m["status"]
+                     and wanted <= set(m["labels"].split(","))]
+            if nodes:
+                return Remedy(tuple(ToolCall(tool="uncordon", args={"node": n["name"]}) for n in nodes),
+                              f"node {', '.join(n['name'] for n in nodes)} is cordoned and is where deployment {name} "
+                              f"may run ({', '.join(sorted(wanted)) or 'any node'})", _rollout_check(name))
+        if "node affinity/selector" in why:
+            selectors = NODE_SELECTORS.search(described)
+            wanted = set((selectors["selectors"] if selectors else "<none>").split(",")) - {"<none>"}
+            listing = r.read("list_nodes")
+            if not any(wanted <= set(m["labels"].split(",")) for m in NODE_ROW.finditer(listing)) or not wanted:
+                return Remedy((ToolCall(tool="remove_scheduling_constraints", args={"deployment": name}),),
+                              f"no node carries the labels deployment {name} asks for "
+                              f"({', '.join(sorted(wanted)) or 'its affinity'})", _rollout_check(name))
+        history = r.read("rollout_history", deployment=name)
+        change = TEMPLATE_CHANGED.search(history)
+        if change and change["change"] != "no template change":
+            return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),
+                          f"pods of deployment {name} cannot be scheduled since its last change "
+                          f"({change['change'][:60]}): {why[:80]}", _rollout_check(name))
+        return Remedy((ToolCall(tool="rollout_restart", args={"deployment": name}),),
+                      f"pods of deployment {name} are Pending: {why[:80]}", _rollout_check(name))
+
+    def _config_error(self, r: Reads, name: str, logs: str, deployment: str) -> Remedy | None:
+        """A crash whose last words name a bad setting, or a database that refuses the password."""
+        for ref in CONFIG_MAP_REF.finditer(deployment):
+            if not re.search(rf"\b(?:{re.escape(ref['env'])}|{re.escape(ref['key'])})\b", logs):
+                continue
+            if bad := NUMBER_WITH_UNIT.search(logs):  # rule: keep the number, drop the stray unit
+                return self._set_key(name, "configmap", ref["name"], ref["key"], bad["digits"],
+                                     f"config map {ref['name']} sets {ref['key']}={bad.group(0)}, which deployment "
+                                     f"{name} cannot parse as a number")
+            if enum := ALLOWED_VALUES.search(logs):  # rule: the first value the service says it accepts
+                choice = enum["choices"].split(", ")[0]
+                return self._set_key(name, "configmap", ref["name"], ref["key"], choice,
+                                     f"config map {ref['name']} sets {ref['key']} to a value deployment {name} "
+                                     f"rejects (allowed: {enum['choices'].strip()})")
+        if PASSWORD_REJECTED.search(logs):
+            secret = next((m for m in SECRET_REF.finditer(deployment) if DB_PASSWORD_ENV.search(m["env"])), None)
+            host = next((m["value"] for m in ENV_LINE.finditer(deployment) if m["env"].endswith("_HOST")), None)
+            if secret is None or host is None:
+                return None
+            database = r.read("describe", kind="deployment", name=host)
+            theirs = next((m for m in SECRET_REF.finditer(database) if DB_PASSWORD_ENV.search(m["env"])), None)
+            if theirs is None:
+                return None
+            stored = r.read("get_resource", kind="secret", name=theirs["name"])
+            value = re.search(rf"^\s+{re.escape(theirs['key'])}:\s+(?P<v>\S+)\s*$", stored, re.MULTILINE)
+            if value is None:
+                return None
+            return self._set_key(name, "secret", secret["name"], secret["key"], value["v"].strip("'\""),
+                                 f"secret {secret['name']} holds a {secret['key']} that database {host} rejects; "
+                                 f"its own secret {theirs['name']} holds the one it expects")
+        return None
+
+    @staticmethod
+    def _set_key(name: str, kind: str, obj: str, key: str, value: str, diagnosis: str) -> Remedy:
+        """A setting read at start-up: fix it, then restart the deployment so that it reads it again."""
+        return Remedy((ToolCall(tool="set_config_key", args={"kind": kind, "name": obj, "key": key, "value": value}),
+                       ToolCall(tool="rollout_restart", args={"deployment": name})), diagnosis, _rollout_check(name))
+
+    # --- dependencies -------------------------------------------------------------------------------------------
+
+    def _dependencies(self, r: Reads, name: str, own: list[Pod], deployment: str, pods: list[Pod],
+                      events: str) -> Remedy | None:
+        """The alerted service runs fine: follow the errors in its logs to the dependency they name."""
+        if remedy := self._wiring(r, name, deployment, r.read("get_endpoints", service=name), "it serves nothing"):
+            return remedy
+        names = {m["host"] for m in (DEPENDENCY_VALUE.match(v["value"]) for v in ENV_LINE.finditer(deployment)) if m}
+        names -= {name}
+        counts: Counter[str] = Counter()
+        logs = ""
+        for pod in own[:2]:  # a second replica when the first one's recent lines show nothing
+            logs += r.read("get_logs", pod=pod.name) + "\n"
+            counts = _blame(logs, names)
+            if counts and counts.most_common(1)[0][1] >= MIN_UPSTREAM_SCORE:
+                upstream = counts.most_common(1)[0][0]
+                break
+        else:  # quiet logs: a dependency the events show scaled to nothing is still a suspect
+            gone = [d for d in sorted(names) if re.search(rf"deployment/{re.escape(d)}\s+Scaled down replica set \S+ "
+                                                          r"(?:to 0 from|from \d+ to 0\b)", events)]
+            if not gone:
+                return None
+            upstream = gone[0]
+        failing = [line for line in logs.splitlines() if upstream in line
+                   and (ERROR_LINE.search(line) or HARD_FAILURE.search(line))]
+        timeouts = sum(bool(TIMEOUT.search(line)) for line in failing) * 2 > len(failing)
+        theirs = r.read("describe", kind="deployment", name=upstream)
+        if REPLICAS.search(theirs) and REPLICAS.search(theirs)["desired"] == "0":  # type: ignore[index]
+            return self._scaled_to_zero(upstream, events)
+        sick = [p for p in pods if p.deployment == upstream and p.sick]
+        if sick:
+            return self._pod(r, upstream, sick[0], theirs)
+        endpoints = r.read("get_endpoints", service=upstream)
+        if remedy := self._wiring(r, upstream, theirs, endpoints, f"{name}'s calls are refused"):
+            return remedy
+        if timeouts:
+            policies = r.read("list_network_policies")
+            caller_app = f"app={name}"
+            for m in NETPOL_ROW.finditer(policies):
+                if m["selector"] == f"app={upstream}" and caller_app not in m["allows"] \
+                        and not re.search(rf"app in \([^)]*\b{re.escape(name)}\b", m["allows"]):
+                    return Remedy((ToolCall(tool="delete_network_policy", args={"name": m["name"]}),),
+                                  f"network policy {m['name']} lets only {m['allows'][:60]} reach {upstream}, so "
+                                  f"{name}'s calls time out", ToolCall(tool="list_network_policies"))
+        return None
+
+    def _wiring(self, r: Reads, service: str, deployment: str, endpoints: str, harm: str) -> Remedy | None:
+        """A Service whose pods run but that reaches none of them (selector) or the wrong port (targetPort)."""
+        ready = endpoints.split("\nnot ready:")[0]
+        ports = {m["port"] for m in ENDPOINT_PORT.finditer(ready)}
+        container = CONTAINER_PORT.search(deployment)
+        check = ToolCall(tool="get_endpoints", args={"service": service})
+        if ports:
+            if container is None or container["port"] in ports:
+                return None
+            port = int(container["port"])  # rule: the port its container listens on
+            return Remedy((ToolCall(tool="patch_service", args={"service": service, "target_port": port}),),
+                          f"service {service} forwards to port {','.join(sorted(ports))} but its pods listen on "
+                          f"{port}, so {harm}", check)
+        if "Error from server" in endpoints:
+            return None
+        described = r.read("describe", kind="service", name=service)
+        selector = SELECTOR.search(described)
+        template = TEMPLATE_LABELS.search(deployment)
+        if selector and template:
+            labels = dict(kv.split("=", 1) for kv in template["labels"].split(",") if "=" in kv)
+            wanted = dict(kv.split("=", 1) for kv in selector["selector"].split(",") if "=" in kv)
+            fixed = {k: labels[k] for k in wanted if k in labels}  # rule: the same keys, the pods' own values
+            if fixed and fixed != wanted:
+                return Remedy((ToolCall(tool="patch_service", args={"service": service, "selector": fixed}),),
+                              f"service {service} selects {selector['selector']} but its pods are labelled "
+                              f"{','.join(f'{k}={v}' for k, v in fixed.items())}, so {harm}", check)
+        target = TARGET_PORT.search(described)
+        if container and target and target["port"] != container["port"]:
+            port = int(container["port"])  # rule: the port its container listens on
+            return Remedy((ToolCall(tool="patch_service", args={"service": service, "target_port": port}),),
+                          f"service {service} forwards to port {target['port']}, which its pods do not expose "
+                          f"(they listen on {port}), so {harm}", check)
+        return None

@@ -1,0 +1,142 @@
+"""The expert teacher: it fixes every fault family, from what it has read, and its data never touches evaluation.
+
+Episodes run in-process on the real simulator (manual clock), one scenario per fault family.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+
+import pytest
+
+from agent_sre.models.remediation import PolicyRef
+from agent_sre.models.scenario import Scenario
+from agent_sre.models.tools import TOOL_SPECS, ToolCall
+from agent_sre.models.trajectory import Trajectory
+from agent_sre.outcome import incident_outcome
+from agent_sre.policy.conversation import incident_message
+from agent_sre.policy.expert import ExpertPolicy
+from agent_sre.policy.runbook import RunbookPolicy
+from agent_sre.scenarios import default_catalog, evaluation_suites, load_scenarios
+from agent_sre.simulator.simulator import Simulator
+from agent_sre.training.demonstrations import EXPERT, identity, training_scenarios, verified
+from agent_sre.training.environment import IncidentEnvironment
+from agent_sre.training.evaluate import play
+
+ONE_PER_FAMILY = {s.fault: s for s in reversed(load_scenarios(default_catalog()))}  # the first of each fault
+RUNBOOK = PolicyRef(name="runbook", version="runbook")
+
+
+@pytest.fixture(scope="module")
+def simulator() -> Simulator:
+    return Simulator(speed=0)
+
+
+@pytest.fixture(scope="module")
+def episodes(simulator: Simulator) -> dict[str, Trajectory]:
+    return {fault: play(ExpertPolicy(), EXPERT, s, simulator) for fault, s in sorted(ONE_PER_FAMILY.items())}
+
+
+def test_every_family_is_resolved_and_verified(episodes: dict[str, Trajectory]) -> None:
+    assert len(episodes) == 25
+    failed = {fault: (t.verdict.outcome if t.verdict else None, t.termination) for fault, t in episodes.items()
+              if not verified(t)}
+    assert not failed, failed
+    assert not any(incident_outcome(t).false_positive for t in episodes.values())
+    assert all(t.termination == "finished" and not t.writes for f, t in episodes.items() if f == "none")
+
+
+def _quoted(args: dict[str, object]) -> list[str]:
+    """The argument values a fix quotes: each scalar, and each `key=value` of a map (a selector, quota limits);
+    `kind` is a word of the tool's schema, not a value read anywhere."""
+    out: list[str] = []
+    for key, value in args.items():
+        if key == "kind":
+            continue
+        out += [f"{k}={v}" for k, v in value.items()] if isinstance(value, dict) else [str(value)]
+    return out
+
+
+def _rule_derived(call: ToolCall, read: str) -> bool:
+    """The fix arguments that follow from what was read by a stated rule rather than being quoted from it."""
+    if call.tool == "set_resources" and "memory_limit" in call.args:  # four times the limit it was killed at
+        seen = re.search(r"Limits:\s+(?:cpu=\S+\s+)?memory=(\d+)Mi", read)
+        return seen is not None and call.args["memory_limit"] == f"{max(int(seen[1]) * 4, 512)}Mi"
+    if call.tool == "patch_quota":  # room for every pod running now, twice over
+        used = re.search(r"used: pods=(\d+)", read)
+        return used is not None and call.args["hard"] == {"pods": str(2 * int(used[1]))}
+    return False
+
+
+def test_every_fix_argument_comes_from_what_was_read(episodes: dict[str, Trajectory]) -> None:
+    """What makes the expert imitable: a student that sees the same conversation can produce the same fix."""
+    checked = 0
+    for fault, t in episodes.items():
+        read = incident_message(t.incident)
+        for step in t.steps:
+            assert step.action is not None
+            if step.result is None:  # the closing finish
+                continue
+            if TOOL_SPECS[step.action.tool].write:
+                call = step.action
+                if not _rule_derived(call, read):
+                    missing = [leaf for leaf in _quoted(call.args) if leaf not in read]
+                    assert not missing, f"{fault}: {call.command_line()} uses {missing}, which nothing it read shows"
+                checked += 1
+            read += "\n" + step.result.output
+    assert checked >= 24  # every family but the false alarm wrote its fix
+
+
+def test_it_labels_states_another_policy_reached(simulator: Simulator) -> None:
+    """DAgger needs a teacher that can act from any state: after the runbook's wrong fix (a restart of the caller
+    for a Service pointed at the wrong port), the expert still finds and makes the right one."""
+    scenario = ONE_PER_FAMILY["service_target_port"]
+    env = IncidentEnvironment(simulator, scenario, policy="expert", model_version="expert")
+    env.reset()
+    runbook, expert = RunbookPolicy(), ExpertPolicy()
+    while not env.done:
+        wrote = any(TOOL_SPECS[s.action.tool].write for s in env.require().steps if s.action is not None)
+        policy, ref = (expert, EXPERT) if wrote else (runbook, RUNBOOK)
+        decision = policy.decide(ref, env.require())
+        if not wrote and decision.action is not None and decision.action.tool in ("finish", "escalate"):
+            decision = expert.decide(EXPERT, env.require())
+        env.record(decision)
+    t = env.close()
+    writes = [s.action.tool for s in t.writes if s.action is not None]
+    assert writes[0] != "patch_service" and "patch_service" in writes, writes
+    assert t.verdict is not None and t.verdict.outcome == "resolved"
+
+
+def test_verification_keeps_only_what_the_ground_truth_agrees_with(simulator: Simulator) -> None:
+    scenario = ONE_PER_FAMILY["service_target_port"]
+    runbook = play(RunbookPolicy(), RUNBOOK, scenario, simulator)  # restarts something and claims a fix
+    assert not verified(runbook)
+    false_alarm = ONE_PER_FAMILY["none"]
+    assert verified(play(ExpertPolicy(), EXPERT, false_alarm, simulator))
+
+
+def _identities(scenarios: list[Scenario]) -> set[str]:
+    return {identity(s) for s in scenarios}
+
+
+def test_training_scenarios_cover_every_family_and_never_an_evaluation_one() -> None:
+    training = training_scenarios()
+    by_fault = Counter(s.fault for s in training)
+    assert set(by_fault) == set(ONE_PER_FAMILY) and len(training) >= 1000
+    assert min(by_fault.values()) >= 6, by_fault
+    assert len({s.name for s in training}) == len(training)
+    for suite in evaluation_suites():
+        evaluation = load_scenarios(suite)
+        assert not _identities(training) & _identities(evaluation), suite
+        assert not {s.name for s in training} & {s.name for s in evaluation}
+    assert all(s.seed >= 1000 for s in training)
+
+
+def test_training_scenarios_leave_out_what_they_are_told_to(tmp_path: object) -> None:
+    catalog = load_scenarios(default_catalog())
+    excluded = catalog[0]
+    narrowed = training_scenarios(seeds=(1000,), exclude=[default_catalog()])
+    assert identity(excluded) not in _identities(narrowed)
+    assert json.loads(identity(excluded))[0] in {s.fault for s in narrowed}  # other targets of that fault remain
