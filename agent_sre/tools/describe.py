@@ -1,7 +1,12 @@
 """`kubectl describe` for each readable kind: the fields an SRE looks at first, then the object's events.
 
 Each describer returns the body only; `read.describe` fetches what a describer needs (events, endpoints, the
-pods on a node) and fits body and events into the output budget.
+pods on a node) and fits body and events into the output budget. A small model reads every token, so what carries
+no evidence is left out: the padding that aligns values, the pod-template-hash label, a deployment's labels when
+they are its template's, the tolerations every pod gets, a crash loop's back-off message, a probe's period and
+failure threshold at their defaults, the pod conditions that are True; container start and finish times are ages.
+Images, ports, commands, env, limits and requests, probes, container states with reasons and exit codes, restart
+counts, conditions, node selectors, affinity, selectors and the events stay.
 """
 
 from __future__ import annotations
@@ -14,14 +19,19 @@ from typing import Any
 from kubernetes.utils import parse_quantity
 
 from agent_sre.kubetime import age
+from agent_sre.tools.compact import event_message
 from agent_sre.tools.render import NONE, clean, labels, selector, table
 from agent_sre.tools.status import pod_ready, pod_status
 
 Obj = dict[str, Any]
+TEMPLATE_HASH = "pod-template-hash"  # a pod's or ReplicaSet's label that its name already carries
+# Tolerations every pod gets from the API server (evicted 5 minutes after its node fails): no evidence of anything.
+DEFAULT_TOLERATIONS = frozenset({"node.kubernetes.io/not-ready:NoExecute", "node.kubernetes.io/unreachable:NoExecute"})
 
 
 class Block:
-    """`Key:  value` lines with kubectl's nesting; values are cleaned of control characters."""
+    """`Key: value` lines with kubectl's nesting; values are cleaned of control characters. Values are not aligned
+    in a column as kubectl aligns them: the padding costs a token a line and tells a model nothing."""
 
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -29,7 +39,7 @@ class Block:
     def add(self, key: str, value: Any = "", indent: int = 0) -> Block:
         head = f"{'  ' * indent}{key}:"
         text = clean(str(value)) if value != "" else ""
-        self.lines.append(f"{head.ljust(max(16 + 2 * indent, len(head) + 1))}{text}" if text else head)
+        self.lines.append(f"{head} {text}" if text else head)
         return self
 
     def line(self, text: str, indent: int = 0) -> Block:
@@ -40,12 +50,16 @@ class Block:
         return "\n".join(self.lines)
 
 
-def _meta(block: Block, obj: Obj, namespaced: bool = True) -> Obj:
+def _meta(block: Block, obj: Obj, namespaced: bool = True, template: Obj | None = None) -> Obj:
+    """Name, namespace, labels (left out when they are the pod `template`'s, shown below) and annotations."""
     meta = obj.get("metadata") or {}
     block.add("Name", meta.get("name", ""))
     if namespaced:
         block.add("Namespace", meta.get("namespace", ""))
-    block.add("Labels", labels(meta.get("labels")))
+    own = {k: v for k, v in (meta.get("labels") or {}).items() if k != TEMPLATE_HASH}
+    if template is None or own != {k: v for k, v in ((template.get("metadata") or {}).get("labels") or {}).items()
+                                   if k != TEMPLATE_HASH}:
+        block.add("Labels", labels(own))
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
                    if k != "kubectl.kubernetes.io/last-applied-configuration"}
     if annotations:
@@ -69,8 +83,9 @@ def _probe(probe: Obj) -> str:
         action = f"grpc :{probe['grpc'].get('port')}"
     else:
         action = "unknown"
-    return (f"{action} delay={probe.get('initialDelaySeconds', 0)}s timeout={probe.get('timeoutSeconds', 1)}s "
-            f"period={probe.get('periodSeconds', 10)}s #failure={probe.get('failureThreshold', 3)}")
+    period, failures = probe.get("periodSeconds", 10), probe.get("failureThreshold", 3)
+    return (f"{action} delay={probe.get('initialDelaySeconds', 0)}s timeout={probe.get('timeoutSeconds', 1)}s"
+            + (f" period={period}s #failure={failures}" if (period, failures) != (10, 3) else ""))
 
 
 def _env_value(env: Obj) -> str:
@@ -90,19 +105,26 @@ def _env_value(env: Obj) -> str:
     return ""
 
 
-def _state(block: Block, title: str, state: Obj | None, indent: int) -> None:
+def _state(block: Block, title: str, state: Obj | None, indent: int, now: float) -> None:
+    """A container state: its reason, message and exit code; when it started and ended as ages, not timestamps (20
+    tokens each). A crash loop's back-off message only repeats the reason and the pod's UID, so it is left out."""
     if not state:
         return
     name = next(iter(state), "")
     detail = state[name] or {}
     block.add(title, name.capitalize(), indent)
-    for key, label in (("reason", "Reason"), ("message", "Message"), ("exitCode", "Exit Code"),
-                       ("startedAt", "Started"), ("finishedAt", "Finished")):
+    for key, label in (("reason", "Reason"), ("message", "Message"), ("exitCode", "Exit Code")):
+        if key == "message" and detail.get("reason") == "CrashLoopBackOff":
+            continue
         if detail.get(key) not in (None, ""):
-            block.add(label, str(detail[key])[:300], indent + 1)
+            block.add(label, event_message(detail[key])[:300], indent + 1)
+    for key, label in (("startedAt", "Started"), ("finishedAt", "Finished")):
+        if detail.get(key):
+            block.add(label, f"{age(detail[key], now)} ago", indent + 1)
 
 
-def _containers(block: Block, title: str, specs: list[Obj], statuses: list[Obj], indent: int) -> None:
+def _containers(block: Block, title: str, specs: list[Obj], statuses: list[Obj], indent: int,
+                now: float = 0.0) -> None:
     if not specs:
         return
     block.add(title, "", indent)
@@ -120,8 +142,8 @@ def _containers(block: Block, title: str, specs: list[Obj], statuses: list[Obj],
             block.add("Args", json.dumps(spec["args"]), i)
         status = by_name.get(spec.get("name"))
         if status is not None:
-            _state(block, "State", status.get("state"), i)
-            _state(block, "Last State", status.get("lastState"), i)
+            _state(block, "State", status.get("state"), i, now)
+            _state(block, "Last State", status.get("lastState"), i, now)
             block.add("Ready", str(bool(status.get("ready"))), i)
             block.add("Restart Count", status.get("restartCount", 0), i)
         resources = spec.get("resources") or {}
@@ -158,6 +180,7 @@ def _scheduling(block: Block, spec: Obj, indent: int) -> None:
         block.add("Affinity", json.dumps(spec["affinity"], separators=(",", ":"))[:400], indent)
     tolerations = [f"{t.get('key', '')}{'=' + t['value'] if t.get('value') else ''}:{t.get('effect', '')}"
                    for t in spec.get("tolerations") or []]
+    tolerations = [t for t in tolerations if t not in DEFAULT_TOLERATIONS]
     if tolerations:
         block.add("Tolerations", ", ".join(tolerations), indent)
 
@@ -168,6 +191,22 @@ def _conditions(block: Block, obj: Obj, columns: tuple[str, ...] = ("type", "sta
         block.add("Conditions")
         rows = [[str(c.get(col, "")) for col in columns] for c in conditions]
         block.line(table([c.capitalize() for c in columns], rows), 1)
+
+
+def _conditions_line(block: Block, obj: Obj, failing_only: bool = False) -> None:
+    """Conditions on one line, `Available=False (MinimumReplicasUnavailable), ...`; `failing_only` (a pod's) shows
+    only those that are not True, without their reasons (`ContainersNotReady`: the container states say more)."""
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    shown = [f"{c.get('type')}={c.get('status')}" + (f" ({c['reason']})" if c.get("reason") and not failing_only
+                                                     else "")
+             for c in conditions if not failing_only or c.get("status") != "True"]
+    if not conditions:
+        return
+    if failing_only and not shown:
+        block.add("Conditions", "all True")
+    else:
+        others = " (the others True)" if len(shown) < len(conditions) else ""
+        block.add("Conditions", ", ".join(shown) + others)
 
 
 # --- per kind --------------------------------------------------------------------------------------------------
@@ -185,17 +224,18 @@ def pod(obj: Obj, now: float, **_: Any) -> str:
     if owners:
         block.add("Controlled By", f"{owners[0].get('kind')}/{owners[0].get('name')}")
     block.add("Age", age(meta.get("creationTimestamp"), now))
-    _containers(block, "Init Containers", spec.get("initContainers") or [], status.get("initContainerStatuses") or [], 0)
-    _containers(block, "Containers", spec.get("containers") or [], status.get("containerStatuses") or [], 0)
-    _conditions(block, obj, ("type", "status"))
+    _containers(block, "Init Containers", spec.get("initContainers") or [], status.get("initContainerStatuses") or [],
+                0, now)
+    _containers(block, "Containers", spec.get("containers") or [], status.get("containerStatuses") or [], 0, now)
+    _conditions_line(block, obj, failing_only=True)
     _scheduling(block, spec, 0)
     return str(block)
 
 
 def deployment(obj: Obj, now: float, **_: Any) -> str:
     block = Block()
-    meta = _meta(block, obj)
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    meta = _meta(block, obj, template=spec.get("template") or {})
     block.add("Age", age(meta.get("creationTimestamp"), now))
     block.add("Selector", labels((spec.get("selector") or {}).get("matchLabels")))
     desired = spec.get("replicas", 1)
@@ -204,7 +244,7 @@ def deployment(obj: Obj, now: float, **_: Any) -> str:
                           f"{status.get('unavailableReplicas', 0)} unavailable")
     block.add("StrategyType", (spec.get("strategy") or {}).get("type", "RollingUpdate"))
     _pod_template(block, spec.get("template") or {})
-    _conditions(block, obj)
+    _conditions_line(block, obj)
     return str(block)
 
 

@@ -1,4 +1,5 @@
-"""The read tools: each fetches what `kubectl` would and renders it as `kubectl` prints it, within the budget."""
+"""The read tools: each fetches what `kubectl` would and renders it as `kubectl` prints it, within the budget; logs
+and events without their repetition (`tools.compact`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import yaml
 from kubernetes.utils import parse_quantity
 
 from agent_sre.models import tools as m
+from agent_sre.tools import compact
 from agent_sre.tools import describe as describers
 from agent_sre.tools.context import ToolContext
 from agent_sre.tools.kube import KINDS, Kube, KubeError, Obj
@@ -51,18 +53,24 @@ def _event_time(event: Obj) -> str:
 
 
 def events_table(events: list[Obj], now: float, with_object: bool = True) -> str:
-    """Events oldest first (the newest, most relevant, are last and survive tail clipping)."""
-    rows = []
+    """Events oldest first (the newest, most relevant, are last and survive tail clipping). The same event recorded
+    twice is one row with both counts; routine Normal events are only counted, in a last line."""
+    merged: dict[tuple[str, ...], tuple[str, int]] = {}  # (type, reason, object, message) -> (last seen, count)
     for e in sorted(events, key=_event_time):
+        if compact.routine(e):
+            continue
         obj = e.get("involvedObject") or {}
-        count = int(e.get("count") or 1)
-        message = clean(str(e.get("message", ""))).replace("\n", " ")[:300] + (f" (x{count})" if count > 1 else "")
-        row = [age(_event_time(e), now), e.get("type", ""), e.get("reason", "")]
-        if with_object:
-            row.append(f"{str(obj.get('kind', '')).lower()}/{obj.get('name', '')}")
-        rows.append([*row, message])
+        key = (str(e.get("type", "")), str(e.get("reason", "")),
+               f"{str(obj.get('kind', '')).lower()}/{obj.get('name', '')}",
+               clean(compact.event_message(e.get("message", "")))[:300])
+        _, seen = merged.pop(key, ("", 0))  # popped: a repeat moves to its newest place
+        merged[key] = (_event_time(e), seen + int(e.get("count") or 1))
+    rows = [[age(when, now), kind, reason, *([obj] if with_object else []),
+             message + (f" (x{count})" if count > 1 else "")]
+            for (kind, reason, obj, message), (when, count) in merged.items()]
     headers = ["LAST SEEN", "TYPE", "REASON", *(["OBJECT"] if with_object else []), "MESSAGE"]
-    return table(headers, rows)
+    note = compact.routine_note(events)
+    return "\n".join(part for part in (table(headers, rows) if rows else "", note) if part)
 
 
 def describe(ctx: ToolContext, args: m.Describe) -> str:
@@ -93,7 +101,7 @@ def get_logs(ctx: ToolContext, args: m.GetLogs) -> str:
     text = clean(text.rstrip("\n"))
     if not text:
         return f"(pod {args.pod} has written no log lines{' before its last restart' if args.previous else ''})"
-    return clip(text, ctx.max_chars, keep="tail")
+    return clip(compact.compact_log(text), ctx.max_chars, keep="tail")
 
 
 def get_events(ctx: ToolContext, args: m.GetEvents) -> str:
