@@ -1,10 +1,12 @@
-"""Compacting tool output: repetition goes, evidence stays (logs, events)."""
+"""Compacting tool output: repetition goes, evidence stays (logs, events), and the system prompt stays complete."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from agent_sre.models.tools import TOOL_SPECS
+from agent_sre.policy.conversation import NAMED_CHOICES, system_prompt
 from agent_sre.tools.compact import compact_log, event_message, routine, routine_note
 from agent_sre.tools.read import events_table
 
@@ -57,3 +59,12 @@ def test_events_drop_pod_uids_and_routine_normal_events_are_only_counted() -> No
     assert len(rows) == 2 and re.search(r"Warning\s+BackOff\s+pod/cart-x\s+Back-off in pod cart-x \(x5\)$", rows[1])
     assert note == "+2 routine Normal events not shown"
 
+
+def test_the_short_system_prompt_still_names_every_tool_and_argument() -> None:
+    prompt = system_prompt()
+    for spec in TOOL_SPECS.values():
+        line = next(line for line in prompt.split("\n") if line.startswith(f"{spec.name}("))
+        for arg in spec.args.model_json_schema().get("properties", {}):
+            assert re.search(rf"[(, ]{arg}\??[:,)]", line), (arg, line)
+    for name, choices in NAMED_CHOICES.items():
+        assert f"{name}: {'|'.join(choices)}" in prompt and "kind: KIND" in prompt

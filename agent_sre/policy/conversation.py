@@ -12,35 +12,37 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
+from typing import get_args
 
 from pydantic import ValidationError
 
 from agent_sre.models.incident import Incident
 from agent_sre.models.policy import ChatMessage
-from agent_sre.models.tools import TOOL_SPECS, ToolCall
+from agent_sre.models.tools import TOOL_SPECS, ReadableKind, ToolCall
 from agent_sre.models.trajectory import Trajectory
 
 MAX_COMPLETION_CHARS = 4000
 
-RULES = """You are an on-call Site Reliability Engineer for a Kubernetes cluster. An alert fired. Investigate with \
-read-only tools, find the root cause, fix it with the smallest safe change in the incident's namespace, check that \
-the fix worked, then call finish. If nothing is actually wrong (a false alarm), change nothing and call finish saying \
-so. If you cannot fix it, call escalate: a human takes over from what you found and tried.
-Answer with exactly one JSON object and nothing else: {"tool": "<name>", "args": {...}}. Arguments marked ? are \
-optional; the namespace defaults to the incident's."""
+RULES = """You are the on-call SRE of a Kubernetes cluster; an alert fired. Find the root cause with read tools, fix \
+it with the smallest safe change in the incident's namespace, check the fix worked, then finish. On a false alarm, \
+change nothing and finish. If you cannot fix it, escalate.
+Answer with one JSON object only: {"tool": "<name>", "args": {...}}. ? marks an optional argument; namespace \
+defaults to the incident's."""
+# Choice lists that several signatures take: spelled out once, named in each signature.
+NAMED_CHOICES: dict[str, tuple[str, ...]] = {"KIND": get_args(ReadableKind)}
 
 
 @lru_cache
 def system_prompt() -> str:
     """Rules plus one signature line per tool. Compact on purpose: a small model reads the prompt at every turn,
     and training pays for every token of it (the JSON schemas themselves are ~3x longer)."""
-    lines = [RULES, "", "Tools:"]
+    lines = [RULES, *(f"{name}: {'|'.join(choices)}" for name, choices in NAMED_CHOICES.items()), "Tools:"]
     for spec in TOOL_SPECS.values():
         schema = spec.args.model_json_schema()
         required = set(schema.get("required", []))
         args = ", ".join(_signature(name, prop, name in required)
                          for name, prop in schema.get("properties", {}).items())
-        lines.append(f"{spec.name}({args}): {spec.description}")
+        lines.append(f"{spec.name}({args})" + (f": {spec.description}" if spec.description else ""))
     return "\n".join(lines)
 
 
@@ -52,10 +54,15 @@ def _signature(name: str, prop: dict, required: bool) -> str:
 
 def _brief(prop: dict) -> str:
     if "enum" in prop:
-        return "|".join(map(str, prop["enum"]))
+        named = next((name for name, choices in NAMED_CHOICES.items() if tuple(prop["enum"]) == choices), None)
+        return named or "|".join(map(str, prop["enum"]))
     if "anyOf" in prop:
         return "|".join(_brief(p) for p in prop["anyOf"] if p.get("type") != "null")
     return str(prop.get("type", "any"))
+
+
+# Alert annotations left out of the incident message: links the agent cannot follow.
+UNREAD_ANNOTATIONS = frozenset({"runbook_url", "dashboard_url"})
 
 
 def incident_message(incident: Incident) -> str:
@@ -64,7 +71,8 @@ def incident_message(incident: Incident) -> str:
         labels = incident.alert.labels
         parts.append(f"Alert: {labels.get('alertname', 'unnamed')} ({incident.alert.status})")
         parts.append("Labels: " + ", ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "alertname"))
-        parts.extend(f"{k.capitalize()}: {v}" for k, v in sorted(incident.alert.annotations.items()))
+        parts.extend(f"{k.capitalize()}: {v}" for k, v in sorted(incident.alert.annotations.items())
+                     if k not in UNREAD_ANNOTATIONS)
     if incident.report:
         parts.append(f"User report: {incident.report}")
     return "\n".join(parts)
