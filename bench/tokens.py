@@ -1,17 +1,18 @@
 """Conversation tokens: what one episode costs the model to read, part by part, and what the runbook achieves.
 
-Plays the runbook policy (the SFT teacher) on a scenario suite in-process, renders each episode as the training
-conversation (SmolLM2's chat template, the `tool` role as a prefixed user turn, as SFT and serving see it) and
-counts SmolLM2 tokens per episode: the system prompt, the incident (user) message, each tool's output, and the
-model's own actions (its JSON answers). A turn's tokens are what it adds to the conversation before it, so the
-parts add up exactly to the whole (checked). It also reports the runbook's success, false-positive and escalation rates on the
-suite, and can save and compare each scenario's outcome and actions, so a change to the tools' output can be
-shown not to change what the runbook does.
+Plays the runbook policy (or, with --policy expert, the expert teacher) on a scenario suite in-process, renders
+each episode as the training conversation (SmolLM2's chat template, the `tool` role as a prefixed user turn, as
+SFT and serving see it) and counts SmolLM2 tokens per episode: the system prompt, the incident (user) message, each
+tool's output, and the model's own actions (its JSON answers). A turn's tokens are what it adds to the conversation
+before it, so the parts add up exactly to the whole (checked). It also reports the policy's success, false-positive
+and escalation rates on the suite, and can save and compare each scenario's outcome and actions, so a change to
+the tools' output can be shown not to change what a policy does.
 
-    .venv/bin/python bench/tokens.py [--suite heldout|catalog|PATH] [--label before|after]
-                                     [--save-outcomes FILE] [--compare-outcomes FILE] [--no-docs]
+    .venv/bin/python bench/tokens.py [--suite heldout|variants|catalog|PATH] [--policy runbook|expert]
+                                     [--label before|after] [--save-outcomes FILE] [--compare-outcomes FILE]
+                                     [--no-docs]
 
-The figures go into docs/benchmarks.md under a heading per label (held-out suite only).
+The runbook's figures on the held-out suite go into docs/benchmarks.md, under a heading per label.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ from agent_sre.outcome import incident_outcome  # noqa: E402
 from agent_sre.policy.llm.chat import chat_messages, chat_token_ids, install_chat_template  # noqa: E402
 from agent_sre.policy.llm.checkpoint import smollm2_gguf  # noqa: E402
 from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir  # noqa: E402
+from agent_sre.policy.base import ActionPolicy  # noqa: E402
 from agent_sre.policy.runbook import RunbookPolicy  # noqa: E402
-from agent_sre.scenarios import default_catalog, heldout_suite, load_scenarios  # noqa: E402
+from agent_sre.scenarios import default_catalog, heldout_suite, load_scenarios, variants_suite  # noqa: E402
 from agent_sre.simulator.simulator import Simulator  # noqa: E402
 from agent_sre.training.evaluate import play  # noqa: E402
 
@@ -48,7 +50,7 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADING = "## Conversation tokens, {label} (bench/tokens.py)"
-REF = PolicyRef(name="runbook", version="runbook")
+POLICIES = {name: PolicyRef(name=name, version=name) for name in ("runbook", "expert")}
 # The files whose changes move these figures: where they stand is said with each row.
 SOURCES = ["agent_sre/tools", "agent_sre/policy/conversation.py", "agent_sre/models/tools.py"]
 
@@ -99,24 +101,29 @@ def where() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--suite", default="heldout", help="heldout, catalog, or a scenario file or directory")
+    parser.add_argument("--suite", default="heldout",
+                        help="heldout, variants, catalog, or a scenario file or directory")
+    parser.add_argument("--policy", choices=sorted(POLICIES), default="runbook",
+                        help="the teacher that plays (docs/benchmarks.md gets the runbook's figures)")
     parser.add_argument("--label", default="now", help="the row's name in docs/benchmarks.md, e.g. before, after")
     parser.add_argument("--save-outcomes", type=Path, help="write each scenario's outcome and actions as JSON")
     parser.add_argument("--compare-outcomes", type=Path, help="say which scenarios' outcomes or actions differ "
                                                               "from a --save-outcomes file")
     parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args()
-    path = {"heldout": heldout_suite(), "catalog": default_catalog()}.get(args.suite, Path(args.suite))
+    path = {"heldout": heldout_suite(), "variants": variants_suite(), "catalog": default_catalog()}.get(
+        args.suite, Path(args.suite))
     scenarios = load_scenarios(path)
     tok = tokenizer()
     simulator = Simulator(speed=0)
-    policy = RunbookPolicy()
+    ref = POLICIES[args.policy]
+    policy = teacher(args.policy)
 
     episodes: list[dict[str, int]] = []
     calls: dict[str, int] = defaultdict(int)
     record: dict[str, dict[str, object]] = {}
     for scenario in scenarios:
-        t = play(policy, REF, scenario, simulator)
+        t = play(policy, ref, scenario, simulator)
         outcome = incident_outcome(t)
         episodes.append(parts(tok, t))
         for step in t.steps:
@@ -136,7 +143,7 @@ def main() -> None:
     false_positive = fmean(bool(o["false_positive"]) for o in outcomes)
     escalated = fmean(o["termination"] == "escalated" for o in outcomes)
 
-    table = Table(title=f"runbook on {args.suite}: {n} episodes, {args.label}")
+    table = Table(title=f"{args.policy} on {args.suite}: {n} episodes, {args.label}")
     for column in ("part", "tokens/episode", "share", "calls/episode", "tokens/call"):
         table.add_column(column, justify="left" if column == "part" else "right", no_wrap=True)
     rows: list[tuple[str, float, float | None]] = [
@@ -154,19 +161,27 @@ def main() -> None:
                                     enumerate(cells)) + " |")
     Console(width=120).print(table)
     longest = max(sum(e.values()) for e in episodes)
-    summary = (f"Runbook on the {args.suite} suite ({n} episodes): success {success:.1%}, false positives "
-               f"{false_positive:.1%}, escalations {escalated:.1%}; longest episode {longest:,} tokens.")
+    summary = (f"{args.policy.capitalize()} on the {args.suite} suite ({n} episodes): success {success:.1%}, "
+               f"false positives {false_positive:.1%}, escalations {escalated:.1%}; "
+               f"longest episode {longest:,} tokens.")
     print(summary)
 
     if args.save_outcomes:
         args.save_outcomes.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     if args.compare_outcomes:
         compare(json.loads(args.compare_outcomes.read_text()), record)
-    if not args.no_docs and args.suite == "heldout":
+    if not args.no_docs and args.suite == "heldout" and args.policy == "runbook":
         write_section(HEADING.format(label=args.label), (
             f"SmolLM2-135M-Instruct tokens of the runbook's conversations on the held-out suite, rendered with the "
             f"chat template as SFT trains on them (the last action's output is never read, so it is not counted). "
             f"Measured at {where()}.\n\n" + "\n".join(md) + f"\n\n{summary}\n\n" + provenance()))
+
+
+def teacher(name: str) -> ActionPolicy:
+    if name == "expert":
+        from agent_sre.policy.expert import ExpertPolicy
+        return ExpertPolicy()
+    return RunbookPolicy()
 
 
 def k_tools(episode: dict[str, int]) -> list[str]:
