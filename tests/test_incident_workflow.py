@@ -93,6 +93,22 @@ async def test_false_alarm_right_answer_is_no_write(stack: Settings, catalog) ->
     assert outcome.reward.components.get("false_positive", 0) == 0
 
 
+async def test_a_feedback_window_nobody_uses_closes_and_the_incident_is_stored(stack: Settings, catalog) -> None:
+    """The window is an offer, not a requirement: with no feedback the incident is scored and stored when it ends."""
+    client = await _client(stack)
+    incident = _injected_incident(stack, catalog["none"], feedback_window_s=2)
+    script = [ToolCall(tool="list_pods"), ToolCall(tool="finish", args={"diagnosis": "nothing is wrong",
+                                                                          "summary": "read the pods"})]
+    async with running_workers(client, stack) as settings:
+        started = await start_incident(client, incident, policy=PolicyRef(name="scripted", script=script),
+                                       settings=settings)
+        outcome: IncidentOutcome = await started.handle.result()
+    assert outcome.outcome == "resolved" and outcome.trajectory_key is not None
+    stored = [t for t in iter_trajectories(object_store(stack), stack.s3_bucket)
+              if t.workflow_id == outcome.workflow_id]
+    assert len(stored) == 1 and stored[0].feedback == []
+
+
 async def test_a_fix_that_never_rolls_out_is_escalated_not_claimed(stack: Settings, catalog) -> None:
     """A corrupted Secret survives the runbook's rollback: it waits for the rollout, sees it time out and hands
     the incident to a human. That claims no fix, so it is no false positive, and the escalation is what shows:

@@ -146,8 +146,11 @@ class IncidentRemediationWorkflow:
         if incident.limits.feedback_window_s > 0:
             self._set_phase("awaiting_feedback")
             self._feedback_open = True
-            await workflow.wait_condition(lambda: bool(self._feedback),
-                                          timeout=timedelta(seconds=incident.limits.feedback_window_s))
+            try:
+                await workflow.wait_condition(lambda: bool(self._feedback),
+                                              timeout=timedelta(seconds=incident.limits.feedback_window_s))
+            except TimeoutError:
+                pass  # nobody commented: the window closes and the incident is scored without feedback
             self._feedback_open = False
         trajectory.feedback = list(self._feedback)
         trajectory.alert_resolved = self._alert_resolved
