@@ -86,6 +86,8 @@ class Settings(BaseSettings):
     llm_endpoint: str | None = None
     llm_endpoint_api_key: str | None = None
     llm_endpoint_token_ids: bool = Field(default=False, description="ask for token ids (vLLM only)")
+    llm_endpoint_json_schema: bool = Field(default=False, description="send the action's JSON schema as "
+                                           "response_format when sampling is constrained (vLLM, SGLang)")
 
     @property
     def models_dir(self) -> Path:

@@ -103,7 +103,7 @@ def test_decide_records_token_ids_and_the_logprobs_they_were_sampled_with(tiny_m
 
 
 def test_a_random_model_answers_garbage_and_gets_an_invalid_action_with_the_reason(tiny_model_dir: Path) -> None:
-    policy, _ = local_policy(SamplingConfig(temperature=1.0, max_new_tokens=5))
+    policy, _ = local_policy(SamplingConfig(temperature=1.0, max_new_tokens=5, constrained=False))
     decision = policy.decide(ref(tiny_model_dir), opening(runbook_episode()))
     assert decision.action is None
     assert decision.invalid_reason is not None and "not valid JSON" in decision.invalid_reason
@@ -433,10 +433,12 @@ def test_the_base_gguf_converts_once_to_safetensors_with_the_same_weights(tmp_pa
     print(f"GGUF -> safetensors conversion: {converted_s:.1f} s")
 
 
-async def test_an_incident_served_by_the_llm_policy_runs_through_temporal(stack: Settings,
-                                                                          tiny_model_dir: Path) -> None:
-    """The registered `llm` policy behind the real workflow: a random model's garbage is two invalid steps (not a
-    crash), and the stored trajectory keeps each step's token ids and logprobs."""
+async def test_an_incident_served_by_the_llm_policy_runs_through_temporal(stack: Settings, tiny_model_dir: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registered `llm` policy behind the real workflow: a random model's garbage (decoded without the action
+    grammar) is two invalid steps (not a crash), and the stored trajectory keeps each step's token ids and
+    logprobs."""
+    monkeypatch.setattr(POLICIES["llm"], "_sampling", SamplingConfig(constrained=False))
     scenario = next(s for s in load_scenarios() if s.fault == "bad_image")
     env = SimulatorClient(stack.sim_url).create_env(apps=[scenario.app], seed=scenario.seed)
     faults.inject(api_client(env["server"]), scenario)

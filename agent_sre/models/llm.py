@@ -7,7 +7,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 class SamplingConfig(BaseModel):
     """Sampling for one policy call. Temperature 0 is greedy decoding. RL rollouts sample at temperature 1 with
-    top_p 1, so the recorded logprobs are the policy's own distribution."""
+    top_p 1, so the recorded logprobs are the policy's own distribution. `constrained`: decode under the action
+    grammar (`policy.llm.constraint`), so that every answer is a tool call that parses against the tool schemas
+    (or is cut off at `max_new_tokens`)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -15,3 +17,4 @@ class SamplingConfig(BaseModel):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     max_new_tokens: int = Field(default=256, ge=1, le=8192,
                                 description="a tool call is short; a longer answer is cut off and is invalid")
+    constrained: bool = Field(default=True, description="only tokens that keep the answer a valid tool call")

@@ -18,6 +18,7 @@ from agent_sre.models.llm import SamplingConfig
 from agent_sre.models.policy import ChatMessage
 from agent_sre.policy.llm.chat import chat_messages, decode_text, prompt_token_ids
 from agent_sre.policy.llm.checkpoint import LoadedModel
+from agent_sre.policy.llm.constraint import ActionConstraint, action_grammar, action_json_schema
 
 FinishReason = Literal["stop", "length", "too_long"]
 
@@ -30,8 +31,10 @@ class BackendError(RuntimeError):
 @dataclass
 class Generation:
     """One completion. `token_ids` and `logprobs` cover the sampled tokens, the end-of-turn token included when
-    the model emitted one; logprobs are under the distribution actually sampled from (after temperature/top-p).
-    `problem` says why there is no completion at all (the prompt does not fit the context)."""
+    the model emitted one; logprobs are the model's own at the sampling temperature (after top-p), not renormalised
+    over the tokens the action grammar allows when decoding is constrained: what a trainer computes for the same
+    tokens (exactly so at top-p 1). `problem` says why there is no completion at all (the prompt does not fit the
+    context)."""
 
     text: str
     token_ids: list[int] | None
@@ -110,8 +113,9 @@ class ConversationCaches:
 
 
 class TransformersBackend:
-    """Batched generation with a local model (KV cache on, left padding). One batch at a time per model: the
-    activity worker runs decisions in threads, and interleaving them on one model only thrashes the CPU."""
+    """Batched generation with a local model (KV cache on, left padding), under the action grammar when the
+    sampling config says so (`policy.llm.constraint`). One batch at a time per model: the activity worker runs
+    decisions in threads, and interleaving them on one model only thrashes the CPU."""
 
     def __init__(self, loaded: LoadedModel, cached_tokens: int = 0) -> None:
         """`cached_tokens`: how many tokens of served conversations to keep the KV cache of (0: none)."""
@@ -176,9 +180,12 @@ class TransformersBackend:
             top_p=sampling.top_p if sample else None, top_k=0 if sample else None,
             max_new_tokens=sampling.max_new_tokens, eos_token_id=stops, pad_token_id=pad, use_cache=True,
             return_dict_in_generate=True, output_scores=True)
+        constraint = ActionConstraint(action_grammar(tokenizer, stops), len(batch), sampling.temperature) \
+            if sampling.constrained else None
         with torch.inference_mode(), self.loaded.generation_attention():
             reuse = {"past_key_values": cache.kv} if cache is not None and cache.kv is not None else {}
-            out = generate(input_ids=input_ids, attention_mask=attention, generation_config=config, **reuse)
+            out = generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
+                           logits_processor=[constraint] if constraint is not None else None, **reuse)
         new = out.sequences[:, width:]
         cached = len(cache.ids) if cache is not None else 0
         if cache is not None:
@@ -187,6 +194,8 @@ class TransformersBackend:
         # scores are the processed logits each token was drawn from, so these are the sampling probabilities
         logprobs = torch.stack([step.float().log_softmax(-1).gather(1, new[:, t:t + 1]).squeeze(1)
                                 for t, step in enumerate(out.scores)], dim=1)
+        if constraint is not None:  # the model's own logprobs, not those renormalised over the grammar's tokens
+            logprobs += constraint.logprob_offsets().to(logprobs.device)
         generations = []
         for row, ids in enumerate(new.tolist()):
             end = next((t + 1 for t, token in enumerate(ids) if token in stops), None)
@@ -204,15 +213,18 @@ class OpenAIBackend:
 
     `base_url` is the API root, as in the OpenAI SDK (e.g. `http://vllm:8000/v1`); `model` is the served model name.
     OpenAI-compatible servers return per-token logprobs but not token ids; vLLM does with
-    `return_tokens_as_token_ids` (set `token_ids=True`)."""
+    `return_tokens_as_token_ids` (set `token_ids=True`). `json_schema=True` sends the action's JSON schema as the
+    `response_format` of a constrained sampling config, for servers that decode under it (vLLM, SGLang); the
+    logprobs such a server returns are those of its constrained distribution."""
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout_s: float = 120.0,
-                 token_ids: bool = False) -> None:
+                 token_ids: bool = False, json_schema: bool = False) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
         self.api_key = api_key
         self.timeout_s = timeout_s
         self.token_ids = token_ids
+        self.json_schema = json_schema
 
     def generate(self, prompts: Sequence[Sequence[ChatMessage]], sampling: SamplingConfig) -> list[Generation]:
         """Blocking; call from a thread (the activity worker's), not from a running event loop."""
@@ -231,6 +243,9 @@ class OpenAIBackend:
                                 "max_tokens": sampling.max_new_tokens, "logprobs": True, "n": 1}
         if self.token_ids:
             body["return_tokens_as_token_ids"] = True
+        if self.json_schema and sampling.constrained:
+            body["response_format"] = {"type": "json_schema",
+                                       "json_schema": {"name": "tool_call", "schema": action_json_schema()}}
         return body
 
     async def _complete(self, session: aiohttp.ClientSession, messages: Sequence[ChatMessage],

@@ -81,7 +81,8 @@ def backends_from_settings(settings: Settings, registry: VersionResolver | None 
     if settings.llm_endpoint:
         endpoint = settings.llm_endpoint
         return lambda version: OpenAIBackend(endpoint, model=version, api_key=settings.llm_endpoint_api_key,
-                                             token_ids=settings.llm_endpoint_token_ids)
+                                             token_ids=settings.llm_endpoint_token_ids,
+                                             json_schema=settings.llm_endpoint_json_schema)
     models_dir = settings.models_dir
     return LocalModels(lambda version: local_version_dir(version, models_dir, registry),
                        max_loaded=settings.llm_cache_size, device=settings.llm_device,
