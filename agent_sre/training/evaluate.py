@@ -50,9 +50,11 @@ def run_policy(policy: Policy, ref: PolicyRef, scenarios: Sequence[Scenario], *,
 
 def run_model(model_dir: Path, scenarios: Sequence[Scenario], *, version: str = "candidate",
               max_turns: int = SIMULATED_MAX_ACTIONS, max_new_tokens: int = MAX_ACTION_TOKENS, batch: int = 16,
-              device: str = "auto") -> list[EpisodeResult]:
+              device: str = "auto", constrained: bool = True,
+              on_trajectory: Callable[[Trajectory], None] | None = None) -> list[EpisodeResult]:
     """A language model on the suite with greedy decoding, many episodes per forward pass (the CPU-friendly
-    path; `run_policy` with an LLMPolicy gives the same episodes one call at a time, as serving does)."""
+    path; `run_policy` with an LLMPolicy gives the same episodes one call at a time, as serving does). Decoding is
+    under the action grammar, as served, unless `constrained` is False; `on_trajectory` sees each judged episode."""
     from agent_sre.models.llm import SamplingConfig
     from agent_sre.models.training import GRPOTrainingConfig
     from agent_sre.policy.llm.checkpoint import load_policy_model
@@ -60,7 +62,7 @@ def run_model(model_dir: Path, scenarios: Sequence[Scenario], *, version: str = 
 
     loaded = load_policy_model(model_dir, device=device)
     config = GRPOTrainingConfig(max_turns=max_turns, max_new_tokens=max_new_tokens)
-    greedy = SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens)
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens, constrained=constrained)
     simulator = Simulator(speed=0)
     results = []
     for start in range(0, len(scenarios), batch):
@@ -68,6 +70,8 @@ def run_model(model_dir: Path, scenarios: Sequence[Scenario], *, version: str = 
         for scenario, rollout in zip(chunk, run_rollouts(loaded, chunk, config, simulator, greedy, version),
                                      strict=True):
             assert rollout.trajectory is not None
+            if on_trajectory:
+                on_trajectory(rollout.trajectory)
             results.append(EpisodeResult(scenario=scenario.name, fault=scenario.fault,
                                          environment=rollout.trajectory.run_id,
                                          outcome=incident_outcome(rollout.trajectory),
