@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import sys
 import time
 from collections import defaultdict
@@ -44,7 +43,8 @@ from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir  # noqa:
 from agent_sre.policy.runbook import RunbookPolicy  # noqa: E402
 from agent_sre.scenarios import heldout_suite, load_scenarios, variants_suite  # noqa: E402
 from agent_sre.training.comparison import compare, markdown_table  # noqa: E402
-from agent_sre.training.demonstrations import Demonstrations, demonstrations, training_scenarios  # noqa: E402
+from agent_sre.training.demonstrations import (Demonstrations, demonstrations, sample_per_family,  # noqa: E402
+                                                training_scenarios)
 from agent_sre.training.evaluate import run_model, run_policy  # noqa: E402
 from agent_sre.training.sft import train_sft  # noqa: E402
 
@@ -95,15 +95,6 @@ def cached(path: Path, model: type[M], compute: Callable[[], M]) -> M:
 class Data(BaseModel):
     demonstrations: Demonstrations
     seconds: float
-
-
-def sample_per_family(scenarios: list[Scenario], per_family: int, seed: int) -> list[Scenario]:
-    """`per_family` scenarios of each fault, drawn at random (a family's hundreds of variants would drown the rest)."""
-    by_fault: dict[str, list[Scenario]] = defaultdict(list)
-    for s in scenarios:
-        by_fault[s.fault].append(s)
-    rng = random.Random(seed)
-    return [s for fault in sorted(by_fault) for s in rng.sample(by_fault[fault], min(per_family, len(by_fault[fault])))]
 
 
 def main() -> None:

@@ -141,6 +141,23 @@ def test_sft_without_expert_episodes_and_grpo_on_the_evaluation_suite_are_refuse
     assert overlap.value.non_retryable
 
 
+def test_the_expert_recipe_trains_on_the_demonstrations_the_ground_truth_verified(store: Store) -> None:
+    """`train demonstrations` stores the expert's verified episodes; `--recipe expert` is SFT that imitates them."""
+    settings, _ = store
+    stored = invoke("train", "demonstrations", "--per-family", "1")
+    assert stored.exit_code == 0, stored.output
+    assert "stored 25 verified expert demonstrations of 25 played (0 rejected)" in stored.output
+    recipe = train_cli.build_request("sft", BASE, 1, "cpu", "recipe", None, ["expert"], None, None, 1, "", "test",
+                           resolved_only=True)
+    assert recipe.sft is not None and recipe.sft.expert_policies == ["expert"]
+    assert recipe.data.trajectories.policies == ["expert"] and recipe.data.trajectories.resolved_only
+    write_trajectory(object_store(settings), settings.s3_bucket, runbook_episode("oom", run_id="not-the-teacher"))
+    manifest = collect(recipe)
+    assert manifest.episodes == 25 and manifest.expert_episodes == 25  # the runbook's episode is not read
+    refused = invoke("train", "--recipe", "runbook")
+    assert refused.exit_code != 0 and "--recipe takes expert" in refused.output
+
+
 def test_an_unknown_or_rule_based_base_is_refused_before_any_data_is_read_or_any_cycle_started(store: Store) -> None:
     settings, registry = store
     registry.register("rules-v1", policy="runbook", by="test", reason="a rule-based version")

@@ -2,6 +2,7 @@
 `agent-sre eval`: a version (results stored with it) or a model directory on an evaluation suite, here and now.
 
     agent-sre train --algorithm sft --base base --steps 30 --wait
+    agent-sre train demonstrations --per-family 40 && agent-sre train --recipe expert --wait
     agent-sre train status training-sft-base-20260314-092653
     agent-sre train stop training-sft-base-20260314-092653 --reason "wrong data"
     agent-sre eval --version sft-base-20260314-092653 --limit 10
@@ -25,6 +26,7 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from minio.error import S3Error
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent_sre.cli.episodes import outcome_table
@@ -46,6 +48,7 @@ FOLLOW_EVERY_S = 2.0
 # polling through such failures for this long before it gives up. The cycle itself is durable either way.
 FOLLOW_PATIENCE_S = 120.0
 TRANSIENT = {RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE}
+RECIPES = ("expert",)  # a recipe names the teacher whose verified demonstrations SFT imitates
 
 
 
@@ -55,15 +58,18 @@ def _run(action: Callable[[Client, Settings], Awaitable[None]], not_found: str =
 
 def build_request(algorithm: str, base: str, steps: int | None, compute: str, version: str | None,
                   since: date | None, policies: list[str], scenarios: str | None, suite: str | None,
-                  limit: int | None, reason: str, by: str) -> TrainingRequest:
+                  limit: int | None, reason: str, by: str, resolved_only: bool = False) -> TrainingRequest:
     """The training.request.v1 the options describe; the version name defaults to algorithm, base and time."""
     stages = [s for s in algorithm.split("+") if s in get_args(TrainingStage)]  # an unknown one: the request says
-    configs = {stage: {"max_steps": steps} for stage in stages} if steps else {}
+    configs: dict[str, dict[str, object]] = {stage: {"max_steps": steps} for stage in stages} if steps else {}
+    if "sft" in stages and policies:  # SFT imitates the policies it was pointed at, not only the runbook
+        configs.setdefault("sft", {})["expert_policies"] = policies
     name = version or f"{algorithm.replace('+', '-')}-{base}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     return TrainingRequest.model_validate({
         "algorithm": algorithm, "base": base, "version": name, "compute": compute, "requested_by": by,
         "reason": reason, **configs,
-        "data": {"trajectories": {"since": since, "policies": policies}, "simulated": {"scenarios": scenarios}},
+        "data": {"trajectories": {"since": since, "policies": policies, "resolved_only": resolved_only},
+                 "simulated": {"scenarios": scenarios}},
         "evaluation": {"suite": suite, "limit": limit}})
 
 
@@ -75,6 +81,8 @@ def _errors(exc: ValidationError) -> str:
 def start(
     ctx: typer.Context,
     algorithm: str = typer.Option(None, "--algorithm", help="sft | grpo | sft+grpo | offpolicy | offpolicy+grpo"),
+    recipe: str = typer.Option(None, "--recipe", help="expert: SFT on the expert's stored demonstrations (store "
+                                                      "them first: agent-sre train demonstrations)"),
     base: str = typer.Option(None, "--base", help="the version to train from: a registered model or 'base'"),
     steps: int = typer.Option(None, "--steps", min=1, help="training steps of each stage (default: the configs')"),
     compute: str = typer.Option("cpu", "--compute", help="cpu | gpu1 | multigpu-fsdp | multigpu-deepspeed"),
@@ -94,7 +102,13 @@ def start(
     if ctx.invoked_subcommand is not None:
         return
     try:
-        if request_file is not None:
+        if recipe is not None and (recipe not in RECIPES or algorithm or policy or request_file):
+            _fail(f"--recipe takes {', '.join(RECIPES)} and replaces --algorithm, --policy and --request")
+        if recipe is not None:
+            request = build_request("sft", base or "base", steps, compute, version, since.date() if since else None,
+                                    [recipe], scenarios, suite, limit, reason or f"the {recipe} recipe",
+                                    by or getpass.getuser(), resolved_only=True)
+        elif request_file is not None:
             request = TrainingRequest.model_validate_json(request_file.read_text())
         elif algorithm is None or base is None:
             _fail("--algorithm and --base are required (or --request FILE); see `agent-sre train --help`")
@@ -169,6 +183,33 @@ async def show_final(handle) -> None:  # noqa: ANN001 - WorkflowHandle[Any, Trai
     except WorkflowFailureError as exc:
         cause = exc.cause
         _fail(f"the training cycle failed: {getattr(cause, 'message', None) or cause}")
+
+
+@app.command("demonstrations")
+def store_demonstrations(
+    per_family: int = typer.Option(40, "--per-family", min=1, help="training scenarios played per fault family"),
+    seed: int = typer.Option(0, "--seed", help="which scenarios are drawn"),
+) -> None:
+    """Play the expert on training scenarios (none in an evaluation suite) and store the episodes the ground truth
+    verifies in the trajectory store, where `agent-sre train --recipe expert` learns from them."""
+    from agent_sre.storage import object_store
+    from agent_sre.training.demonstrations import demonstrations, sample_per_family, training_scenarios
+    from agent_sre.trajectory_store import write_trajectory
+
+    settings = get_settings()
+    chosen = sample_per_family(training_scenarios(), per_family, seed)
+    with console.status(f"playing the expert on {len(chosen)} training scenarios…") as shown:
+        played = demonstrations(chosen, on_done=lambda n: shown.update(f"expert: {n}/{len(chosen)} scenarios"))
+    client = object_store(settings)
+    try:
+        for t in played.trajectories:
+            write_trajectory(client, settings.s3_bucket, t)
+    except (S3Error, OSError) as exc:
+        _fail(f"cannot store the demonstrations in {settings.s3_endpoint}/{settings.s3_bucket}: {exc} "
+              "(is `agent-sre dev up` running?)")
+    console.print(f"stored {len(played.trajectories)} verified expert demonstrations of {played.played} played "
+                  f"({len(played.rejected)} rejected{': ' + ', '.join(played.rejected[:5]) if played.rejected else ''})"
+                  f" in s3://{settings.s3_bucket}; train on them: agent-sre train --recipe expert --wait")
 
 
 @app.command("status")

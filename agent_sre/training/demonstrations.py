@@ -11,6 +11,8 @@ the expert wrote to is the scenario's root cause (for a false alarm: nothing wri
 from __future__ import annotations
 
 import json
+import random
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -66,6 +68,15 @@ def training_scenarios(seeds: Sequence[int] = TRAINING_SEEDS, catalog: Path | No
                         if identity(scenario) not in held and identity(scenario, True) not in out:
                             out[identity(scenario, True)] = scenario
     return sorted(out.values(), key=lambda s: s.name)
+
+
+def sample_per_family(scenarios: Sequence[Scenario], per_family: int, seed: int = 0) -> list[Scenario]:
+    """`per_family` scenarios of each fault, drawn at random (a family's hundreds of variants would drown the rest)."""
+    by_fault: dict[str, list[Scenario]] = defaultdict(list)
+    for s in scenarios:
+        by_fault[s.fault].append(s)
+    rng = random.Random(seed)
+    return [s for fault in sorted(by_fault) for s in rng.sample(by_fault[fault], min(per_family, len(by_fault[fault])))]
 
 
 def _slug(params: dict[str, object]) -> str:
