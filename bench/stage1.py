@@ -4,9 +4,11 @@
                    target × value × fresh seed, none in an evaluation suite), --per-family of each fault drawn
                    at random, kept only when the ground truth agrees (privileged verification)
     2. SFT         TRL SFTTrainer from the converted SmolLM2-135M-Instruct, one model per --seeds value
-    3. evaluation  held-out (46) and variants (64) for the runbook, the expert and every SFT seed: greedy decoding, the
+    3. DAgger      optional (--dagger-per-family): each SFT student plays other training scenarios, the expert labels
+                   every state it reached, and the student trains on the labels (`training/dagger.py`)
+    4. evaluation  held-out (46) and variants (64) for the runbook, the expert and every model: greedy decoding, the
                    same turn and token limits; Wilson 95 % intervals and McNemar's exact test against the runbook and
-                   the first SFT seed (`training/comparison.py`)
+                   every SFT seed (`training/comparison.py`)
 
 Every stage's result is cached under --out (a rerun reuses finished stages). The table and the command go to the
 `## Stage-1 expert recipe (bench/stage1.py)` section of docs/benchmarks.md and the machine-readable results
@@ -43,6 +45,7 @@ from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir  # noqa:
 from agent_sre.policy.runbook import RunbookPolicy  # noqa: E402
 from agent_sre.scenarios import heldout_suite, load_scenarios, variants_suite  # noqa: E402
 from agent_sre.training.comparison import compare, markdown_table  # noqa: E402
+from agent_sre.training.dagger import labelled_states, student_states, train_on_labels  # noqa: E402
 from agent_sre.training.demonstrations import (Demonstrations, demonstrations, sample_per_family,  # noqa: E402
                                                 training_scenarios)
 from agent_sre.training.evaluate import run_model, run_policy  # noqa: E402
@@ -70,7 +73,7 @@ class Stage1(BaseModel):
     played: int
     rejected: list[str]
     data_seconds: float
-    sft: dict[str, SFTResult]
+    sft: dict[str, SFTResult]  # every trained model: SFT per seed, and its DAgger round when there is one
     evaluation_seconds: dict[str, float]
     comparison: EvaluationComparison
 
@@ -104,6 +107,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1, help="conversations per optimizer step")
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="one SFT model per seed (data order)")
+    parser.add_argument("--dagger-per-family", type=int, default=0,
+                        help="a DAgger round after each SFT model: the student plays this many other training "
+                             "scenarios per family, the expert labels every state it reached, and it trains on them")
+    parser.add_argument("--dagger-epochs", type=float, default=1.0, help="passes over the labelled states")
     parser.add_argument("--precision", choices=get_args(Precision), default="auto",
                         help="SFT arithmetic (auto: fp32 on a CPU, bf16 on a GPU that has it)")
     parser.add_argument("--device", default="auto", help="where SFT and the evaluations run: auto, cpu, cuda, ...")
@@ -140,12 +147,19 @@ def main() -> None:
                       warmup_steps=max(1, steps // 20), batch_size=args.batch, max_length=4096,
                       device=args.device, precision=args.precision, seed=seed, logging_steps=10)))
 
+    trained = dict(sft)
+    if args.dagger_per_family:
+        for name, result in sft.items():
+            seed = int(name.removeprefix("sft-s"))
+            trained[f"dagger-s{seed}"] = cached(out / f"dagger-s{seed}.json", SFTResult,
+                                                lambda r=result, seed=seed: dagger_round(args, r, seed, out))  # type: ignore[misc]
+
     suites = {"heldout": heldout_suite(), "variants": variants_suite()}
     runbook, expert = PolicyRef(name="runbook", version="runbook"), PolicyRef(name="expert", version="expert")
     players: dict[str, Callable[[list[Scenario]], list[EpisodeResult]]] = {
         "runbook": lambda suite: run_policy(RunbookPolicy(), runbook, suite),
         "expert": lambda suite: run_policy(ExpertPolicy(), expert, suite)}
-    for name, result in sft.items():
+    for name, result in trained.items():
         players[name] = lambda suite, d=Path(result.output_dir), v=name: run_model(  # type: ignore[misc]
             d, suite, version=v, max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
             batch=args.eval_batch, device=args.device)
@@ -160,14 +174,14 @@ def main() -> None:
                             lambda play=play, suite=suite: _timed(play, suite))  # type: ignore[misc]
             results[policy][suite_name] = played.results
             seconds[f"{policy}/{suite_name}"] = played.seconds
-    references = ["runbook", *list(sft)[:1]]
+    references = ["runbook", *sft]  # a DAgger model is tested against its own SFT model, among the others
     comparison = compare(results, references=references)
     table = markdown_table(comparison)
     print(table)
-    devices = sorted({r.device or "not recorded" for r in sft.values()})
+    devices = sorted({r.device or "not recorded" for r in trained.values()})
     stage1 = Stage1(command=provenance().splitlines()[0], device=", ".join(devices), per_family=args.per_family,
                     demonstrations=len(demos.trajectories), played=demos.played, rejected=demos.rejected,
-                    data_seconds=data.seconds, sft=sft, evaluation_seconds=seconds, comparison=comparison)
+                    data_seconds=data.seconds, sft=trained, evaluation_seconds=seconds, comparison=comparison)
     if args.no_docs:
         return
     gpu = [d for d in devices if d != "cpu"]
@@ -179,7 +193,7 @@ def main() -> None:
     sft_rows = "\n".join(f"| {name} | {r.device} | {'bf16' if r.bf16 else 'fp32'} | {r.examples} | {r.steps} | "
                          f"{r.train_tokens:,} | {r.train_runtime_s / 60:.1f} min | "
                          f"{r.train_tokens / r.train_runtime_s:.0f} | {r.losses[0]:.3f} → {r.losses[-1]:.3f} |"
-                         for name, r in sft.items())
+                         for name, r in trained.items())
     eval_times = ", ".join(f"{k} {v / 60:.1f} min" for k, v in seconds.items())
     write_section(heading, f"""{provenance()}{origin}
 Data: the expert on {demos.played} training scenarios ({args.per_family} per fault family, drawn from
@@ -197,6 +211,22 @@ test on the same scenarios against the named policy. Results file: `docs/benchma
 
 Evaluation wall time: {eval_times}.
 """)
+
+
+def dagger_round(args: argparse.Namespace, sft: SFTResult, seed: int, out: Path) -> SFTResult:
+    """The SFT student's own episodes on training scenarios it was not trained on (another draw), every state it
+    reached labelled by the expert, and the student fine-tuned on those labels (training/dagger.py)."""
+    visits = sample_per_family(training_scenarios(), args.dagger_per_family, seed=100 + seed)
+    played, resolved = student_states(Path(sft.output_dir), visits, device=args.device, batch=args.eval_batch,
+                                      max_turns=args.max_turns, max_new_tokens=args.max_new_tokens)
+    examples = labelled_states(played)
+    steps = max(1, round(args.dagger_epochs * len(examples) / args.batch))
+    print(f"  dagger-s{seed}: the student resolved {resolved:.0%} of {len(visits)} training scenarios; "
+          f"{len(examples)} labelled states, {steps} steps", flush=True)
+    return train_on_labels(Path(sft.output_dir), examples, out / f"dagger-s{seed}-model",
+                           SFTConfig(max_steps=steps, learning_rate=args.lr / 2, lr_scheduler="cosine",
+                                     warmup_steps=max(1, steps // 20), batch_size=args.batch, max_length=4096,
+                                     device=args.device, precision=args.precision, seed=seed, logging_steps=10))
 
 
 def _timed(play: Callable[[list[Scenario]], list[EpisodeResult]], suite: list[Scenario]) -> Played:
