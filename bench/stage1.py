@@ -46,8 +46,8 @@ from agent_sre.policy.runbook import RunbookPolicy  # noqa: E402
 from agent_sre.scenarios import heldout_suite, load_scenarios, variants_suite  # noqa: E402
 from agent_sre.training.comparison import compare, markdown_table  # noqa: E402
 from agent_sre.training.dagger import labelled_states, student_states, train_on_labels  # noqa: E402
-from agent_sre.training.demonstrations import (Demonstrations, demonstrations, sample_per_family,  # noqa: E402
-                                                training_scenarios)
+from agent_sre.training.demonstrations import (TRAINING_SEEDS, Demonstrations, demonstrations,  # noqa: E402
+                                                sample_per_family, training_scenarios)
 from agent_sre.training.evaluate import run_model, run_policy  # noqa: E402
 from agent_sre.training.sft import train_sft  # noqa: E402
 
@@ -103,6 +103,9 @@ class Data(BaseModel):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-family", type=int, default=6, help="expert demonstrations per fault family")
+    parser.add_argument("--training-seeds", type=int, default=len(TRAINING_SEEDS),
+                        help="seeds of each training scenario to draw from: more give the small families (cordoned "
+                             "nodes, false alarms) more distinct scenarios")
     parser.add_argument("--epochs", type=float, default=2.0, help="passes over the demonstrations")
     parser.add_argument("--batch", type=int, default=1, help="conversations per optimizer step")
     parser.add_argument("--lr", type=float, default=1e-4)
@@ -129,10 +132,12 @@ def main() -> None:
 
     def play_expert() -> Data:
         began = time.perf_counter()
-        chosen = sample_per_family(training_scenarios(), args.per_family, seed=0)
+        pool = training_scenarios(seeds=range(TRAINING_SEEDS[0], TRAINING_SEEDS[0] + args.training_seeds))
+        chosen = sample_per_family(pool, args.per_family, seed=0)
         return Data(demonstrations=demonstrations(chosen), seconds=time.perf_counter() - began)
 
-    data = cached(out / f"data-{args.per_family}.json", Data, play_expert)
+    more = "" if args.training_seeds == len(TRAINING_SEEDS) else f"-t{args.training_seeds}"
+    data = cached(out / f"data-{args.per_family}{more}.json", Data, play_expert)
     demos = data.demonstrations
     print(f"  {len(demos.trajectories)} of {demos.played} verified; rejected: {demos.rejected or 'none'}", flush=True)
 
