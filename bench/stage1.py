@@ -20,7 +20,6 @@ Every stage's result is cached under --out (a rerun reuses finished stages). The
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time

@@ -24,7 +24,7 @@ from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.tools import TOOL_SPECS, ToolCall
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.policy.base import ActionPolicy
-from agent_sre.policy.runbook import CHAOS_KIND_CASE, CHAOS_ROW, POD_ROW, ROLLED_OUT, deployment_of
+from agent_sre.policy.runbook import CHAOS_KIND_CASE, CHAOS_ROW, ROLLED_OUT, deployment_of
 
 MAX_ERROR_CHARS = 80  # of a failed fix's error, quoted in the escalation
 RECENT = re.compile(r"\((?:\d+s|\d+m\d*s?|\d+m)\s+ago\)")  # a restart minutes ago, not the benign one of yesterday
@@ -142,6 +142,19 @@ def _blame(logs: str, dependencies: set[str]) -> Counter[str]:
     return counts
 
 
+def _scaled_to_nothing(deployment: str) -> bool:
+    """`describe deployment` says it wants 0 replicas."""
+    replicas = REPLICAS.search(deployment)
+    return replicas is not None and replicas["desired"] == "0"
+
+
+def _last_change(history: str) -> str | None:
+    """What the current revision changed in the pod template (`rollout_history`), or None when it changed nothing
+    there (a restart, or a change of config the template only points to)."""
+    change = TEMPLATE_CHANGED.search(history)
+    return change["change"] if change and change["change"] != "no template change" else None
+
+
 def _rollout_check(deployment: str) -> ToolCall:
     return ToolCall(tool="rollout_status", args={"deployment": deployment})
 
@@ -209,7 +222,7 @@ class ExpertPolicy(ActionPolicy):
         """A service that misbehaves: its own pods first, then what it depends on."""
         deployment = r.read("describe", kind="deployment", name=name)
         own = [p for p in pods if p.deployment == name and p.status != "Completed"]
-        if REPLICAS.search(deployment) and REPLICAS.search(deployment)["desired"] == "0":  # type: ignore[index]
+        if _scaled_to_nothing(deployment):
             return self._scaled_to_zero(name, events)
         refused = next((m for m in QUOTA_EXCEEDED.finditer(events)
                         if f"replicaset/{name}-" in events[events.rfind("\n", 0, m.start()):m.start()]), None)
@@ -243,14 +256,12 @@ class ExpertPolicy(ActionPolicy):
             if remedy := self._config_error(r, name, logs, deployment):
                 return remedy
         described = r.read("describe", kind="pod", name=pod.name)
-        history = r.read("rollout_history", deployment=name)
-        change = TEMPLATE_CHANGED.search(history)
-        changed = change is not None and change["change"] != "no template change"
+        change = _last_change(r.read("rollout_history", deployment=name))
         oom = "OOMKilled" in described or pod.status == "OOMKilled"
-        if oom and changed and "resources" in change["change"]:  # type: ignore[index]
+        if oom and change and "resources" in change:
             return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),
                           f"containers of deployment {name} are OOMKilled since its last change lowered their "
-                          f"resources ({change['change'][:60]})", _rollout_check(name))  # type: ignore[index]
+                          f"resources ({change[:60]})", _rollout_check(name))
         if oom:
             limit = MEMORY_LIMIT.search(described)
             seen = int(limit["value"]) * {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}[limit["unit"]] if limit else 128
@@ -261,10 +272,10 @@ class ExpertPolicy(ActionPolicy):
                 f"containers of deployment {name} are OOMKilled at their memory limit"
                 + (f" of {limit['value']}{limit['unit']}" if limit else ""), _rollout_check(name))
         symptom = pod.status if pod.status != "Running" else "its pods never become ready"
-        if changed:
+        if change:
             return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),
-                          f"the last change to deployment {name} ({change['change'][:60]}) broke it: "  # type: ignore[index]
-                          f"{symptom}", _rollout_check(name))
+                          f"the last change to deployment {name} ({change[:60]}) broke it: {symptom}",
+                          _rollout_check(name))
         return Remedy((ToolCall(tool="rollout_restart", args={"deployment": name}),),
                       f"pod {pod.name} of deployment {name} is {symptom} with no change to its template",
                       _rollout_check(name))
@@ -290,12 +301,10 @@ class ExpertPolicy(ActionPolicy):
                 return Remedy((ToolCall(tool="remove_scheduling_constraints", args={"deployment": name}),),
                               f"no node carries the labels deployment {name} asks for "
                               f"({', '.join(sorted(wanted)) or 'its affinity'})", _rollout_check(name))
-        history = r.read("rollout_history", deployment=name)
-        change = TEMPLATE_CHANGED.search(history)
-        if change and change["change"] != "no template change":
+        if change := _last_change(r.read("rollout_history", deployment=name)):
             return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),
                           f"pods of deployment {name} cannot be scheduled since its last change "
-                          f"({change['change'][:60]}): {why[:80]}", _rollout_check(name))
+                          f"({change[:60]}): {why[:80]}", _rollout_check(name))
         return Remedy((ToolCall(tool="rollout_restart", args={"deployment": name}),),
                       f"pods of deployment {name} are Pending: {why[:80]}", _rollout_check(name))
 
@@ -364,7 +373,7 @@ class ExpertPolicy(ActionPolicy):
                    and (ERROR_LINE.search(line) or HARD_FAILURE.search(line))]
         timeouts = sum(bool(TIMEOUT.search(line)) for line in failing) * 2 > len(failing)
         theirs = r.read("describe", kind="deployment", name=upstream)
-        if REPLICAS.search(theirs) and REPLICAS.search(theirs)["desired"] == "0":  # type: ignore[index]
+        if _scaled_to_nothing(theirs):
             return self._scaled_to_zero(upstream, events)
         sick = [p for p in pods if p.deployment == upstream and p.sick]
         if sick:
