@@ -31,10 +31,10 @@ class BackendError(RuntimeError):
 @dataclass
 class Generation:
     """One completion. `token_ids` and `logprobs` cover the sampled tokens, the end-of-turn token included when
-    the model emitted one; logprobs are the model's own at the sampling temperature (after top-p), not renormalised
-    over the tokens the action grammar allows when decoding is constrained: what a trainer computes for the same
-    tokens (exactly so at top-p 1). `problem` says why there is no completion at all (the prompt does not fit the
-    context)."""
+    the model emitted one. Their logprobs: unconstrained, under the distribution actually sampled from (after
+    temperature/top-p); constrained, the model's own at the sampling temperature, not renormalised over the tokens
+    the action grammar allows (nor by top-p): what the trainers compute for the same tokens. `problem` says why
+    there is no completion at all (the prompt does not fit the context)."""
 
     text: str
     token_ids: list[int] | None
@@ -175,13 +175,14 @@ class TransformersBackend:
                                  device=self.loaded.device)
         sample = sampling.temperature > 0
         stops = self.loaded.stop_token_ids
+        # Constrained, the logprobs are the model's own at the temperature: from the logits before the grammar's
+        # mask (what the trainers compute for the same tokens), not from the scores renormalised over its tokens.
+        constraint = ActionConstraint(action_grammar(tokenizer, stops), len(batch)) if sampling.constrained else None
         config = GenerationConfig(
             do_sample=sample, temperature=sampling.temperature if sample else None,
             top_p=sampling.top_p if sample else None, top_k=0 if sample else None,
             max_new_tokens=sampling.max_new_tokens, eos_token_id=stops, pad_token_id=pad, use_cache=True,
-            return_dict_in_generate=True, output_scores=True)
-        constraint = ActionConstraint(action_grammar(tokenizer, stops), len(batch), sampling.temperature) \
-            if sampling.constrained else None
+            return_dict_in_generate=True, output_scores=constraint is None, output_logits=constraint is not None)
         with torch.inference_mode(), self.loaded.generation_attention():
             reuse = {"past_key_values": cache.kv} if cache is not None and cache.kv is not None else {}
             out = generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
@@ -191,11 +192,12 @@ class TransformersBackend:
         if cache is not None:
             cache.kv = out.past_key_values
             cache.ids = out.sequences[0, :cache.kv.get_seq_length()].tolist()
-        # scores are the processed logits each token was drawn from, so these are the sampling probabilities
+        if constraint is None:  # scores are the processed logits each token was drawn from: sampling probabilities
+            steps = out.scores
+        else:  # the raw logits at the sampling temperature (greedy: as they are)
+            steps = tuple(step / sampling.temperature for step in out.logits) if sample else out.logits
         logprobs = torch.stack([step.float().log_softmax(-1).gather(1, new[:, t:t + 1]).squeeze(1)
-                                for t, step in enumerate(out.scores)], dim=1)
-        if constraint is not None:  # the model's own logprobs, not those renormalised over the grammar's tokens
-            logprobs += constraint.logprob_offsets().to(logprobs.device)
+                                for t, step in enumerate(steps)], dim=1)
         generations = []
         for row, ids in enumerate(new.tolist()):
             end = next((t + 1 for t, token in enumerate(ids) if token in stops), None)

@@ -13,8 +13,9 @@ an object's keys in the order of its schema's properties (the argument model's f
 them). So the model is held to the very text SFT trains it on and cannot spend its token budget on whitespace.
 
 The transformers backend applies it to every generation, serving and training rollouts alike (`SamplingConfig.
-constrained`, on by default); an OpenAI-compatible server that takes a JSON schema as `response_format` (vLLM,
-SGLang) can be sent the same schema, whose "x-guidance" options give llguidance there the same form.
+constrained`, on by default), and records the logprobs of the model itself (before the mask), which is what the
+trainers score; an OpenAI-compatible server that takes a JSON schema as `response_format` (vLLM, SGLang) can be
+sent the same schema, whose "x-guidance" options give llguidance there the same form.
 
 torch and llguidance are imported where they are used: importing the policy must not load them.
 """
@@ -35,7 +36,7 @@ from agent_sre.models.tools import TOOL_SPECS
 
 if TYPE_CHECKING:
     import torch
-    from llguidance import LLExecutor, LLMatcher, LLTokenizer
+    from llguidance import LLMatcher, LLTokenizer
     from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
@@ -116,60 +117,51 @@ def action_grammar(tokenizer: PreTrainedTokenizerBase, stop_token_ids: Sequence[
         return compiled[key]
 
 
-_executor: LLExecutor | None = None
-
-
-def _parallel() -> LLExecutor:
-    global _executor
-    if _executor is None:
-        from llguidance import LLExecutor
-
-        _executor = LLExecutor()
-    return _executor
-
-
 class ActionConstraint:
     """A transformers logits processor (`generate(logits_processor=[...])`) holding a batch of answers to the
-    action grammar. A row is let go once it has sampled an end-of-turn token (transformers pads it from then on).
+    action grammar: the tokens it does not allow get -inf, before temperature and top-p. A row is let go once it
+    has sampled an end-of-turn token (transformers pads it from then on). Out of place: `generate` keeps the logits
+    it passed in (`output_logits`), from which the backend takes the model's own logprobs."""
 
-    It also records, per step and row, the log of the probability that the model at `temperature` gives the
-    tokens the grammar allows (`log_allowed_mass`). Sampling renormalises over those tokens, so a sampled token's
-    logprob under the model itself is its logprob under the masked distribution plus that mass: the backend
-    records the model's own (what the trainers compute for the same tokens; exact at top-p 1)."""
-
-    def __init__(self, grammar: ActionGrammar, rows: int, temperature: float) -> None:
+    def __init__(self, grammar: ActionGrammar, rows: int) -> None:
         import torch
 
         self.grammar = grammar
         self.matchers = [grammar.matcher() for _ in range(rows)]
         self.free = [False] * rows  # ended, or (never expected) a matcher failed: no mask
-        self.temperature = temperature if temperature > 0 else 1.0  # greedy: the scores are the raw logits
         self.bitmask = torch.full((rows, (grammar.vocab_size + 31) // 32), -1, dtype=torch.int32)
-        self.log_allowed_mass: list[torch.Tensor] = []
+        self._bias: torch.Tensor | None = None  # (256, 8): a mask byte's 8 tokens as 0 or -inf, on the logits' device
         self._started = False
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         import torch
-        from llguidance.torch import fill_next_token_bitmask_par
+        from llguidance.torch import fill_next_token_bitmask
 
         if self._started:  # each call after the first follows one sampled token per row
             self._consume(input_ids[:, -1].tolist())
         self._started = True
-        held = [(m, row) for row, m in enumerate(self.matchers) if not self.free[row]]
         self.bitmask.fill_(-1)
-        if held:
-            fill_next_token_bitmask_par(_parallel(), held, self.bitmask)
-        allowed = _unpack(self.bitmask.to(scores.device), scores.shape[-1])
-        stuck = ~allowed.any(-1)
-        if bool(stuck.any()):  # never expected: a matcher that allows nothing, not even the end of the turn
-            log.warning("the action grammar allows no token; that answer goes on unconstrained")
-            allowed[stuck] = True
-            for row in stuck.nonzero().flatten().tolist():
+        for row, matcher in enumerate(self.matchers):
+            if self.free[row]:
+                continue
+            # one row at a time: tens of microseconds each here, less than llguidance's thread pool takes to
+            # hand out a batch (which also competes with torch's threads for the cores)
+            fill_next_token_bitmask(matcher, self.bitmask, row)
+            if not bool(self.bitmask[row].any()):  # never expected: a matcher that allows nothing, not even the end
+                log.warning("the action grammar allows no token; that answer goes on unconstrained")
                 self.free[row] = True
-        scaled = scores.float() / self.temperature
-        self.log_allowed_mass.append(
-            (scaled.masked_fill(~allowed, float("-inf")).logsumexp(-1) - scaled.logsumexp(-1)).cpu())
-        return scores.masked_fill(~allowed, float("-inf"))
+                self.bitmask[row] = -1
+        if self._bias is None or self._bias.device != scores.device:
+            bits = (torch.arange(256).unsqueeze(-1) >> torch.arange(8)) & 1  # a byte's bits, the lowest first
+            self._bias = torch.where(bits.bool(), 0.0, float("-inf")).to(scores.device)
+        # 0 for an allowed token, -inf for the others: one lookup per byte of the mask, then one addition (on a CPU
+        # several times faster than unpacking the bits by shifts and masking the logits with booleans)
+        rows, width = scores.shape
+        bytes_ = self.bitmask.view(torch.uint8).flatten().to(scores.device, torch.long)
+        bias = self._bias.index_select(0, bytes_).view(rows, -1)
+        if bias.shape[1] < width:  # a model whose embedding is padded beyond the tokenizer: not those tokens
+            bias = torch.cat([bias, bias.new_full((rows, width - bias.shape[1]), float("-inf"))], dim=1)
+        return scores + bias[:, :width]
 
     def _consume(self, tokens: list[int]) -> None:
         for row, token in enumerate(tokens):
@@ -178,24 +170,7 @@ class ActionConstraint:
             if token in self.grammar.stop_token_ids:
                 self.free[row] = True
             elif not self.matchers[row].consume_token(token):
+                error = self.matchers[row].get_error().split("\n", 1)[0]
                 log.warning("the action grammar rejected a sampled token; the rest of the answer is unconstrained: "
-                            "%s", self.matchers[row].get_error())
+                            "%s", error)
                 self.free[row] = True
-
-    def logprob_offsets(self) -> torch.Tensor:
-        """(rows, steps): what to add to the masked distribution's logprobs to get the model's own."""
-        import torch
-
-        return torch.stack(self.log_allowed_mass, dim=1)
-
-
-def _unpack(bitmask: torch.Tensor, width: int) -> torch.Tensor:
-    """(rows, words) int32 bitmask, one bit per token, to (rows, width) booleans; tokens past the grammar's vocabulary
-    (a model whose embedding is padded beyond the tokenizer) are not allowed."""
-    import torch
-
-    shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
-    bits = ((bitmask.unsqueeze(-1) >> shifts) & 1).bool().flatten(1)
-    if bits.shape[1] >= width:
-        return bits[:, :width]
-    return torch.cat([bits, bits.new_zeros((bits.shape[0], width - bits.shape[1]))], dim=1)
