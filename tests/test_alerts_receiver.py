@@ -6,6 +6,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -334,15 +335,18 @@ async def test_alerts_serve_command(temporal_server: Settings, tmp_path: Path) -
                              "--token", TOKEN], stdout=log.open("wb"), stderr=subprocess.STDOUT)
     try:
         async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http:
-            for _ in range(100):
+            # Readiness, not a guess: importing the CLI alone takes seconds on a busy machine, so wait for the
+            # health check for up to two minutes, failing at once if the process has already died.
+            deadline = time.monotonic() + 120
+            while True:
                 try:
                     async with http.get("/healthz") as resp:
                         assert resp.status == 200
                         break
                 except aiohttp.ClientConnectionError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        pytest.fail(f"the receiver did not come up:\n{log.read_text()}")
                     await asyncio.sleep(0.1)
-            else:
-                pytest.fail(f"the receiver did not come up:\n{log.read_text()}")
             async with http.post("/alerts", json=webhook(alert()), headers={"Authorization": "Bearer no"}) as resp:
                 assert resp.status == 401
             async with http.post("/alerts", data=b"[]", headers={"Authorization": f"Bearer {TOKEN}"}) as resp:
