@@ -18,8 +18,11 @@ The figures go to the `## Constrained decoding (bench/constrained.py)` section o
 from __future__ import annotations
 
 import argparse
+import re
+import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -62,6 +65,7 @@ class Actions(BaseModel):
     actions: int
     invalid: int
     cut_off: int  # of the invalid: the answer ran into the token limit
+    cut_in: dict[str, int]  # the key whose value each cut-off answer was writing ("–": not inside one)
     success_rate: float
     seconds: float
 
@@ -77,7 +81,14 @@ def count(label: str, trajectories: Sequence[Trajectory], results: Sequence[Epis
     cut = [s for s in invalid if len(s.decision.completion_token_ids or []) >= max_new_tokens]
     overall = summarize(list(results))[-1]  # the `all` row
     return Actions(label=label, episodes=len(trajectories), actions=len(steps), invalid=len(invalid),
-                   cut_off=len(cut), success_rate=overall.success_rate, seconds=seconds)
+                   cut_off=len(cut), cut_in=Counter(writing(s.decision.completion) for s in cut),
+                   success_rate=overall.success_rate, seconds=seconds)
+
+
+def writing(completion: str) -> str:
+    """The key of the JSON value a cut-off answer ends inside (a string it kept writing, as a rule)."""
+    keys = re.findall(r'"([A-Za-z_]+)": "?', completion)
+    return keys[-1] if keys and completion.startswith("{") else "–"
 
 
 def greedy_heldout(model_dir: Path, suite: list[Scenario], args: argparse.Namespace, constrained: bool) -> Actions:
@@ -102,12 +113,15 @@ def sampled_heldout(loaded: LoadedModel, suite: list[Scenario], args: argparse.N
 
 
 class Speed(BaseModel):
+    """One layout and mode, the median of its repeats."""
+
     layout: str
     mode: str
-    tokens: int
+    tokens: int  # the answers' tokens
+    steps: int  # forward passes that produced a token (a batch's: as many as its longest answer), over the calls
+    calls: int
     seconds: float
-    prompt_seconds: float  # the same prompts generating one token each
-    rows: int
+    prompt_seconds: float  # the same calls generating one token each: reading the prompts
     grammar_seconds: float  # inside the logits processor
 
     @property
@@ -115,12 +129,13 @@ class Speed(BaseModel):
         return self.tokens / self.seconds
 
     @property
-    def decode_tokens_per_s(self) -> float:
-        return (self.tokens - self.rows) / max(self.seconds - self.prompt_seconds, 1e-9)
+    def step_ms(self) -> float:
+        """A decode step: the time beyond reading the prompts, per forward pass after each call's first."""
+        return 1000 * (self.seconds - self.prompt_seconds) / max(self.steps - self.calls, 1)
 
     @property
-    def grammar_ms_per_token(self) -> float:
-        return 1000 * self.grammar_seconds / max(self.tokens, 1)
+    def grammar_ms(self) -> float:
+        return 1000 * self.grammar_seconds / max(self.steps, 1)
 
 
 class GrammarClock:
@@ -148,25 +163,35 @@ class GrammarClock:
 
 
 def speed(loaded: LoadedModel, suite: list[Scenario], args: argparse.Namespace) -> list[Speed]:
+    """Each layout's modes measured in turn, `--repeats` rounds (the order alternating), medians kept: on a shared
+    machine the load drifts, and alternating keeps the drift out of the comparison."""
     simulator = Simulator(speed=0)
     prompts = [IncidentEnvironment(simulator, s).reset() for s in suite[:args.speed_prompts]]
     backend = TransformersBackend(loaded)
     rows = []
     for layout, batches in (("one prompt per call", [[p] for p in prompts]), (f"batch of {len(prompts)}", [prompts])):
-        for mode, constrained in MODES.items():
-            greedy = SamplingConfig(temperature=0.0, max_new_tokens=args.max_new_tokens, constrained=constrained)
-            first = greedy.model_copy(update={"max_new_tokens": 1})
-            backend.generate(batches[0][:1], greedy)  # warm: the grammar compiles once per tokenizer
-            began = time.perf_counter()
-            for batch in batches:
-                backend.generate(batch, first)
-            prompt_s = time.perf_counter() - began
-            with GrammarClock() as clock:
+        measured: dict[str, list[Speed]] = {mode: [] for mode in MODES}
+        for round_ in range(args.repeats):
+            for mode in (list(MODES) if round_ % 2 == 0 else list(MODES)[::-1]):
+                greedy = SamplingConfig(temperature=0.0, max_new_tokens=args.max_new_tokens,
+                                        constrained=MODES[mode])
+                backend.generate(batches[0][:1], greedy.model_copy(update={"max_new_tokens": 2}))  # compiled, warm
                 began = time.perf_counter()
-                tokens = sum(len(g.token_ids or []) for batch in batches for g in backend.generate(batch, greedy))
-                seconds = time.perf_counter() - began
-            rows.append(Speed(layout=layout, mode=mode, tokens=tokens, seconds=seconds, prompt_seconds=prompt_s,
-                              rows=len(prompts), grammar_seconds=clock.seconds))
+                for batch in batches:
+                    backend.generate(batch, greedy.model_copy(update={"max_new_tokens": 1}))
+                prompt_s = time.perf_counter() - began
+                with GrammarClock() as clock:
+                    began = time.perf_counter()
+                    answers = [backend.generate(batch, greedy) for batch in batches]
+                    seconds = time.perf_counter() - began
+                lengths = [[len(g.token_ids or []) for g in batch] for batch in answers]
+                measured[mode].append(Speed(
+                    layout=layout, mode=mode, tokens=sum(map(sum, lengths)), steps=sum(map(max, lengths)),
+                    calls=len(batches), seconds=seconds, prompt_seconds=prompt_s, grammar_seconds=clock.seconds))
+        for mode, runs in measured.items():
+            median = {key: statistics.median(getattr(r, key) for r in runs)
+                      for key in ("seconds", "prompt_seconds", "grammar_seconds")}
+            rows.append(runs[0].model_copy(update=median))  # greedy: the same answers every round
     return rows
 
 
@@ -176,7 +201,8 @@ def main() -> None:
     parser.add_argument("--max-turns", type=int, default=4, help="actions per episode (the suite's own limit is 12)")
     parser.add_argument("--max-new-tokens", type=int, default=MAX_ACTION_TOKENS)
     parser.add_argument("--limit", type=int, default=0, help="only the first N scenarios (interleaved by fault)")
-    parser.add_argument("--speed-prompts", type=int, default=16)
+    parser.add_argument("--speed-prompts", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of the speed measurement")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sampled", action="store_true", help="also the episodes sampled at temperature 1")
     parser.add_argument("--no-docs", action="store_true")
@@ -202,18 +228,20 @@ def main() -> None:
     lines = ["| decoding | grammar | episodes | actions | invalid | of which cut off | invalid rate | success | wall s |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for mode, a in runs:
-        cells = [a.label, mode, str(a.episodes), str(a.actions), str(a.invalid), str(a.cut_off), f"{a.rate:.1%}",
-                 f"{a.success_rate:.0%}", f"{a.seconds:.0f}"]
+        inside = ", ".join(f"{key} {n}" for key, n in sorted(a.cut_in.items(), key=lambda kv: -kv[1]))
+        cells = [a.label, mode, str(a.episodes), str(a.actions), str(a.invalid),
+                 f"{a.cut_off} ({inside})" if a.cut_off and mode == "constrained" else str(a.cut_off),
+                 f"{a.rate:.1%}", f"{a.success_rate:.0%}", f"{a.seconds:.0f}"]
         table.add_row(*cells)
         lines.append("| " + " | ".join(cells) + " |")
     console.print(table)
-    speed_table = Table("layout", "grammar", "tokens", "s", "tokens/s", "decode tokens/s", "grammar ms/token",
-                        title="generation speed (greedy, first-turn prompts)")
-    speed_lines = ["| layout | grammar | tokens | s | tokens/s | decode tokens/s | grammar ms/token |",
-                   "|---|---|---:|---:|---:|---:|---:|"]
+    speed_table = Table("layout", "grammar", "answers' tokens", "tokens/s", "ms per decode step",
+                        "grammar ms per step", title="generation speed (greedy, first-turn prompts)")
+    speed_lines = ["| layout | grammar | answers' tokens | tokens/s | ms per decode step | grammar ms per step |",
+                   "|---|---|---:|---:|---:|---:|"]
     for s in speeds:
-        cells = [s.layout, s.mode, str(s.tokens), f"{s.seconds:.1f}", f"{s.tokens_per_s:.1f}",
-                 f"{s.decode_tokens_per_s:.1f}", f"{s.grammar_ms_per_token:.2f}" if s.mode == "constrained" else "–"]
+        share = f"{s.grammar_ms:.2f} ({s.grammar_ms / s.step_ms:.0%})" if s.mode == "constrained" else "–"
+        cells = [s.layout, s.mode, str(s.tokens), f"{s.tokens_per_s:.1f}", f"{s.step_ms:.0f}", share]
         speed_table.add_row(*cells)
         speed_lines.append("| " + " | ".join(cells) + " |")
     console.print(speed_table)
@@ -223,13 +251,16 @@ def main() -> None:
         f"own limit is 12), at most {args.max_new_tokens} new tokens per answer (training's and evaluation's "
         "limit). Greedy: `run_model`, the evaluation the gate reads; sampled: `run_rollouts` at temperature 1 as "
         f"GRPO plays (seed {args.seed}). Invalid rate: invalid actions per action taken; \"cut off\": invalid "
-        "because the answer reached the token limit, which the grammar cannot prevent.\n\n"
+        "because the answer reached the token limit, which the grammar cannot prevent (constrained: in brackets, the "
+        "argument whose value each was still writing).\n\n"
         + "\n".join(lines)
         + f"\n\nGeneration speed on the first-turn prompts of {args.speed_prompts} of those scenarios, greedy, the "
-          "same model: tokens/s counts the prompt's reading; decode tokens/s leaves it out (the time of a one-token "
-          "generation of the same prompts is subtracted); grammar ms/token is the time inside the logits processor "
-          "(llguidance's mask, the allowed mass, masking the logits). Constrained answers stop when the object "
-          "closes, so they generate fewer tokens.\n\n"
+          f"same model, the median of {args.repeats} rounds with the modes alternating: tokens/s counts reading the "
+          "prompts; a decode step is one forward pass after a call's first, the time of one-token generations of "
+          "the same prompts taken off; grammar ms per step is the time inside the logits processor (llguidance's "
+          "masks, the bias added to the logits), in brackets its share of a decode step. Constrained answers stop "
+          "when the object closes, so there are fewer tokens; this machine is shared, so compare within a row's "
+          "layout and read the share more than the absolute times.\n\n"
         + "\n".join(speed_lines) + "\n")
     if not args.no_docs:
         write_section(HEADING, body)
