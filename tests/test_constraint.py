@@ -167,6 +167,7 @@ def base_model(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
     return load_policy_model(ensure_base_model(tmp_path_factory.getbasetemp() / "base-smollm2-135m"), device="cpu")
 
 
+@pytest.mark.slow  # the 135M model decoding 1,300 tokens on CPU: minutes, past the per-test limit on a busy machine
 def test_the_untrained_model_answers_only_tool_calls_under_the_grammar(base_model: LoadedModel) -> None:
     """The base model on incident prompts (first turns and later ones), within training's token budget, greedy
     and sampled at temperature 1: every answer it ends parses, and one it does not end is cut off inside an action
