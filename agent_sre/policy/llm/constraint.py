@@ -9,7 +9,7 @@ The end-of-turn token is allowed only once the object is closed, and then it is 
 where its object does.
 
 The form is the canonical completion's (`render_action`): `", "` and `": "` between items, no other whitespace, and
-an object's keys in the order of its schema's properties (the argument model's fields, the order the runbook writes
+an object's keys in the order of its schema's properties (the argument model's fields, the order the teachers write
 them). So the model is held to the very text SFT trains it on and cannot spend its token budget on whitespace.
 
 The transformers backend applies it to every generation, serving and training rollouts alike (`SamplingConfig.
