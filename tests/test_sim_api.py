@@ -430,6 +430,45 @@ def test_every_write_is_audited_with_its_idempotency_key(served: Served, env: st
     assert '"a": "b"' in records[1].detail
 
 
+def test_a_dry_run_answers_the_write_and_stores_nothing(served: Served, env: str) -> None:
+    """`dryRun=All`, as a real apiserver: the patched object comes back defaulted and validated, the store, its
+    revision and the audit log stay as they were; an invalid result is refused as the real write would be."""
+    sim, cluster = served.simulator, served.simulator.env(env)
+    base = f"/envs/{env}/apis/apps/v1/namespaces/{NS}/deployments/cart"
+    before, revision, audited = cluster.get("deployments.apps", NS, "cart"), cluster.revision, len(cluster.audit)
+    patch = {"spec": {"replicas": 5, "template": {"spec": {"containers": [{"name": "cart", "image": "x/y:1"}]}}}}
+    status, doc = call(sim, "PATCH", base, patch, content_type="application/strategic-merge-patch+json",
+                       query={"dryRun": ["All"]})
+    assert status == 200, doc
+    assert doc["spec"]["replicas"] == 5 and doc["spec"]["template"]["spec"]["containers"][0]["image"] == "x/y:1"
+    assert doc["metadata"]["generation"] == before["metadata"]["generation"] + 1
+    assert doc["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert doc["status"] == before["status"]
+    status, doc = call(sim, "PATCH", base, {"spec": {"replicas": -1}}, content_type="application/merge-patch+json",
+                       query={"dryRun": ["All"]})
+    assert status == 422 and doc["reason"] == "Invalid"
+    pod = "cart-7c9b4-bbbbb"
+    status, doc = call(sim, "DELETE", f"/envs/{env}/api/v1/namespaces/{NS}/pods/{pod}", query={"dryRun": ["All"]})
+    assert status == 200 and doc["metadata"]["name"] == pod and doc["metadata"]["deletionTimestamp"]
+    status, doc = call(sim, "DELETE", f"/envs/{env}/api/v1/namespaces/{NS}/pods/nope", query={"dryRun": ["All"]})
+    assert status == 404
+    assert cluster.get("deployments.apps", NS, "cart") is before and cluster.get("pods", NS, pod) is not None
+    assert cluster.revision == revision and len(cluster.audit) == audited
+
+
+@pytest.mark.parametrize(("method", "path", "value", "text"), [
+    ("PATCH", "deployments/cart", "true", "invalid dryRun value"),
+    ("POST", "deployments", "All", "only on PUT, PATCH and DELETE of one object"),
+    ("DELETE", "deployments", "All", "only on PUT, PATCH and DELETE of one object"),
+])
+def test_a_dry_run_it_cannot_honour_is_refused(served: Served, env: str, method: str, path: str, value: str,
+                                               text: str) -> None:
+    status, doc = call(served.simulator, method, f"/envs/{env}/apis/apps/v1/namespaces/{NS}/{path}",
+                       {"spec": {"replicas": 2}}, content_type="application/merge-patch+json",
+                       query={"dryRun": [value]})
+    assert status == 400 and text in doc["message"]
+
+
 def test_watch_reports_current_state_then_ends(served: Served) -> None:
     status, headers, body = api.handle(served.simulator, "GET", f"/envs/seeded/api/v1/namespaces/{NS}/pods",
                                        {"watch": ["true"], "fieldSelector": ["metadata.name=cart-7c9b4-bbbbb"]}, {},

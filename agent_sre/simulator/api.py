@@ -283,9 +283,8 @@ class Router:
     def _resource(self, group: str, version: str, rest: list[str]) -> Reply:
         t = self._target(group, version, rest)
         method = self.req.method
-        if self.req.arg("dryRun"):
-            raise ApiError(400, "BadRequest", "dryRun is not supported by the simulator")
         try:
+            self._check_dry_run(t)
             if t.name is None:
                 if method == "GET":
                     return self._watch(t) if self.req.flag("watch") else self._list(t)
@@ -310,6 +309,22 @@ class Router:
             return status_response(error, t.name, t.rt)
         raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on the requested "
                                                 f"resource: {method} {self.req.path}")
+
+    @property
+    def dry_run(self) -> bool:
+        """`dryRun=All`: the write is computed, defaulted and validated, and answered, but nothing is stored."""
+        return self.req.arg("dryRun") == "All"
+
+    def _check_dry_run(self, t: Target) -> None:
+        """The apiserver's answer to a dryRun it cannot honour; the simulator honours it on writes to one object."""
+        value = self.req.arg("dryRun")
+        if value is None:
+            return
+        if value != "All":
+            raise ApiError(400, "BadRequest", f'invalid dryRun value "{value}": the only accepted value is "All"')
+        if t.name is None or t.subresource is not None or self.req.method not in ("PUT", "PATCH", "DELETE"):
+            raise ApiError(400, "BadRequest", f"dryRun is supported by the simulator only on PUT, PATCH and DELETE "
+                                              f"of one object, not on {self.req.method} {self.req.path}")
 
     # --- reads ------------------------------------------------------------------------------------------------
     def _rv(self) -> str:
@@ -478,6 +493,8 @@ class Router:
         new.setdefault("apiVersion", t.rt.group_version)
         new.setdefault("kind", t.rt.kind)
         self._admit(t, new, old)
+        if self.dry_run:
+            return _json(_as_stored(new, old))
         stored = self.cluster.replace(t.rt.key, new)
         detail = f"{t.subresource + ' ' if t.subresource else ''}{self.req.body.decode(errors='replace')}"
         self._audit(verb, t, stored, detail)
@@ -507,8 +524,9 @@ class Router:
         assert t.name is not None
         obj = self.cluster.must_get(t.rt.key, t.ns, t.name)
         self._check_preconditions(t, obj)
-        cascaded = self._remove(t.rt, obj, orphan=self._propagation() == "Orphan")
-        self._audit("delete", t, obj, f"cascade={cascaded}" if cascaded else "")
+        if not self.dry_run:
+            cascaded = self._remove(t.rt, obj, orphan=self._propagation() == "Orphan")
+            self._audit("delete", t, obj, f"cascade={cascaded}" if cascaded else "")
         if t.rt.key == "pods":
             gone = clone(obj)
             gone["metadata"]["deletionTimestamp"] = rfc3339(self.cluster.clock.now())
@@ -636,6 +654,17 @@ class Router:
         if not items:
             raise ApiError(404, "NotFound", f'{d.error_name} "{name}" not found')
         return _json(items[0])
+
+
+def _as_stored(new: Obj, old: Obj) -> Obj:
+    """`new` as `Cluster.replace` would store it over `old`, for a dry run: the same identity and generation, and
+    the old resourceVersion, since nothing was written (as a real apiserver answers a dry-run update)."""
+    meta = {**new["metadata"], "uid": old["metadata"]["uid"],
+            "creationTimestamp": old["metadata"]["creationTimestamp"],
+            "resourceVersion": old["metadata"]["resourceVersion"]}
+    generation = old["metadata"].get("generation", 1)
+    meta["generation"] = generation + 1 if new.get("spec") != old.get("spec") else generation
+    return {**new, "metadata": meta}
 
 
 def _labels_match(selector: LabelSelector, obj: Obj) -> bool:
