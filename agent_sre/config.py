@@ -10,8 +10,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AliasChoices, Field, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agent_sre.models.llm import SamplingConfig
 from agent_sre.models.remediation import ToolExecution
@@ -70,6 +70,14 @@ class Settings(BaseSettings):
     alerts_token: str | None = None
     alerts_port: Port = 9095
 
+    # Guardrails on the write (docs/safety.md), as comma-separated lists. In these namespaces the incidents this process
+    # starts run high-risk writes without a human's approval (forbidden ones never run).
+    auto_approve_namespaces: Annotated[frozenset[str], NoDecode] = frozenset()
+    # The image sources (a registry, or a registry and repository path: ghcr.io/acme) a write may use; empty: those
+    # already used in the incident's namespace. And the most replicas a scale may set without approval.
+    allowed_image_sources: Annotated[tuple[str, ...], NoDecode] = ()
+    max_replicas: int = Field(default=20, ge=1)
+
     # Where the remediations this process starts POST an `EscalationNotice` when the agent escalates (chat, paging).
     escalation_url: str | None = Field(default=None, pattern=r"^https?://")
 
@@ -88,6 +96,11 @@ class Settings(BaseSettings):
     llm_endpoint_token_ids: bool = Field(default=False, description="ask for token ids (vLLM only)")
     llm_endpoint_json_schema: bool = Field(default=False, description="send the action's JSON schema as "
                                            "response_format when sampling is constrained (vLLM, SGLang)")
+
+    @field_validator("auto_approve_namespaces", "allowed_image_sources", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        return [item.strip() for item in value.split(",") if item.strip()] if isinstance(value, str) else value
 
     @property
     def models_dir(self) -> Path:

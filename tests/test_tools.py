@@ -50,10 +50,11 @@ class Env:
     baseline: int  # audit records written by the seeding, before the test
 
     def run(self, tool: str, idempotency_key: str | None = None, attempt: int = 1, max_chars: int = 2000,
-            **args: Any) -> ToolResult:
+            approved: bool = False, **args: Any) -> ToolResult:
+        """`approved`: as a human's approval lets a high-risk write run (tests of what a write does, not whether)."""
         key = idempotency_key or f"test-{next(_names)}"
         ctx = ToolContext(api=self.api, namespace=NS, idempotency_key=key,
-                          attempt=attempt, max_chars=max_chars)
+                          attempt=attempt, max_chars=max_chars, approved=approved)
         return execute(ToolCall(tool=tool, args=args), ctx)
 
     def ok(self, tool: str, **args: Any) -> str:
@@ -209,10 +210,9 @@ def test_network_policies_and_nodes(env: Env) -> None:
     policies = env.ok("list_network_policies").splitlines()
     assert policies[0].split() == ["NAME", "POD-SELECTOR", "ALLOWS-FROM", "AGE"]
     assert policies[1].split()[:3] == ["allow-frontend", "app=cart", "app=frontend"]
-    env.ok("patch", kind="networkpolicy", name="allow-frontend", patch_type="merge", patch={"spec": {"ingress": [
-        {"from": [{"podSelector": {"matchExpressions": [{"key": "app", "operator": "In",
-                                                          "values": ["web", "frontend"]}]}}],
-         "ports": [{"port": 8080}]}]}})
+    env.ok("patch", kind="networkpolicy", name="allow-frontend", approved=True, patch_type="merge", patch={
+        "spec": {"ingress": [{"from": [{"podSelector": {"matchExpressions": [
+            {"key": "app", "operator": "In", "values": ["web", "frontend"]}]}}], "ports": [{"port": 8080}]}]}})
     assert "app in (frontend,web) on 8080" in env.ok("list_network_policies")
     assert "PodSelector: app in (frontend,web)" in env.ok("describe", kind="networkpolicy", name="allow-frontend")
 
@@ -250,11 +250,13 @@ def test_deployment_writes_change_the_cluster(env: Env) -> None:
         "deployment.apps/cart image updated"
     assert _container(env)["image"] == "shop/cart:1.4.3"
 
-    assert env.ok("set_env", deployment="cart", container="cart", name="REDIS_ADDR", value="redis:6379") == \
+    assert env.ok("set_env", deployment="cart", container="cart", name="REDIS_ADDR", value="redis:6379",
+                  approved=True) == \
         "deployment.apps/cart env updated"
     assert _container(env)["env"] == [{"name": "REDIS_ADDR", "value": "redis:6379"}]
 
-    env.ok("set_resources", deployment="cart", container="cart", memory_limit="512Mi", memory_request="256Mi")
+    env.ok("set_resources", deployment="cart", container="cart", memory_limit="512Mi", memory_request="256Mi",
+           approved=True)  # a first limit: high-risk, as lowering one is
     assert _container(env)["resources"] == {"limits": {"memory": "512Mi"}, "requests": {"memory": "256Mi"}}
     too_big = env.run("set_resources", deployment="cart", container="cart", memory_request="1Gi")
     assert not too_big.ok and "must be less than or equal to the memory limit 512Mi" in too_big.output
@@ -266,7 +268,7 @@ def test_deployment_writes_change_the_cluster(env: Env) -> None:
     assert "kubectl.kubernetes.io/restartedAt" in env.template()["metadata"]["annotations"]
 
     env.cluster.objects["deployments.apps"][(NS, "cart")]["spec"]["template"]["spec"]["nodeSelector"] = {"disk": "ssd"}
-    assert env.ok("remove_scheduling_constraints", deployment="cart") == \
+    assert env.ok("remove_scheduling_constraints", deployment="cart", approved=True) == \
         "deployment.apps/cart scheduling constraints removed"
     assert "nodeSelector" not in env.template()["spec"]
     assert "nothing to remove" in env.ok("remove_scheduling_constraints", deployment="cart")
@@ -284,29 +286,30 @@ def test_rollout_undo_goes_back_one_revision(env: Env) -> None:
 
 
 def test_service_config_quota_and_policy_writes(env: Env) -> None:
-    env.ok("patch_service", service="cart", target_port=9090, selector={"app": "cart", "tier": "web"})
+    env.ok("patch_service", service="cart", target_port=9090, selector={"app": "cart", "tier": "web"}, approved=True)
     spec = env.obj("services", "cart")["spec"]
     assert spec["ports"] == [{"name": "http", "port": 80, "targetPort": 9090, "protocol": "TCP"}]
     assert spec["selector"] == {"app": "cart", "tier": "web"}
-    env.ok("patch_service", service="cart", selector={"app": "cart"})  # removing a key, not only merging
+    env.ok("patch_service", service="cart", selector={"app": "cart"}, approved=True)  # removing a key, not only merging
     assert env.obj("services", "cart")["spec"]["selector"] == {"app": "cart"}
 
     env.ok("set_config_key", kind="configmap", name="cart-config", key="CACHE_TTL", value="60")
     assert env.obj("configmaps", "cart-config")["data"] == {"LOG_LEVEL": "info", "CACHE_TTL": "60"}
-    env.ok("set_config_key", kind="secret", name="db-credentials", key="password", value="hunter2")
+    env.ok("set_config_key", kind="secret", name="db-credentials", key="password", value="hunter2", approved=True)
     assert base64.b64decode(env.obj("secrets", "db-credentials")["data"]["password"]) == b"hunter2"
 
     env.ok("patch_quota", name="compute", hard={"requests.cpu": "8"})
     assert env.obj("resourcequotas", "compute")["spec"]["hard"]["requests.cpu"] == "8"
 
-    assert env.ok("delete_network_policy", name="allow-frontend") == \
+    assert env.ok("delete_network_policy", name="allow-frontend", approved=True) == \
         'networkpolicy.networking.k8s.io "allow-frontend" deleted'
     assert env.cluster.get("networkpolicies.networking.k8s.io", NS, "allow-frontend") is None
 
 
 def test_generic_patch_in_all_three_formats(env: Env) -> None:
     env.ok("patch", kind="deployment", name="cart", patch={"metadata": {"labels": {"team": "payments"}}})
-    env.ok("patch", kind="configmap", name="cart-config", patch={"data": {"LOG_LEVEL": None}}, patch_type="merge")
+    env.ok("patch", kind="configmap", name="cart-config", patch={"data": {"LOG_LEVEL": None}}, patch_type="merge",
+           approved=True)
     env.ok("patch", kind="deployment", name="cart", patch_type="json",
            patch=[{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "shop/cart:2"}])
     assert env.obj("deployments.apps", "cart")["metadata"]["labels"]["team"] == "payments"
@@ -350,15 +353,16 @@ def test_every_write_is_audited_once_with_its_idempotency_key(env: Env) -> None:
     ("patch_service", {"service": "cart", "port": 8081}),
 ])
 def test_a_retried_write_acts_once(env: Env, tool: str, args: dict[str, Any]) -> None:
-    first = env.run(tool, idempotency_key="incident-7/step-2", **args)
+    first = env.run(tool, idempotency_key="incident-7/step-2", approved=True, **args)
     state = env.template() if tool.startswith("rollout") else None
-    retry = env.run(tool, idempotency_key="incident-7/step-2", attempt=2, **args)
+    retry = env.run(tool, idempotency_key="incident-7/step-2", attempt=2, approved=True, **args)
     assert first.ok and not first.idempotent_replay
     assert retry.ok and retry.idempotent_replay and "idempotent replay" in retry.output
     assert len(env.writes()) == 1 and env.writes()[0].idempotency_key == "incident-7/step-2"
     if state is not None:
         assert env.template() == state  # a second undo would have gone back another revision
-    again = env.run(tool, idempotency_key="incident-7/step-5", **args)  # a new call with a new key is not a replay
+    # a new call with a new key is not a replay
+    again = env.run(tool, idempotency_key="incident-7/step-5", approved=True, **args)
     assert again.ok and not again.idempotent_replay
     if tool != "rollout_undo":  # without a deployment controller there is no new revision to undo
         assert len(env.writes()) == 2
@@ -531,7 +535,8 @@ def test_unknown_environment_is_a_clear_error(served_sim: tuple[Simulator, Simul
 
 @pytest.mark.parametrize("fault_name", sorted(FAULTS))
 def test_every_ground_truth_fix_passes_the_guardrails_and_resolves(fault_name: str) -> None:
-    """The guardrails must never stand between the agent and a correct fix (nor block the oracle's probes)."""
+    """The guardrails must never stand between the agent and a correct fix (nor block the oracle's probes): some
+    fixes are high-risk writes, which run approved, as in training (the limits' approve_high_risk="auto")."""
     fault = FAULTS[fault_name]
     app = get_app("shop")
     scenario = fault.scenario(f"tools-{fault_name}".replace("_", "-"), "shop", "shop", fault.targets(app)[0], {})
@@ -544,7 +549,8 @@ def test_every_ground_truth_fix_passes_the_guardrails_and_resolves(fault_name: s
 
     def act(calls: list[ToolCall]) -> None:
         for step, action in enumerate(calls):
-            result = execute(action, ToolContext(api=api, namespace="shop", idempotency_key=f"{action.tool}-{step}"))
+            result = execute(action, ToolContext(api=api, namespace="shop", idempotency_key=f"{action.tool}-{step}",
+                                                 approved=True))  # as in training: high-risk writes run
             assert result.ok and not result.refused, f"{action}: {result.output}"
 
     act(scenario.ground_truth.fix)

@@ -25,6 +25,10 @@ class RemediationLimits(BaseModel):
     feedback_window_s: float = Field(default=0.0, ge=0, description="how long human feedback is accepted")
     approval_risk: Risk | None = Field(default=None, description="writes at or above this risk wait for a human")
     approval_timeout_s: float = Field(default=600.0, gt=0)
+    approve_high_risk: Literal["human", "auto"] = Field(
+        default="human", description="who approves a write the rules judge high-risk (agent_sre.tools.write_rules): "
+                                     "a human, as approval_risk's writes are, or nobody (simulated incidents, "
+                                     "AGENT_SRE_AUTO_APPROVE_NAMESPACES); a forbidden write never runs")
 
 
 class Incident(BaseModel):

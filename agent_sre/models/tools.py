@@ -245,6 +245,33 @@ class ToolCall(BaseModel):
         return f"{self.tool} {args}".strip()
 
 
+WriteRisk = Literal["low", "high", "forbidden"]  # runs; runs once a human approves; never runs
+WRITE_RISKS: tuple[WriteRisk, ...] = ("low", "high", "forbidden")  # in increasing order
+
+
+class WriteFinding(BaseModel):
+    """One rule's judgement of what a write does to an object (agent_sre.tools.write_rules)."""
+
+    rule: str
+    reason: str = Field(description="a plain sentence: what the write would do and why that matters")
+    risk: WriteRisk
+
+
+class WriteAssessment(BaseModel):
+    """A write's findings and the highest of their risks."""
+
+    risk: WriteRisk
+    findings: list[WriteFinding] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, findings: list[WriteFinding]) -> WriteAssessment:
+        return cls(risk=max((f.risk for f in findings), key=WRITE_RISKS.index, default="low"), findings=findings)
+
+    def reasons(self, risk: WriteRisk) -> str:
+        """The reasons of the findings at `risk`, as one line."""
+        return "; ".join(f"{f.reason} ({f.rule})" for f in self.findings if f.risk == risk)
+
+
 class ToolResult(BaseModel):
     tool: str
     ok: bool
@@ -253,6 +280,8 @@ class ToolResult(BaseModel):
     error: str | None = None
     idempotent_replay: bool = False  # a retried write found its own earlier effect and did nothing
     duration_ms: float = 0.0
+    needs_approval: WriteAssessment | None = Field(
+        default=None, description="a write the rules judged high-risk, not sent: it runs once re-invoked approved")
 
 
 class ToolInvocation(BaseModel):
@@ -264,3 +293,4 @@ class ToolInvocation(BaseModel):
     kubeconfig: str | None = Field(default=None, description="cluster to act on; None = the worker's default")
     idempotency_key: str = Field(min_length=1, max_length=253, description="unique per call; the same on retries")
     max_chars: int = Field(default=2000, ge=200, le=100_000, description="bound on the rendered output")
+    approved: bool = Field(default=False, description="a human (or the incident's limits) approved a high-risk write")

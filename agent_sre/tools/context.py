@@ -10,6 +10,7 @@ from functools import cached_property
 from kubernetes.client import ApiClient
 
 from agent_sre.tools.kube import Kube
+from agent_sre.tools.write_rules import WriteRules
 
 DEFAULT_MAX_CHARS = 2000
 FIRST_POLL_S = 0.05  # a waiting tool's first re-read comes this soon after its first read ...
@@ -38,13 +39,15 @@ class ToolContext:
     idempotency_key: str | None = None  # required for writes; the same key on a retry makes the write act once
     attempt: int = 1  # the activity attempt (>1 on a retry): a delete that finds nothing on a retry is done
     max_chars: int = DEFAULT_MAX_CHARS
+    approved: bool = False  # a high-risk write goes ahead (approved by a human, or by the incident's limits)
+    rules: WriteRules = field(default_factory=WriteRules)
     # What a waiting tool does after its n-th read: sleep, backing off; on a simulated clock that only actions
     # move (training episodes), advance it instead.
     pause: Callable[[int], None] = field(default=sleep_backing_off)
 
     @cached_property
     def kube(self) -> Kube:
-        return Kube(self.api, self.namespace)
+        return Kube(self.api, self.namespace, approved=self.approved, rules=self.rules)
 
     def now(self) -> float:
         """The server's clock when known (the simulator's runs on simulated time), else the local one."""

@@ -3,7 +3,9 @@
 Order of checks: the tool exists, its arguments validate against the contract (`agent_sre.models.tools`), the
 guardrails pass; only then does the tool touch the cluster. Anything that stops a call before the cluster is a
 refusal (`refused=True`); an error from the cluster or an impossible request is a failure (`ok=False`). Either
-way the model reads a one-line explanation, as `kubectl` would print it.
+way the model reads a one-line explanation, as `kubectl` would print it. A write the rules judge high-risk is a
+refusal too, unless the call is approved, and carries the judgement (`needs_approval`) for the workflow to ask a
+human and run it again approved.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ from typing import Any
 from pydantic import ValidationError
 from urllib3.exceptions import HTTPError
 
-from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolInvocation, ToolResult
+from agent_sre.config import get_settings
+from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolInvocation, ToolResult, WriteAssessment
 from agent_sre.tools import read, write
 from agent_sre.tools.client import KubeconfigError, api_client
 from agent_sre.tools.context import ToolContext, ToolFailure
-from agent_sre.tools.guardrails import Refusal, check_call
+from agent_sre.tools.guardrails import NeedsApproval, Refusal, check_call
 from agent_sre.tools.kube import KubeError
 from agent_sre.tools.render import clip
+from agent_sre.tools.write_rules import WriteRules
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +74,11 @@ def _refused(tool: str, why: str) -> ToolResult:
     return ToolResult(tool=tool, ok=False, refused=True, error=why, output=f"refused: {why}")
 
 
+def _held(tool: str, assessment: WriteAssessment) -> ToolResult:
+    why = f"needs approval: {assessment.reasons('high')}"
+    return ToolResult(tool=tool, ok=False, refused=True, error=why, output=why, needs_approval=assessment)
+
+
 def _failed(tool: str, message: str) -> ToolResult:
     return ToolResult(tool=tool, ok=False, error=message, output=message)
 
@@ -88,6 +97,8 @@ def _run(call: ToolCall, ctx: ToolContext) -> ToolResult:
     try:
         check_call(call.tool, args, ctx.namespace, ctx.idempotency_key)
         out = TOOLS[call.tool](ctx, args)
+    except NeedsApproval as exc:
+        return _held(call.tool, exc.assessment)
     except Refusal as exc:
         return _refused(call.tool, str(exc))
     except KubeError as exc:
@@ -120,6 +131,8 @@ def execute_invocation(invocation: ToolInvocation, attempt: int = 1) -> ToolResu
         client = api_client(invocation.kubeconfig)
     except KubeconfigError as exc:
         return _failed(invocation.call.tool, f"error: {exc}")
+    settings = get_settings()
     ctx = ToolContext(api=client, namespace=invocation.namespace, idempotency_key=invocation.idempotency_key,
-                      attempt=attempt, max_chars=invocation.max_chars)
+                      attempt=attempt, max_chars=invocation.max_chars, approved=invocation.approved,
+                      rules=WriteRules(settings.allowed_image_sources, settings.max_replicas))
     return execute(invocation.call, ctx)

@@ -18,6 +18,10 @@ A refused call never reaches the cluster; the caller records the refusal in the 
 5. Arguments are validated beyond their pydantic types: names are DNS-1123, label selectors use selector
    syntax, values carry no control characters (other than tab, CR and LF), quota values are quantities, and
    `patch_quota` may only raise existing limits (checked against the live object in `write.py`).
+6. Judged by its effect. Every write is first sent as a server-side dry run (or, for a delete, its object read), and
+   `write_rules` judges the object before and after: a forbidden finding refuses it, a high-risk one holds it
+   (`NeedsApproval`) until the call is made again approved. These rules are the authority on what a write does;
+   the checks above give early, clear messages for what a call's arguments alone betray.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 from kubernetes.utils import parse_quantity
 
 from agent_sre.models import tools as m
+from agent_sre.models.tools import WriteAssessment, WriteFinding
 
 IDEMPOTENCY_ANNOTATION = "agent-sre.io/idempotency-key"
 
@@ -63,6 +68,14 @@ _DEPLOYMENT_PROTECTED: dict[Path, str] = {("spec", "selector"): "a deployment's 
 
 class Refusal(Exception):
     """A call the guardrails stop before it reaches the cluster; the message says why, for the model to read."""
+
+
+class NeedsApproval(Refusal):
+    """A write the rules judge high-risk: not sent, and sent as asked once the call is approved."""
+
+    def __init__(self, assessment: WriteAssessment) -> None:
+        super().__init__(f"needs approval: {assessment.reasons('high')}")
+        self.assessment = assessment
 
 
 # --- per-call checks (static: no cluster access) ---------------------------------------------------------------
@@ -287,3 +300,12 @@ def _is_uncordon(body: Any) -> bool:
 
 def _annotation(body: dict[str, Any]) -> Any:
     return body.get("metadata", {}).get("annotations", {}).get(IDEMPOTENCY_ANNOTATION)
+
+
+def enforce(findings: list[WriteFinding], approved: bool) -> None:
+    """Rule 6: refuse a write a rule forbids; hold one a rule judges high-risk unless the call is `approved`."""
+    assessment = WriteAssessment.of(findings)
+    if assessment.risk == "forbidden":
+        raise Refusal(assessment.reasons("forbidden"))
+    if assessment.risk == "high" and not approved:
+        raise NeedsApproval(assessment)

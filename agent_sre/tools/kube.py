@@ -5,7 +5,8 @@ typed APIs. Responses are read raw (`_preload_content=False`) and decoded by url
 render plain dicts, and skipping the client's model classes makes calls far cheaper (listing the shop's pods in-process:
 about 2 ms typed, 0.1-0.2 ms raw). In-process, `json()` copies the simulator's document instead of encoding and
 decoding it (see `simulator.transport`), so tools may treat what they read as their own. Every mutating request passes
-`guardrails.check_write` here, after the tool's own checks, so no code path can write outside the rules.
+`guardrails.check_write` here, after the tool's own checks, and then the rules on its effect (`write_rules`, judged
+on the server's dry run of the same request), so no code path can write outside the rules.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi,
 from kubernetes.client.exceptions import ApiException
 
 from agent_sre import kubeget
-from agent_sre.tools import guardrails
+from agent_sre.tools import guardrails, write_rules
+from agent_sre.tools.write_rules import Surroundings, WriteRules
 
 Obj = dict[str, Any]
 
@@ -107,8 +109,11 @@ class KubeError(Exception):
 class Kube:
     """Typed-API calls for one incident: reads anywhere, writes only as `guardrails.check_write` allows."""
 
-    def __init__(self, api: ApiClient, incident_namespace: str) -> None:
+    def __init__(self, api: ApiClient, incident_namespace: str, approved: bool = False,
+                 rules: WriteRules | None = None) -> None:
         self.incident_namespace = incident_namespace
+        self.approved = approved  # high-risk writes go ahead (a human, or the incident's limits, approved them)
+        self.rules = rules or WriteRules()
         self._api = api
         self._apis: dict[str, Any] = {"core": CoreV1Api(api), "apps": AppsV1Api(api),
                                       "networking": NetworkingV1Api(api), "custom": CustomObjectsApi(api)}
@@ -183,11 +188,53 @@ class Kube:
     # (a delete leaves no annotation behind to read it from).
     def patch(self, kind: str, name: str, body: Any, patch_type: str, idempotency_key: str) -> Obj:
         guardrails.check_write("patch", kind, name, self.incident_namespace, body)
-        response = self._call(KINDS[kind], "patch", name, self.incident_namespace, body,
-                              _content_type=CONTENT_TYPES[patch_type], _headers={IDEMPOTENCY_HEADER: idempotency_key})
-        return response.json()
+
+        def send(**dry_run: str) -> Obj:
+            return self._call(KINDS[kind], "patch", name, self.incident_namespace, body, **dry_run,
+                              _content_type=CONTENT_TYPES[patch_type],
+                              _headers={IDEMPOTENCY_HEADER: idempotency_key}).json()
+
+        self._judge(kind, self.get(kind, name), send(dry_run="All"))
+        return send()
 
     def delete(self, kind: str, name: str, idempotency_key: str) -> None:
         guardrails.check_write("delete", kind, name, self.incident_namespace, None)
+        self._judge(kind, self.get(kind, name), None)
         self._call(KINDS[kind], "delete", name, self.incident_namespace,
                    _headers={IDEMPOTENCY_HEADER: idempotency_key})
+
+    def _judge(self, kind: str, before: Obj, after: Obj | None) -> None:
+        """Raise `Refusal` for a write the rules forbid, `NeedsApproval` for a high-risk one not yet approved."""
+        findings = write_rules.judge(kind, before, after, self._surroundings(kind, before, after), self.rules)
+        guardrails.enforce(findings, self.approved)
+
+    def _surroundings(self, kind: str, before: Obj, after: Obj | None) -> Surroundings:
+        """What the rules must know of the namespace: for a new pod template, the images, services and revisions
+        it may use; for a service, the ports of the pods it selects. Nothing is read for other writes."""
+        namespace = self.incident_namespace
+        template = (after or {}).get("spec", {}).get("template")
+        if kind == "service" and after is not None:
+            selector = (after.get("spec") or {}).get("selector") or {}
+            ports = {port[key] for spec in self._pod_specs(self.list("deployment"), selector)
+                     for container in write_rules.containers(spec).values() for port in container.get("ports") or []
+                     for key in ("containerPort", "name") if key in port}
+            return Surroundings(namespace=namespace, container_ports=frozenset(ports))
+        if kind != "deployment" or template is None or template == before.get("spec", {}).get("template"):
+            return Surroundings(namespace=namespace)
+        replicasets = self.list("replicaset")
+        uid = before["metadata"].get("uid")
+        revisions = tuple(rs["spec"]["template"] for rs in replicasets
+                          if any(o.get("uid") == uid for o in rs["metadata"].get("ownerReferences") or []))
+        images = {container["image"] for spec in self._pod_specs([*self.list("deployment"), *replicasets])
+                  for container in write_rules.containers(spec).values() if container.get("image")}
+        return Surroundings(namespace=namespace, image_sources=frozenset(map(write_rules.image_source, images)),
+                            services=frozenset(s["metadata"]["name"] for s in self.list("service")),
+                            revisions=revisions)
+
+    @staticmethod
+    def _pod_specs(owners: builtins.list[Obj], selector: dict[str, str] | None = None) -> builtins.list[Obj]:
+        """The pod specs of deployments' or replica sets' templates, only those whose labels `selector` matches
+        when one is given (an empty selector matches none)."""
+        templates = [(o.get("spec") or {}).get("template") or {} for o in owners]
+        return [t.get("spec") or {} for t in templates if selector is None or selector and
+                selector.items() <= ((t.get("metadata") or {}).get("labels") or {}).items()]

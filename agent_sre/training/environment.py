@@ -45,7 +45,9 @@ class IncidentEnvironment:
                  reward: RewardConfig | None = None, model_version: str = "candidate", policy: str = "llm",
                  step_cost_s: float = 3.0, with_user_report: bool = True) -> None:
         self.simulator, self.scenario = simulator, scenario
-        self.limits = limits or RemediationLimits(max_steps=SIMULATED_MAX_ACTIONS, settle_s=60.0)
+        # Nobody is there to approve a high-risk write: a simulated incident's run as soon as asked.
+        self.limits = (limits or RemediationLimits(max_steps=SIMULATED_MAX_ACTIONS, settle_s=60.0)).model_copy(
+            update={"approve_high_risk": "auto"})
         self.reward_config = reward or RewardConfig()
         self.model_version, self.policy, self.step_cost_s = model_version, policy, step_cost_s
         self.with_user_report = with_user_report
@@ -93,6 +95,7 @@ class IncidentEnvironment:
         if action is not None and t.end(action) is None:  # an ending records itself; any other action runs
             step.result = execute(action, ToolContext(api=self._api(), namespace=self.scenario.namespace,
                                                       idempotency_key=f"{t.workflow_id}/{step.index}",
+                                                      approved=self.limits.approve_high_risk == "auto",
                                                       pause=self._advance_one_poll))
         if t.termination is None and len(t.steps) >= self.limits.max_steps:
             t.termination = "step_limit"
