@@ -39,20 +39,20 @@ T = TypeVar("T")
 
 
 def texts_redacted(trajectories: list[Trajectory]) -> Counter[str]:
-    """How often each text reaches `redact` when the trajectories are redacted (the walk's own view)."""
+    """How often each text reaches the text rules when the trajectories are redacted (the walk's own view)."""
     seen: Counter[str] = Counter()
-    original = redaction.redact
+    original = redaction._redact_text
 
-    def counting(text: str) -> str:
+    def counting(text: str, found: set[str] | None = None) -> str:
         seen[text] += 1
-        return original(text)
+        return original(text, found)
 
-    redaction.redact = counting
+    redaction._redact_text = counting
     try:
         for t in trajectories:
             redaction.redact_trajectory(t)
     finally:
-        redaction.redact = original
+        redaction._redact_text = original
     return seen
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
 
 import pytest
 from sim_fixtures import NS, seed
@@ -12,7 +14,9 @@ from agent_sre.models.alert import Alert
 from agent_sre.models.policy import ChatMessage
 from agent_sre.models.reward import HumanFeedback
 from agent_sre.models.tools import ToolCall, ToolResult
-from agent_sre.redaction import _RULES, _may_match, is_secret_key, redact, redact_trajectory
+from agent_sre.models.trajectory import Trajectory
+from agent_sre.redaction import (_RULES, _may_match, incident_secrets, install_log_redaction, is_secret_key, redact,
+                                 redact_data, redact_trajectory)
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.simulator.transport import in_process_api_client
 from agent_sre.tools import ToolContext, execute
@@ -111,6 +115,32 @@ LEAKS = [
      '{"name": "STRIPE_SECRET", "value": "<redacted:secret>"}'),
     ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\n-----END RSA PRIVATE KEY-----", "MIIEpAIBAAKCAQEA",
      "<redacted:private_key>"),
+    # issue #37: what the first rules missed
+    ("DB_PASS=hunter22 ./start.sh", "hunter22", "DB_PASS=<redacted:secret> ./start.sh"),
+    ('SMTP_PWD: "m41l-s3cret"', "m41l-s3cret", 'SMTP_PWD: "<redacted:secret>"'),
+    ("charge failed with key sk_live_4eC39HqLyjWDarjtT1zdp7dc", "4eC39Hq", "charge failed with key <redacted:api_key>"),
+    ("maps AIzaSyA-1234567890abcdefghijklmnopqrstu x", "AIzaSyA", "maps <redacted:api_key> x"),
+    ("post https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX ok", "XXXXXXXX",
+     "post https://hooks.slack.com/services/<redacted:webhook> ok"),
+    ("paid with 4111 1111 1111 1111 for order 4111111111111112; amex 378282246310005", "1111 1111",
+     "paid with <redacted:card> for order 4111111111111112; amex <redacted:card>"),
+    ("env blob cGFzc3dvcmQ9VHIwdWI0ZG9yJjM= found", "cGFzc3dvcmQ9", "env blob <redacted:secret> found"),
+    ("SG.abcdefghijklmnopqrstuv.abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG", "SG.abcdef", "<redacted:api_key>"),
+    ("sid ACa1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6 x", "a1b2c3d4e5f6", "sid <redacted:token> x"),
+    ("AKIAIOSFODNN7EXAMPLE,wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI",
+     "<redacted:aws_key>,<redacted:secret>"),
+    ("redis://:hunter2pass@redis:6379/0", "hunter2pass", "redis://:<redacted:secret>@redis:6379/0"),
+    ("-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQOYBF\n-----END PGP PRIVATE KEY BLOCK-----", "lQOYBF",
+     "<redacted:private_key>"),
+    ("slack xoxb-123456789012-abcdefghij", "xoxb-1234", "slack <redacted:token>"),
+    ("github_pat_11ABCDEFG0123456789_abcdefghij", "11ABCDEFG", "<redacted:token>"),
+    ("Authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpw", "Authorization: Basic <redacted:token>"),
+    ("Server=db;User Id=sa;Password=Passw0rd!;", "Passw0rd!", "Server=db;User Id=sa;Password=<redacted:secret>;"),
+    ("jdbc:postgresql://db:5432/shop?user=cart&password=s3cr3tpw", "s3cr3tpw",
+     "jdbc:postgresql://db:5432/shop?user=cart&password=<redacted:secret>"),
+    ('{"type": "service_account", "private_key_id": "a1b2c3d4", "private_key": "-----BEGIN PRIVATE KEY-----\\nMIIEvQ'
+     '\\n-----END PRIVATE KEY-----\\n"}', "MIIEvQ",
+     '{"type": "service_account", "private_key_id": "<redacted:secret>", "private_key": "<redacted:private_key>\\n"}'),
 ]
 
 
@@ -128,6 +158,10 @@ def test_leaks_in_free_text(text: str, leaked: str, expected: str) -> None:
     "FATAL: password authentication failed for user \"cart\"",
     "Last State: Terminated (OOMKilled), Restart Count: 7, max_tokens=512",
     "MAC 02:42:ac:11:00:02 on eth0; std::vector; version 1.2.3",
+    # an order id that fails the Luhn check, a timestamp in ms, a trace id, a base64 word that holds no secret
+    "order 4111111111111112 shipped at 1700000000123, trace 4bf92f3577b34da6a3ce929d0e0e4736",
+    "bypass=true compass: north DB_PASSWORD_FILE: /run/secrets/db aGVsbG8gd29ybGQgaGVsbG8=",
+    "CrashLoopBackOff ImagePullBackOff",
 ])
 def test_ordinary_cluster_text_is_untouched(text: str) -> None:
     assert redact(text) == text
@@ -139,10 +173,10 @@ def test_a_rule_is_skipped_only_where_it_cannot_match() -> None:
     matched = set()
     for text in [text for text, _, _ in LEAKS] + [SECRET_YAML]:
         for variant in (text, text.upper(), text.lower(), text.swapcase()):
-            for index, (pattern, _, trigger) in enumerate(_RULES):
-                for match in pattern.finditer(variant):
+            for index, rule in enumerate(_RULES):
+                for match in rule.pattern.finditer(variant):
                     matched.add(index)
-                    assert _may_match(trigger, match.group(0), match.group(0).lower()), (pattern.pattern, match)
+                    assert _may_match(rule.trigger, match.group(0), match.group(0).lower()), (rule.pattern, match)
     assert matched == set(range(len(_RULES)))  # every rule was exercised
 
 
@@ -192,3 +226,65 @@ def test_every_text_field_of_a_trajectory_is_redacted() -> None:
            (t.workflow_id, t.run_id, t.model_version, t.incident.id)
     assert "hunter2" in t.model_dump_json()
     assert redact_trajectory(red) == red
+
+
+def _read_secret_then_restate(password: str, token: str) -> tuple[Trajectory, str]:
+    """An incident whose agent read a Secret and an env listing, then restated both values in prose."""
+    env = f"CART_URL=http://cart:8080\nDB_PASSWORD={password}\nSTRIPE_SECRET_KEY={token}"
+    prose = f"the DB rejects {password}; rotate {token[:5]}... no: {token} is fine"
+    t = make_trajectory(
+        [step(ToolCall(tool="get_resource", args={"kind": "secret", "name": "db-credentials"}),
+              ToolResult(tool="get_resource", ok=True, output=SECRET_YAML.replace("Tr0ub4dor&3", password))),
+         step(ToolCall(tool="get_env", args={"deployment": "cart"}), ToolResult(tool="get_env", ok=True, output=env)),
+         step(ToolCall(tool="escalate", args={"diagnosis": prose, "summary": prose}), None)])
+    t.diagnosis, t.summary = f"the app sends {password} as its password", f"token {token}"
+    return t, prose
+
+
+def test_a_secret_read_once_is_removed_where_prose_restates_it() -> None:
+    """Nothing in `the DB rejects hunter2-xyz` names a secret: only having seen it in the Secret gives it away."""
+    t, prose = _read_secret_then_restate("pl41n-w0rds", "sk_test_opaque_Zz9")
+    assert "pl41n-w0rds" in redact(prose)  # the text rules alone cannot know
+    known = incident_secrets(t)
+    assert {"pl41n-w0rds", "sk_test_opaque_Zz9", "cart_service"} <= known
+    assert "5432" not in known  # too short to hunt for: it would eat every port number
+    assert redact(prose, known) == "the DB rejects <redacted:secret>; rotate sk_te... no: <redacted:secret> is fine"
+    red = redact_trajectory(t)
+    dumped = red.model_dump_json()
+    assert "pl41n-w0rds" not in dumped and "sk_test_opaque_Zz9" not in dumped
+    assert red.diagnosis == "the app sends <redacted:secret> as its password"
+    assert redact_trajectory(red) == red
+
+
+def test_known_values_leave_placeholders_whole_and_catch_base64() -> None:
+    known = incident_secrets(_read_secret_then_restate("secret", "tok_abcdefgh")[0])
+    assert redact("<redacted:secret> and secret", known) == "<redacted:secret> and <redacted:secret>"
+    encoded = base64.b64encode(b"tok_abcdefgh").decode()
+    assert redact(f"blob {encoded}", known) == "blob <redacted:secret>"
+
+
+def test_webhook_bodies_are_redacted_as_data() -> None:
+    body = {"event": "incident_escalated", "workflow_id": "incident-shop-cart-1", "text": "pw=hunter22 for ops@acme.io",
+            "actions": ["kubectl set env deployment/cart DB_PASSWORD=n3w-s3cret"],
+            "env": {"name": "API_TOKEN", "value": "plain-opaque"}, "count": 3}
+    out = redact_data(body, frozenset({"very-own-secret"}))
+    assert out == {"event": "incident_escalated", "workflow_id": "incident-shop-cart-1",
+                   "text": "pw=<redacted:secret> for <redacted:email>",
+                   "actions": ["kubectl set env deployment/cart DB_PASSWORD=<redacted:secret>"],
+                   "env": {"name": "API_TOKEN", "value": "<redacted:secret>"}, "count": 3}
+    assert redact_data({"diagnosis": "saw very-own-secret"}, frozenset({"very-own-secret"})) == \
+        {"diagnosis": "saw <redacted:secret>"}
+
+
+def test_log_records_are_redacted_whatever_logger_or_handler(caplog: pytest.LogCaptureFixture) -> None:
+    install_log_redaction()
+    install_log_redaction()  # twice is once
+    with caplog.at_level(logging.INFO):
+        logging.getLogger("some.library").info("connecting to %s", "postgres://cart:pa55word@db:5432/cart")
+        try:
+            raise RuntimeError("token=ghp_16C7e42F292c6912E7710c838347Ae178B4a rejected")
+        except RuntimeError:
+            logging.getLogger("agent_sre.x").exception("failed for ops@acme.io")
+    text = caplog.text
+    assert "pa55word" not in text and "ghp_16C7" not in text and "ops@acme.io" not in text
+    assert "postgres://cart:<redacted:secret>@db:5432/cart" in text and "token=<redacted:token>" in text
