@@ -25,7 +25,9 @@ def _console() -> Console:
     """A console sized to the terminal at the time of the command (COLUMNS is honoured)."""
     return Console()
 
-KUBECONFIG_HELP = "kubeconfig of the cluster [default: KUBECONFIG, else the simulator's DATA_DIR/kubeconfig]"
+KUBECONFIG_HELP = ("kubeconfig of the cluster, or a list of them as KUBECONFIG takes [default: KUBECONFIG, else "
+                   "in-cluster config if AGENT_SRE_KUBE_IN_CLUSTER, else the simulator's DATA_DIR/kubeconfig]")
+CONTEXT_HELP = "the kubeconfig's context to use [default: AGENT_SRE_KUBE_CONTEXT, else its current-context]"
 NAME_HELP = "which scenario of the file (needed when it holds several)"
 
 
@@ -57,26 +59,26 @@ def _pick(path: Path, name: str | None) -> Scenario:
         raise _fail(str(exc)) from None
 
 
-def _client(kubeconfig: Path | None) -> ApiClient:
+def _client(kubeconfig: Path | None, context: str | None) -> ApiClient:
     from agent_sre.config import get_settings
     from agent_sre.tools.client import KubeconfigError, api_client
 
     settings = get_settings()
-    path = kubeconfig or settings.kubeconfig or settings.sim_kubeconfig
+    simulator = not (kubeconfig or settings.kubeconfig or settings.kube_in_cluster)
     try:
-        return api_client(path)
+        return api_client(settings.sim_kubeconfig if simulator else kubeconfig, context)
     except KubeconfigError as exc:
         raise _fail(str(exc)) from None
 
 
-def _run(action: str, file: Path, name: str | None, kubeconfig: Path | None) -> None:
+def _run(action: str, file: Path, name: str | None, kubeconfig: Path | None, context: str | None) -> None:
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
     from agent_sre import faults
 
     scenario = _pick(file, name)
-    client = _client(kubeconfig)
+    client = _client(kubeconfig, context)
     try:
         getattr(faults, action)(client, scenario)
     except ApiException as exc:
@@ -132,14 +134,16 @@ def faults() -> None:
 @app.command()
 def inject(file: Path = typer.Argument(..., help="scenario YAML file"),
            name: str = typer.Option(None, "--name", help=NAME_HELP),
-           kubeconfig: Path = typer.Option(None, "--kubeconfig", help=KUBECONFIG_HELP)) -> None:
+           kubeconfig: Path = typer.Option(None, "--kubeconfig", help=KUBECONFIG_HELP),
+           context: str = typer.Option(None, "--context", help=CONTEXT_HELP)) -> None:
     """Break the cluster as the scenario says (a bad rollout, a Chaos Mesh experiment, a NetworkPolicy...)."""
-    _run("inject", file, name, kubeconfig)
+    _run("inject", file, name, kubeconfig, context)
 
 
 @app.command()
 def clear(file: Path = typer.Argument(..., help="scenario YAML file"),
           name: str = typer.Option(None, "--name", help=NAME_HELP),
-          kubeconfig: Path = typer.Option(None, "--kubeconfig", help=KUBECONFIG_HELP)) -> None:
+          kubeconfig: Path = typer.Option(None, "--kubeconfig", help=KUBECONFIG_HELP),
+          context: str = typer.Option(None, "--context", help=CONTEXT_HELP)) -> None:
     """Undo the scenario's injection (safe to repeat, and after the incident was already fixed)."""
-    _run("clear", file, name, kubeconfig)
+    _run("clear", file, name, kubeconfig, context)

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import logging
 import signal
+import ssl
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -238,23 +239,25 @@ def make_app(simulator: Simulator) -> web.Application:
 class SimulatorServer:
     """Runs the HTTP server on its own thread and event loop (tests, benchmarks, the dev stack in-process).
 
-    `port=0` picks a free port; `url` is known once `start()` returns.
+    `port=0` picks a free port; `url` is known once `start()` returns. With `ssl_context` it serves HTTPS, as an
+    apiserver does (in-cluster config speaks nothing else).
     """
 
-    def __init__(self, simulator: Simulator, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.simulator, self.host, self.port = simulator, host, port
+    def __init__(self, simulator: Simulator, host: str = "127.0.0.1", port: int = 0,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        self.simulator, self.host, self.port, self.ssl_context = simulator, host, port, ssl_context
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, name="sim-http", daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.ssl_context else 'http'}://{self.host}:{self.port}"
 
     async def _start(self) -> None:
         self._runner = web.AppRunner(make_app(self.simulator), access_log=None, shutdown_timeout=5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self.ssl_context)
         await site.start()
         self.port = self._runner.addresses[0][1]
 

@@ -1,28 +1,42 @@
-"""Kubernetes API clients built from kubeconfigs, one per cluster, shared by every tool call in the process.
+"""Kubernetes API clients, one per cluster, shared by every tool call in the process.
+
+The cluster is picked as kubectl picks it: a kubeconfig, or a `KUBECONFIG` list of them merged as kubectl merges
+them, and a context of it (`AGENT_SRE_KUBE_CONTEXT`, `--context`; else the current one). Without a kubeconfig, the
+pod's service account when `AGENT_SRE_KUBE_IN_CLUSTER` says so, and otherwise the embedded simulator: in-cluster
+config is never guessed from the mounted token, since a pod running the tests or the dev stack has one too
+(docs/deploy.md).
 
 Building an `ApiClient` parses the kubeconfig and opens a connection pool, which costs far more than a tool call,
-so clients are cached: by the file's path and modification time (a rewritten kubeconfig, say the simulator
-restarted on another port, gets a fresh client), or by the simulator URL when no kubeconfig is configured.
+so clients are cached: by the files' paths and modification times and the context (a rewritten kubeconfig, say
+the simulator restarted on another port, gets a fresh client), or by the simulator URL, or once for in-cluster
+config (whose token the client itself re-reads as the kubelet rotates it).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Hashable
 from pathlib import Path
 
 import yaml
-from kubernetes.client import ApiClient
-from kubernetes.config import ConfigException, new_client_from_config, new_client_from_config_dict
+from kubernetes.client import ApiClient, Configuration
+from kubernetes.config import ConfigException, new_client_from_config_dict
+from kubernetes.config.incluster_config import InClusterConfigLoader
+from kubernetes.config.kube_config import KubeConfigMerger
 
 from agent_sre.config import get_settings
+
+# Where Kubernetes mounts a pod's service-account token and the cluster's CA.
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+KUBECONFIG_ERRORS = (ConfigException, yaml.YAMLError, ValueError, TypeError, KeyError, OSError)
 
 
 class KubeconfigError(ValueError):
     """The kubeconfig is missing or cannot be used; the message says which file and why."""
 
 
-_clients: dict[tuple[str, int], ApiClient] = {}
+_clients: dict[Hashable, ApiClient] = {}
 _lock = threading.Lock()
 
 
@@ -34,32 +48,86 @@ def simulator_kubeconfig(server_url: str) -> dict[str, object]:
             "contexts": [{"name": "simulator", "context": {"cluster": "simulator", "user": "simulator"}}]}
 
 
-def api_client(kubeconfig: Path | str | None = None) -> ApiClient:
-    """The cached client for a kubeconfig file, or for a simulator environment's URL (`http://…/envs/E`);
-    without either, `KUBECONFIG` from the settings, and without that the embedded simulator's "default"
-    environment at `AGENT_SRE_SIM_HOST`/`_PORT`."""
+def api_client(kubeconfig: Path | str | None = None, context: str | None = None) -> ApiClient:
+    """The cached client for a kubeconfig (a path, or a `KUBECONFIG`-style list) and context, or for a simulator
+    environment's URL (`http://…/envs/E`, which has no contexts); without either, `KUBECONFIG` and
+    `AGENT_SRE_KUBE_CONTEXT` from the settings, then in-cluster config if `AGENT_SRE_KUBE_IN_CLUSTER`, then the
+    embedded simulator's "default" environment at `AGENT_SRE_SIM_HOST`/`_PORT`."""
     settings = get_settings()
-    if kubeconfig is None or str(kubeconfig) == "":
-        kubeconfig = settings.kubeconfig
-    if kubeconfig is None or str(kubeconfig).startswith(("http://", "https://")):
-        server = str(kubeconfig) if kubeconfig is not None else settings.sim_url
-        key = (server, 0)
-        with _lock:
-            if key not in _clients:
-                _clients[key] = new_client_from_config_dict(simulator_kubeconfig(server), persist_config=False)
-            return _clients[key]
-    path = Path(os.path.expanduser(str(kubeconfig))).resolve()
-    try:
-        key = (str(path), path.stat().st_mtime_ns)
-    except FileNotFoundError:
-        raise KubeconfigError(f"kubeconfig {path} does not exist (set KUBECONFIG, or write one for the simulator "
-                              f"with `agent-sre sim serve --kubeconfig-out FILE`)") from None
+    source = str(kubeconfig or settings.kubeconfig or "")
+    context = context or settings.kube_context
+    if source.startswith(("http://", "https://")):
+        return _simulator_client(source)
+    if source:
+        return _kubeconfig_client(source, context)
+    if context:
+        raise KubeconfigError(f"context {context!r} was asked for, but there is no kubeconfig to take it from "
+                              f"(set KUBECONFIG, or unset AGENT_SRE_KUBE_CONTEXT)")
+    if settings.kube_in_cluster:
+        return _cached(("in-cluster", str(SERVICE_ACCOUNT_DIR)), _in_cluster_client)
+    return _simulator_client(settings.sim_url)
+
+
+def _cached(key: Hashable, build: Callable[[], ApiClient]) -> ApiClient:
     with _lock:
         client = _clients.get(key)
         if client is None:
-            try:
-                client = new_client_from_config(config_file=str(path), persist_config=False)
-            except (ConfigException, yaml.YAMLError, ValueError, TypeError, KeyError, OSError) as exc:
-                raise KubeconfigError(f"kubeconfig {path} is not usable: {exc}") from None
-            _clients[key] = client
-    return client
+            client = _clients[key] = build()
+        return client
+
+
+def _simulator_client(server: str) -> ApiClient:
+    return _cached(("url", server), lambda: new_client_from_config_dict(simulator_kubeconfig(server),
+                                                                        persist_config=False))
+
+
+def _kubeconfig_client(source: str, context: str | None) -> ApiClient:
+    """The client for the files of `source` that exist (kubectl skips the missing ones of a list), merged."""
+    paths = [Path(os.path.expanduser(part)).resolve() for part in source.split(os.pathsep) if part]
+    present = [path for path in paths if path.is_file()]
+    if not present:
+        missing = (f"{paths[0]} does not exist" if len(paths) == 1 else
+                   f"list {os.pathsep.join(map(str, paths))}: none of its files exists")
+        raise KubeconfigError(f"kubeconfig {missing} (set KUBECONFIG, or write one for the simulator with "
+                              f"`agent-sre sim serve --kubeconfig-out FILE`)")
+    key = ("kubeconfig", context, *((str(path), path.stat().st_mtime_ns) for path in present))
+    return _cached(key, lambda: _merged_client(os.pathsep.join(map(str, present)), context))
+
+
+def _merged_client(files: str, context: str | None) -> ApiClient:
+    try:
+        merged = KubeConfigMerger(files)
+        return new_client_from_config_dict(merged.config, context=_chosen_context(files, merged, context),
+                                           persist_config=False)
+    except KubeconfigError:
+        raise
+    except KUBECONFIG_ERRORS as exc:
+        raise KubeconfigError(f"kubeconfig {files} is not usable: {exc}") from None
+
+
+def _chosen_context(files: str, merged: KubeConfigMerger, context: str | None) -> str:
+    """`context`, else the current one as kubectl reads it: "the first file to set a value wins" (the merger lets
+    the last file's current-context win). Raises with the known contexts when the chosen one is not among them."""
+    contexts = [node["name"] for node in merged.config.value["contexts"]]
+    current = next((config["current-context"] for config in merged.config_files.values()
+                    if config.get("current-context")), None)
+    chosen = context or current
+    if chosen is None or chosen not in contexts:
+        problem = (f"has no context {context!r}" if context else
+                   f"names current-context {current!r}, which it does not define" if current else
+                   "sets no current-context (choose one with --context or AGENT_SRE_KUBE_CONTEXT)")
+        raise KubeconfigError(f"kubeconfig {files} {problem}; its contexts: {', '.join(contexts) or 'none'}")
+    return chosen
+
+
+def _in_cluster_client() -> ApiClient:
+    """The pod's service account: `KUBERNETES_SERVICE_HOST`/`_PORT` and the mounted token and CA."""
+    configuration = Configuration()
+    loader = InClusterConfigLoader(token_filename=str(SERVICE_ACCOUNT_DIR / "token"),
+                                   cert_filename=str(SERVICE_ACCOUNT_DIR / "ca.crt"))
+    try:
+        loader.load_and_set(configuration)
+    except KUBECONFIG_ERRORS as exc:
+        raise KubeconfigError(f"AGENT_SRE_KUBE_IN_CLUSTER is set, but this process has no in-cluster config "
+                              f"(service account in {SERVICE_ACCOUNT_DIR}): {exc}") from None
+    return ApiClient(configuration)
