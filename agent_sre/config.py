@@ -35,6 +35,12 @@ class Settings(BaseSettings):
     # The standard variable, unprefixed, as kubectl reads it. None means: use the embedded simulator.
     kubeconfig: Path | None = Field(default=None, validation_alias=AliasChoices("KUBECONFIG", "AGENT_SRE_KUBECONFIG"))
 
+    # Which cluster beyond KUBECONFIG (tools/client.py, docs/deploy.md). The context of the kubeconfig, as kubectl's
+    # --context (default: its current-context). In-cluster config (the pod's service account) takes the simulator's
+    # place when no kubeconfig is set; it is never guessed from a mounted token, as CI pods running tests have one.
+    kube_context: str | None = None
+    kube_in_cluster: bool = False
+
     sim_host: str = "127.0.0.1"
     sim_port: Port = 8480
     sim_speed: float = Field(default=60.0, gt=0, description="simulated seconds per real second")
