@@ -1,4 +1,8 @@
-"""POSTing an event to a webhook (chat, paging), for the announcements workflows make."""
+"""POSTing an event to a webhook (chat, paging), for the announcements workflows make.
+
+Every webhook body leaves the process through `post_json`, so it is redacted here: a chat channel is read by many
+more people than the cluster's Secrets are, and a page quotes what the agent saw.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +13,16 @@ from typing import Any
 
 from temporalio.common import RetryPolicy
 
+from agent_sre.redaction import redact_data
+
 WEBHOOK_TIMEOUT_S = 10.0
 NOTIFY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attempts=3)  # then the workflow goes on
 
 
 def post_json(url: str, payload: dict[str, Any]) -> int:
-    """POST `payload` as JSON; returns the HTTP status. Errors (refused, 4xx/5xx, timeout) raise."""
-    request = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
+    """POST `payload` as JSON, redacted (`redact_data`); returns the HTTP status. Errors (refused, 4xx/5xx, timeout)
+    raise."""
+    request = urllib.request.Request(url, data=json.dumps(redact_data(payload)).encode(), method="POST",
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT_S) as response:
         return int(response.status)

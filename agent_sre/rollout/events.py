@@ -1,5 +1,6 @@
 """A rollback, announced three ways: a Prometheus counter (alert on any increase), one structured log line (for
-log search), and an optional webhook POST of the event (chat, paging)."""
+log search), and an optional webhook POST of the event (chat, paging). The line and the POST are redacted: a
+rollback's reason quotes what the analysis saw."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from prometheus_client import Counter
 
 from agent_sre.models.rollout import RollbackEvent
+from agent_sre.redaction import redact_data
 from agent_sre.webhooks import post_json
 
 log = logging.getLogger("agent_sre.rollout")
@@ -19,7 +21,9 @@ ROLLBACKS = Counter("agent_sre_model_rollbacks", "Model rollouts rolled back, by
 
 
 def _payload(event: RollbackEvent) -> dict[str, Any]:
-    return {"event": "model_rollback", **event.model_dump(mode="json", exclude={"notify_url"})}
+    payload: dict[str, Any] = redact_data({"event": "model_rollback",
+                                           **event.model_dump(mode="json", exclude={"notify_url"})})
+    return payload
 
 
 def record_rollback(event: RollbackEvent) -> str:

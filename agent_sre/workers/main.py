@@ -22,6 +22,7 @@ from temporalio.worker import Worker
 from agent_sre.activities import (escalation, learning, observer, policy, rewards, rollout, routing, simulation,
                                   tools, training, trajectories)
 from agent_sre.config import Settings
+from agent_sre.redaction import install_log_redaction
 from agent_sre.workers.signals import SignalArgumentsInterceptor
 from agent_sre.workflows.incident import IncidentRemediationWorkflow
 from agent_sre.workflows.learning import ContinuousLearningWorkflow
@@ -105,7 +106,9 @@ async def run_workers(client: Client, settings: Settings, queues: Sequence[str] 
     within GRACEFUL_SHUTDOWN and are then cancelled (Temporal runs them again on another worker once the attempt
     fails or times out; a training job resumes from its checkpoint), and the process exits 0. A second signal ends
     the process at once. The handlers are set even where the signal was inherited as ignored (a worker started in
-    the background by a shell); `ready` is called once they are."""
+    the background by a shell); `ready` is called once they are. Every log record the process makes from then on
+    is redacted: activities log what tools returned."""
+    install_log_redaction()
     workers = build_workers(client, settings, queues, graceful_shutdown=GRACEFUL_SHUTDOWN)
     settle_heap()
     loop = asyncio.get_running_loop()
