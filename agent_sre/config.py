@@ -6,17 +6,31 @@ sets the same variables to point at a real Temporal cluster, MinIO and a kubecon
 
 from __future__ import annotations
 
+import base64
+import binascii
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agent_sre.models.llm import SamplingConfig
 from agent_sre.models.remediation import ToolExecution
 
 Port = Annotated[int, Field(ge=1, le=65535)]
+AES_KEY_BYTES = 32
+
+
+def aes_key(text: str) -> bytes:
+    """An AES-256 key from its base64 text (`agent-sre codec keygen` prints one)."""
+    try:
+        key = base64.b64decode(text.strip(), validate=True)
+    except binascii.Error:
+        raise ValueError("not base64 (make one with `agent-sre codec keygen`)") from None
+    if len(key) != AES_KEY_BYTES:
+        raise ValueError(f"decodes to {len(key)} bytes; an AES-256 key has {AES_KEY_BYTES}")
+    return key
 
 
 class Settings(BaseSettings):
@@ -84,6 +98,15 @@ class Settings(BaseSettings):
     allowed_image_sources: Annotated[tuple[str, ...], NoDecode] = ()
     max_replicas: int = Field(default=20, ge=1)
 
+    # Temporal payload encryption (agent_sre/codec.py; docs/safety.md, Secrets): a base64 AES-256 key. Unset: payloads
+    # are plain JSON in Temporal's history, as on the dev stack. Retired keys, comma-separated, still decrypt the
+    # histories written with them. Every worker and client of a namespace needs the same keys.
+    payload_key: SecretStr | None = None
+    payload_old_keys: SecretStr | None = None
+    # `agent-sre codec serve`: where it listens, and the bearer token it requires (unset: none; keep it on localhost)
+    codec_port: Port = 8234
+    codec_token: SecretStr | None = None
+
     # Where the remediations this process starts POST an `EscalationNotice` when the agent escalates (chat, paging).
     escalation_url: str | None = Field(default=None, pattern=r"^https?://")
 
@@ -108,6 +131,21 @@ class Settings(BaseSettings):
     def _comma_separated(cls, value: object) -> object:
         return [item.strip() for item in value.split(",") if item.strip()] if isinstance(value, str) else value
 
+    @field_validator("payload_key", "payload_old_keys")
+    @classmethod
+    def _aes_keys(cls, value: SecretStr | None) -> SecretStr | None:
+        for text in _key_texts(value):
+            aes_key(text)
+        return value
+
+    @property
+    def payload_keys(self) -> list[bytes]:
+        """The keys that decrypt payloads, the one that encrypts first; none when encryption is off."""
+        if self.payload_key is None:
+            return []
+        texts = [self.payload_key.get_secret_value(), *_key_texts(self.payload_old_keys)]
+        return [aes_key(text) for text in texts]
+
     @property
     def models_dir(self) -> Path:
         return self.llm_models_dir or self.data_dir / "models"
@@ -127,6 +165,15 @@ class Settings(BaseSettings):
         return self.data_dir / "kubeconfig"
 
 
+def _key_texts(value: SecretStr | None) -> list[str]:
+    return [t for t in (value.get_secret_value().split(",") if value else []) if t.strip()]
+
+
+# Settings whose values an error message must not repeat.
+_SECRET_FIELDS = frozenset(name for name, field in Settings.model_fields.items()
+                           if "SecretStr" in str(field.annotation))
+
+
 @lru_cache
 def get_settings() -> Settings:
     return Settings()
@@ -139,5 +186,6 @@ def bad_settings(exc: ValidationError) -> str:
         field, *within = (str(part) for part in error["loc"])
         variable = "KUBECONFIG" if field == "kubeconfig" else f"{Settings.model_config['env_prefix']}{field.upper()}"
         where = f" ({'.'.join(within)})" if within else ""
-        lines.append(f"error: {variable}{where}: {error['msg']} (got {error.get('input')!r})")
+        got = "(value hidden)" if field in _SECRET_FIELDS else f"(got {error.get('input')!r})"
+        lines.append(f"error: {variable}{where}: {error['msg']} {got}")
     return "\n".join(lines)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
@@ -10,9 +10,11 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from agent_sre.codec import payload_codec
 from agent_sre.config import Settings, get_settings
 from agent_sre.models.alert import Alert
 from agent_sre.models.incident import Incident
@@ -20,11 +22,22 @@ from agent_sre.models.remediation import IncidentOutcome, PolicyRef, Remediation
 from agent_sre.stack.temporal import SEARCH_ATTRIBUTES
 
 
+def data_converter(settings: Settings) -> DataConverter:
+    """The pydantic data converter; with a payload key configured, every payload sealed by the codec, and failure
+    messages and stack traces moved into the (sealed) encoded attributes: an activity's error can quote a secret."""
+    codec = payload_codec(settings)
+    if codec is None:
+        return pydantic_data_converter
+    return replace(pydantic_data_converter, payload_codec=codec,
+                   failure_converter_class=DefaultFailureConverterWithEncodedAttributes)
+
+
 async def connect(settings: Settings | None = None) -> Client:
-    """A client with the pydantic data converter and the OpenTelemetry tracing interceptor."""
+    """A client with our data converter (`data_converter`) and the OpenTelemetry tracing interceptor. Workers
+    built on it use its converter, so they seal and open payloads with the same keys."""
     settings = settings or get_settings()
     return await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace,
-                                data_converter=pydantic_data_converter, interceptors=[TracingInterceptor()])
+                                data_converter=data_converter(settings), interceptors=[TracingInterceptor()])
 
 
 async def unregistered_search_attributes(client: Client) -> dict[str, str]:

@@ -29,14 +29,15 @@ def _settings_are_valid() -> None:
 
 def _register() -> None:
     """Attach every area's sub-app. Imported lazily so `agent-sre --help` stays quick."""
-    from agent_sre.cli import (alerts, demo, dev, drill, episodes, incident, learn, models, rollout, scenarios, sim,
-                               train, worker)
+    from agent_sre.cli import (alerts, codec, demo, dev, drill, episodes, incident, learn, models, rollout, scenarios,
+                               sim, train, worker)
 
     app.add_typer(dev.app, name="dev")
     app.add_typer(sim.app, name="sim")
     app.add_typer(scenarios.app, name="scenarios")
     app.add_typer(incident.app, name="incident")
     app.add_typer(alerts.app, name="alerts")
+    app.add_typer(codec.app, name="codec")
     app.add_typer(episodes.app, name="episodes")
     app.add_typer(models.app, name="models")
     app.add_typer(rollout.app, name="rollout")
