@@ -1,6 +1,7 @@
 """The shipped monitoring configs (infra/prometheus, infra/alertmanager, infra/grafana) are valid for the tools that
 load them, their alert rules behave as their unit tests say (Prometheus' own rule engine, `promtool test rules`),
-and every metric they name is one agent-sre exports. tests/test_rollback_chain.py (slow) runs them live.
+and every metric they name is one agent-sre exports. Incident-operations alerts go to the people running agent-sre,
+never to the agent. tests/test_rollback_chain.py (slow) runs them live.
 
 promtool and amtool come with Debian's `prometheus` and `prometheus-alertmanager`; tests that need them skip
 with that reason where they are missing.
@@ -29,9 +30,9 @@ METRIC_MODULES = (telemetry, events, receiver)  # where agent-sre's Prometheus m
 INFRA = Path(__file__).resolve().parent.parent / "infra"
 PROMETHEUS_CONFIG = INFRA / "prometheus" / "prometheus.yml"
 RULES = INFRA / "prometheus" / "rollout-alerts.yml"
-RULE_TESTS = INFRA / "prometheus" / "rollout-alerts.test.yml"
+INCIDENT_RULES = INFRA / "prometheus" / "incident-alerts.yml"
 ALERTMANAGER_CONFIG = INFRA / "alertmanager" / "alertmanager.yml"
-DASHBOARD = INFRA / "grafana" / "agent-sre-rollout.json"
+DASHBOARDS = (INFRA / "grafana" / "agent-sre-rollout.json", INFRA / "grafana" / "agent-sre-incidents.json")
 # What Grafana substitutes in the dashboard's queries, with values of the right kind for checking them.
 GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__range": "1h", "$window": "30m"}
 
@@ -50,8 +51,8 @@ def run(*args: str) -> str:
     return done.stdout
 
 
-def dashboard_queries() -> list[str]:
-    dashboard = json.loads(DASHBOARD.read_text())
+def dashboard_queries(path: Path) -> list[str]:
+    dashboard = json.loads(path.read_text())
     exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
     exprs += [a["expr"] for a in dashboard["annotations"]["list"]]
     for variable, value in GRAFANA_VARIABLES.items():
@@ -61,11 +62,12 @@ def dashboard_queries() -> list[str]:
 
 def test_prometheus_config_and_its_rules_are_valid() -> None:
     out = run(tool("promtool"), "check", "config", str(PROMETHEUS_CONFIG))
-    assert "1 rule files found" in out
+    assert "2 rule files found" in out
 
 
-def test_rollout_alert_rules_pass_their_unit_tests() -> None:
-    run(tool("promtool"), "test", "rules", str(RULE_TESTS))
+@pytest.mark.parametrize("rules", [RULES, INCIDENT_RULES], ids=lambda path: path.stem)
+def test_alert_rules_pass_their_unit_tests(rules: Path) -> None:
+    run(tool("promtool"), "test", "rules", str(rules.with_suffix(".test.yml")))
 
 
 def test_alertmanager_config_is_valid_and_routes_rollout_alerts_to_the_rollout_receiver() -> None:
@@ -79,12 +81,14 @@ def test_alertmanager_config_is_valid_and_routes_rollout_alerts_to_the_rollout_r
         "agent-sre-rollout"
     assert receiver("alertname=AgentSreModelRolledBack", "agent_sre_rollout=smol-grpo-7") == "agent-sre-rollout"
     assert receiver("alertname=KubePodCrashLooping", "namespace=shop") == "agent-sre-incidents"
+    assert receiver("alertname=AgentSreIncidentsFailing", "agent_sre_ops=true") == "agent-sre-operators"
 
 
-def test_the_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dashboard", DASHBOARDS, ids=lambda path: path.stem)
+def test_the_dashboard_queries_are_valid_promql(tmp_path: Path, dashboard: Path) -> None:
     """promtool has no query checker without a server; as recording rules, the queries get its parser."""
     rules = {"groups": [{"name": "dashboard", "rules": [{"record": f"dashboard:query_{i}", "expr": expr}
-                                                       for i, expr in enumerate(dashboard_queries())]}]}
+                                                       for i, expr in enumerate(dashboard_queries(dashboard))]}]}
     (tmp_path / "dashboard-queries.yml").write_text(yaml.safe_dump(rules))
     run(tool("promtool"), "check", "rules", str(tmp_path / "dashboard-queries.yml"))
 
@@ -97,22 +101,45 @@ def exported_metric_names() -> set[str]:
 
 
 def metric_names(expr: str) -> set[str]:
-    """agent-sre metric names in a PromQL expression (recording rules' level:metric:op names are not)."""
-    return {token for token in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", expr) if token.startswith("agent_sre_")}
+    """agent-sre metric names in a PromQL expression (recording rules' level:metric:op names are not, nor label
+    names such as `agent_sre_ops` in a matcher)."""
+    return {token for token in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*\b(?!\s*[=!~])", expr)
+            if token.startswith("agent_sre_")}
 
 
-def test_rules_and_dashboard_name_only_metrics_agent_sre_exports() -> None:
-    rules: list[dict[str, Any]] = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
-    named = set().union(*(metric_names(r["expr"]) for r in rules), *map(metric_names, dashboard_queries()))
+def rules_of(path: Path) -> list[dict[str, Any]]:
+    return [r for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"]]
+
+
+def test_rules_and_dashboards_name_only_metrics_agent_sre_exports() -> None:
+    rules = rules_of(RULES) + rules_of(INCIDENT_RULES)
+    queries = [query for dashboard in DASHBOARDS for query in dashboard_queries(dashboard)]
+    named = set().union(*(metric_names(r["expr"]) for r in rules), *map(metric_names, queries))
     assert named >= {"agent_sre_incidents_finished_total", "agent_sre_incidents_started_total",
-                     "agent_sre_model_rollbacks_total", "agent_sre_time_to_mitigate_seconds_bucket"}
+                     "agent_sre_model_rollbacks_total", "agent_sre_time_to_mitigate_seconds_bucket",
+                     "agent_sre_escalations_total", "agent_sre_alert_deliveries_rejected_total"}
     assert named <= exported_metric_names(), named - exported_metric_names()
     recorded = {r["record"] for r in rules if "record" in r}
     used = {token for expr in [r["expr"] for r in rules] for token in re.findall(r"[a-z_]+:[a-z_0-9:]+", expr)}
     assert used <= recorded, used - recorded
-    alerts = {r["alert"]: r for r in rules if "alert" in r}
-    assert set(alerts) == {"AgentSreModelSuccessRateDropped", "AgentSreModelRolledBack"}
-    assert all(rule["labels"].get("agent_sre_rollout") for rule in alerts.values())
+    rollout = {r["alert"]: r for r in rules_of(RULES) if "alert" in r}
+    assert set(rollout) == {"AgentSreModelSuccessRateDropped", "AgentSreModelRolledBack"}
+    assert all(rule["labels"].get("agent_sre_rollout") for rule in rollout.values())
+
+
+def test_incident_alerts_go_to_operators_never_to_the_agent() -> None:
+    """The agent's receiver remediates what it is sent: its own failures must not reach it (no `namespace`,
+    no rollout label), and each alert's unit tests cover it."""
+    alerts = {r["alert"]: r for r in rules_of(INCIDENT_RULES) if "alert" in r}
+    assert set(alerts) == {"AgentSreIncidentsFailing", "AgentSreIncidentMadeWorse", "AgentSreEscalationRateHigh",
+                           "AgentSreRemediationSlow", "AgentSreIncidentsUnfinished",
+                           "AgentSreAlertDeliveriesRejected"}
+    for rule in alerts.values():
+        assert rule["labels"]["agent_sre_ops"] == "true"
+        assert not {"namespace", "agent_sre_rollout"} & set(rule["labels"]) and "namespace" not in rule["expr"]
+    tested = {t["alertname"] for case in yaml.safe_load(INCIDENT_RULES.with_suffix(".test.yml").read_text())["tests"]
+              for t in case.get("alert_rule_test", [])}
+    assert tested == set(alerts)
 
 
 def test_configs_point_at_the_default_ports_and_authenticate() -> None:
@@ -123,6 +150,6 @@ def test_configs_point_at_the_default_ports_and_authenticate() -> None:
     assert ports == {"agent-sre-worker": defaults["metrics_port"], "agent-sre-alerts": defaults["alerts_port"],
                      "agent-sre-simulator": defaults["sim_port"]}
     receivers = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())["receivers"]
-    hooks = [hook for r in receivers for hook in r["webhook_configs"]]
+    hooks = [hook for r in receivers for hook in r.get("webhook_configs", [])]
     assert {hook["url"] for hook in hooks} == {f"http://127.0.0.1:{defaults['alerts_port']}/alerts"}
     assert all(hook["http_config"]["authorization"]["type"] == "Bearer" for hook in hooks)

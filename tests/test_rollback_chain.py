@@ -115,13 +115,13 @@ def prometheus_config(tmp: Path, targets: dict[str, str], alertmanager: str) -> 
     for job in config["scrape_configs"]:
         job["static_configs"] = [{"targets": [targets[job["job_name"]]]}]
     config["alerting"]["alertmanagers"] = [{"static_configs": [{"targets": [alertmanager]}]}]
-    rules = yaml.safe_load((INFRA / "prometheus" / "rollout-alerts.yml").read_text())
-    for group in rules["groups"]:
-        for rule in group["rules"]:
-            if "for" in rule:
-                rule["for"] = "1s"
-    [rules_file] = config["rule_files"]
-    (tmp / rules_file).write_text(yaml.safe_dump(rules))
+    for rules_file in config["rule_files"]:
+        rules = yaml.safe_load((INFRA / "prometheus" / rules_file).read_text())
+        for group in rules["groups"]:
+            for rule in group["rules"]:
+                if "for" in rule:
+                    rule["for"] = "1s"
+        (tmp / rules_file).write_text(yaml.safe_dump(rules))
     path = tmp / "prometheus.yml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -133,7 +133,7 @@ def alertmanager_config(tmp: Path, receiver: str) -> Path:
     token = tmp / "alerts-token"
     token.write_text(TOKEN)
     for r in config["receivers"]:
-        for hook in r["webhook_configs"]:
+        for hook in r.get("webhook_configs", []):
             hook["url"] = f"{receiver}/alerts"
             hook["http_config"]["authorization"]["credentials_file"] = str(token)
     path = tmp / "alertmanager.yml"
