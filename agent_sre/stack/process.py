@@ -73,7 +73,10 @@ def is_running(pid: int, argv: list[str] | None = None) -> bool:
 
 
 def spawn(argv: list[str], *, log_path: Path, cwd: Path) -> subprocess.Popen[bytes]:
-    """Start `argv` detached from our terminal (its own session: Ctrl-C in the shell doesn't kill the stack)."""
+    """Start `argv` detached from our terminal (its own session: Ctrl-C in the shell doesn't kill the stack).
+
+    Whatever it creates (data, keys, the unix sockets SeaweedFS opens in /tmp) is its owner's alone: umask 077.
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(argv)}\n".encode())
@@ -85,6 +88,7 @@ def spawn(argv: list[str], *, log_path: Path, cwd: Path) -> subprocess.Popen[byt
             stderr=subprocess.STDOUT,
             cwd=cwd,
             start_new_session=True,
+            umask=0o077,
         )
     _children[process.pid] = process
     return process

@@ -2,7 +2,7 @@
 
 `weed mini` runs master, volume, filer and S3 in one process and shuts down in ~2 s (`weed server` waits 15 s
 for its filer's gRPC streams). With an identities file that lists only our key, anonymous and wrong-key
-requests are refused.
+requests to S3 are refused; the other services are locked by SeaweedFS's own security.toml (`seaweed_security`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from agent_sre.config import Settings
 from agent_sre.stack.binaries import find_binary
 from agent_sre.stack.component import Component, Health, data_dir
 from agent_sre.stack.ports import PortSpec, split_host_port
+from agent_sre.stack.seaweed_security import write_security
 from agent_sre.storage import ensure_bucket, object_store, store_status
 
 GRPC_OFFSET = 10_000  # SeaweedFS convention: each service's gRPC port is its HTTP port + 10000
@@ -52,7 +53,8 @@ class SeaweedS3(Component):
         return data_dir(settings) / "seaweedfs" / "s3-identities.json"
 
     def prepare(self, settings: Settings) -> None:
-        """Write the identities file fresh each start so a changed key in Settings takes effect."""
+        """Write the identities file and security.toml fresh each start, so a changed key in Settings takes effect
+        and the JWT keys and certificates of one run are worth nothing to the next."""
         identities = {
             "identities": [
                 {
@@ -66,6 +68,7 @@ class SeaweedS3(Component):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch(mode=0o600)
         path.write_text(json.dumps(identities, indent=2))
+        write_security(data_dir(settings), data_dir(settings) / "seaweedfs" / "tls")
 
     def command(self, settings: Settings) -> list[str]:
         host, _ = split_host_port(settings.s3_endpoint, ENDPOINT_SETTING)
@@ -76,6 +79,7 @@ class SeaweedS3(Component):
             argv += [f"-{service}.port={port}", f"-{service}.port.grpc={port + GRPC_OFFSET}"]
         argv += [f"-s3.config={self._identities_path(settings)}", "-s3.port.iceberg=0", "-s3.port.lance=0"]
         argv += ["-webdav=false", "-admin.ui=false", "-master.telemetry=false"]
+        argv += ["-disableHttp"]  # the master's and the filer's HTTP APIs: S3 reaches them over gRPC
         return argv
 
     async def probe(self, settings: Settings) -> Health:
