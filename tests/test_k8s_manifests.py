@@ -139,6 +139,7 @@ def test_settings_come_from_the_configmap_and_credentials_from_secrets(rendered:
     receiver = find(rendered, "Deployment", "agent-sre-alerts")
     assert set(secret_refs(worker)) == {"AGENT_SRE_S3_ACCESS_KEY", "AGENT_SRE_S3_SECRET_KEY", "AGENT_SRE_PAYLOAD_KEY"}
     assert set(secret_refs(receiver)) == {"AGENT_SRE_ALERTS_TOKEN", "AGENT_SRE_PAYLOAD_KEY"}
+    assert set(secret_refs(worker)) | set(secret_refs(receiver)) <= settings
     assert all(c["envFrom"] == [{"configMapRef": {"name": "agent-sre"}}] for d in (worker, receiver)
                for c in containers(d))
     port = {p["name"]: p["containerPort"] for p in containers(receiver)[0]["ports"]}["http"]
