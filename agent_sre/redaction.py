@@ -157,7 +157,7 @@ _RULES: list[_Rule] = [
                     "xoxs-")),
     _Rule(_ENV_ENTRY_RE, "secret", _NAMES_A_SECRET, _names_a_secret_value),
     _Rule(_KEY_VALUE_RE, "secret", _NAMES_A_SECRET, _names_a_secret_value),
-    _Rule(re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/]{16,}={0,2}(?![A-Za-z0-9+/=_-])"), "secret",
+    _Rule(re.compile(r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/]{16,}={0,2}(?![A-Za-z0-9+/=_-])"), "secret",
           re.compile(r"[A-Za-z0-9+/]{16}"), _encodes_a_secret),
     # in groups of 4 (Visa, Mastercard), 4-6-5 (Amex) or none
     _Rule(re.compile(r"(?<![\w-])[2-6]\d{3}(?:[ -]?\d{4,6}){2}[ -]?\d{1,7}(?![\w-])"), "card",

@@ -125,6 +125,7 @@ LEAKS = [
     ("paid with 4111 1111 1111 1111 for order 4111111111111112; amex 378282246310005", "1111 1111",
      "paid with <redacted:card> for order 4111111111111112; amex <redacted:card>"),
     ("env blob cGFzc3dvcmQ9VHIwdWI0ZG9yJjM= found", "cGFzc3dvcmQ9", "env blob <redacted:secret> found"),
+    ("LEGACY_B64=cGFzc3dvcmQ9VHIwdWI0ZG9yJjM=", "cGFzc3dvcmQ9", "LEGACY_B64=<redacted:secret>"),
     ("SG.abcdefghijklmnopqrstuv.abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG", "SG.abcdef", "<redacted:api_key>"),
     ("sid ACa1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6 x", "a1b2c3d4e5f6", "sid <redacted:token> x"),
     ("AKIAIOSFODNN7EXAMPLE,wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI",

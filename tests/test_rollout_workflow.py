@@ -6,11 +6,13 @@ routing table, and the trajectories the analysis reads, seeded by each test thro
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import threading
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -32,6 +34,7 @@ from agent_sre.models.rollout import RolloutControl, RolloutPlan, RolloutRequest
 from agent_sre.registry import Registry
 from agent_sre.rollout.plans import DEFAULT_PLAN
 from agent_sre.rollout.client import start_rollout
+from agent_sre.rollout import routing
 from agent_sre.rollout.routing import read_table
 from agent_sre.stack.ports import pick_free_ports
 from tests.isolated_workers import running_workers
@@ -256,3 +259,78 @@ async def test_controls_are_validated_and_take_effect(rollout: Rollout) -> None:
     assert "cannot promote: the rollout is being aborted" in message or "completed" in message, message
     result: RolloutResult = await handle.result()
     assert result.outcome == "aborted"
+
+
+@dataclass
+class HeldRouting:
+    """The routing activity stops before writing a table of `weight`, until released: the rollout's loop is then
+    busy carrying out a control while the next ones arrive."""
+
+    weight: float
+    entered: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        write = routing.write_table
+
+        def held(client, bucket, table):  # noqa: ANN001, ANN202 - routing.write_table's own signature
+            if table.candidate is not None and table.weight == self.weight:
+                self.entered.set()
+                self.release.wait(timeout=60)
+            return write(client, bucket, table)
+
+        monkeypatch.setattr(routing, "write_table", held)
+
+    async def reached(self) -> None:
+        assert await asyncio.to_thread(self.entered.wait, 30), f"the rollout never routed {self.weight:g}%"
+
+
+async def _refusal(handle: WorkflowHandle, update: str, control: RolloutControl) -> str:
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update(update, control)
+    return str(refused.value.cause)
+
+
+async def test_an_abort_outranks_a_concurrent_promotion_to_100_percent(rollout: Rollout,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The promotion is routing 100 % when the abort arrives: the abort is accepted, every promote after it is
+    refused with its reason, and the candidate never becomes production."""
+    held = HeldRouting(weight=100)
+    held.install(monkeypatch)
+    handle = await rollout.start()
+    await rollout.env.sleep(DAY)
+    alice, bob = RolloutControl(by="alice", reason="ship it"), RolloutControl(by="bob", reason="bad model")
+    await handle.execute_update("promote_full", alice)
+    await held.reached()
+    try:
+        await handle.execute_update("abort", bob)
+        for update in ("promote", "promote_full"):
+            assert "being aborted (by bob: bad model)" in await _refusal(handle, update, alice)
+    finally:
+        held.release.set()
+    result: RolloutResult = await handle.result()
+    assert result.outcome == "aborted" and result.reason == "bad model"
+    assert rollout.registry.get(rollout.candidate).stage == "candidate"
+    assert rollout.routing().candidate is None  # every incident served by the baseline again
+
+
+async def test_retry_withdraws_an_abort_not_yet_carried_out(rollout: Rollout,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    held = HeldRouting(weight=50)  # the A/B test's first routing
+    held.install(monkeypatch)
+    handle = await rollout.start()
+    await held.reached()
+    alice = RolloutControl(by="alice", reason="wrong candidate?")
+    try:
+        assert "no abort is pending" in await _refusal(handle, "retry", alice)
+        await handle.execute_update("abort", alice)
+        assert "being aborted (by alice: wrong candidate?)" in await _refusal(handle, "promote", alice)
+        await handle.execute_update("retry", RolloutControl(by="alice", reason="it was the right one"))
+        await handle.execute_update("promote", alice)  # accepted again
+    finally:
+        held.release.set()
+    await rollout.env.sleep(timedelta(hours=1))
+    st = await status(handle)
+    assert st.phase == "running" and st.step_index == 2 and st.weight == 10  # the A/B test was promoted, then 10 %
+    assert [d.action for d in st.decisions if d.by == "alice"] == ["abort requested", "abort withdrawn", "promoted"]
+    await handle.terminate(reason="test finished")

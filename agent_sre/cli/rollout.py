@@ -182,6 +182,12 @@ def abort(reason: str = REASON, by: str = BY) -> None:
     _control("abort", reason, by)
 
 
+@app.command("retry")
+def retry(reason: str = REASON, by: str = BY) -> None:
+    """Withdraw an abort the rollout has not carried out yet (until then every promote is refused)."""
+    _control("retry", reason, by)
+
+
 @app.command("rollback")
 def rollback(reason: str = typer.Option(..., "--reason", help="why (recorded and announced)"),
              by: str = BY) -> None:

@@ -10,7 +10,9 @@ Every wait is a durable timer, so a week-long bake survives worker and server re
 after each step that waited, and whenever Temporal suggests it, carrying its whole state (`RolloutState`), so a
 rollout's history stays short however long it runs. Human controls are updates whose validators refuse what
 cannot apply now, with the reason; `rollback(reason)` is a signal so that Alertmanager, the CLI and
-`temporal workflow signal` can all send it.
+`temporal workflow signal` can all send it. An `abort` outranks a promotion that has not yet made the candidate
+production, and sticks: until the loop carries it out, every promote is refused with its reason, unless a human
+withdraws it with `retry`.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_sre.webhooks import NOTIFY_RETRY
 
 QUICK = timedelta(seconds=30)
+ABORT_OUTRANKS_PROMOTION = "abort-outranks-promotion"  # histories from before it never stopped a promotion
 MUST_LAND = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 
 
@@ -58,6 +61,7 @@ class ModelRolloutWorkflow:
         info = workflow.info()
         self._s: RolloutState = req.state or RolloutState(rollout_id=f"{info.workflow_id}/{info.run_id}")
         self._wakeups = 0
+        self._committed: str | None = None  # the ending the loop is carrying out, past withdrawing or outranking
 
     # --- the plan -----------------------------------------------------------------------------------------------
     @workflow.run
@@ -238,7 +242,8 @@ class ModelRolloutWorkflow:
 
     async def _abort(self) -> None:
         s = self._s
-        reason = next(d.reason for d in reversed(s.decisions) if d.action == "abort requested")
+        self._committed = "aborted"
+        reason = self._abort_request().reason
         await self._route(0, f"aborted: {reason}")
         s.weight = 0
         await self._stages("aborted", f"rollout aborted: {reason}", "rollout")
@@ -249,6 +254,9 @@ class ModelRolloutWorkflow:
         s = self._s
         if s.weight < 100:
             await self._set_weight(100)
+        if s.abort and workflow.patched(ABORT_OUTRANKS_PROMOTION):
+            return  # the loop aborts: the candidate is not production yet
+        self._committed = "promoted"
         why = "promoted to 100% by a human" if s.promote_full else f"all {len(self._plan.steps)} steps passed"
         await self._stages("succeeded", f"rollout {s.rollout_id}: {why}", "rollout")
         await self._route(0, f"{self._req.candidate} is production", to_candidate_for_good=True)
@@ -326,9 +334,23 @@ class ModelRolloutWorkflow:
         self._s.runs += 1
         workflow.continue_as_new(self._req.model_copy(update={"state": self._s}))
 
+    def _abort_request(self) -> Decision:
+        return next(d for d in reversed(self._s.decisions) if d.action == "abort requested")
+
     # --- controls -----------------------------------------------------------------------------------------------
     def _must_be_active(self, control: str) -> None:
         """Validators: refuse a control that cannot apply now, with the reason."""
+        s = self._s
+        self._must_be_running(control)
+        if s.abort:
+            request = self._abort_request()
+            raise ValueError(f"cannot {control}: the rollout is being aborted (by {request.by}: {request.reason}); "
+                             "`retry` withdraws the abort while it has not been carried out")
+        if s.promote_full:
+            raise ValueError(f"cannot {control}: the rollout is being promoted to 100%")
+
+    def _must_be_running(self, control: str) -> None:
+        """Refuse a control once the rollout has ended, before it has started, or while it rolls back."""
         s = self._s
         if s.phase in FINISHED:
             raise ValueError(f"cannot {control}: the rollout has already {s.phase.replace('_', ' ')}")
@@ -336,10 +358,6 @@ class ModelRolloutWorkflow:
             raise ValueError(f"cannot {control}: the rollout is still starting; try again in a moment")
         if s.rollback_reason is not None:
             raise ValueError(f"cannot {control}: a rollback is under way ({s.rollback_reason})")
-        if s.abort:
-            raise ValueError(f"cannot {control}: the rollout is being aborted")
-        if s.promote_full:
-            raise ValueError(f"cannot {control}: the rollout is being promoted to 100%")
 
     @workflow.update
     def promote(self, control: RolloutControl) -> RolloutStatus:
@@ -405,7 +423,28 @@ class ModelRolloutWorkflow:
 
     @abort.validator
     def _validate_abort(self, control: RolloutControl) -> None:
-        self._must_be_active("abort")
+        """A pending promotion to 100% does not stop an abort: only a candidate already being made production."""
+        self._must_be_running("abort")
+        if self._s.abort:
+            raise ValueError(f"cannot abort: the rollout is already being aborted ({self._abort_request().reason})")
+        if self._committed == "promoted":
+            raise ValueError(f"cannot abort: {self._req.candidate} is already being made production")
+
+    @workflow.update
+    def retry(self, control: RolloutControl) -> RolloutStatus:
+        """Withdraw an abort the rollout has not carried out yet: it goes on where it was."""
+        self._s.abort = False
+        self._decide("abort withdrawn", control.reason or "retry", by=control.by)
+        self._wake()
+        return self.status()
+
+    @retry.validator
+    def _validate_retry(self, control: RolloutControl) -> None:
+        self._must_be_running("retry")
+        if not self._s.abort:
+            raise ValueError("cannot retry: no abort is pending")
+        if self._committed == "aborted":
+            raise ValueError("cannot retry: the abort is already being carried out")
 
     @workflow.signal
     def rollback(self, reason: str) -> None:
