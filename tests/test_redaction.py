@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+from collections.abc import Iterator
 
 import pytest
 from sim_fixtures import NS, seed
@@ -277,9 +278,18 @@ def test_webhook_bodies_are_redacted_as_data() -> None:
         {"diagnosis": "saw <redacted:secret>"}
 
 
-def test_log_records_are_redacted_whatever_logger_or_handler(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.fixture
+def log_redaction() -> Iterator[None]:
+    """The worker's log redaction, for one test: it is process-wide."""
+    factory = logging.getLogRecordFactory()
     install_log_redaction()
     install_log_redaction()  # twice is once
+    yield
+    logging.setLogRecordFactory(factory)
+
+
+@pytest.mark.usefixtures("log_redaction")
+def test_log_records_are_redacted_whatever_logger_or_handler(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO):
         logging.getLogger("some.library").info("connecting to %s", "postgres://cart:pa55word@db:5432/cart")
         try:
