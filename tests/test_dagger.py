@@ -18,17 +18,17 @@ from agent_sre.training.dagger import labelled_states, student_states, train_on_
 from agent_sre.training.evaluate import play
 from agent_sre.training.sft import _trainer
 
-SCENARIO = next(s for s in load_scenarios(default_catalog()) if s.fault == "service_target_port")
+SCENARIO = next(s for s in load_scenarios(default_catalog()) if s.fault == "bad_config")
 
 
 def _runbook_episode():  # noqa: ANN202 - a Trajectory
-    """The runbook on a Service pointed at the wrong port: it "fixes" a deployment that was fine and claims it."""
+    """The runbook on a config value the service cannot parse: it rolls back a revision that was fine."""
     return play(RunbookPolicy(), PolicyRef(name="runbook", version="runbook"), SCENARIO, Simulator(speed=0))
 
 
 def test_every_state_is_labelled_by_the_expert_after_the_students_mistake_too() -> None:
     episode = _runbook_episode()
-    wrong = next(s for s in episode.steps if s.action is not None and s.action.tool == "set_resources")
+    wrong = next(s for s in episode.steps if s.action is not None and s.action.tool == "rollout_undo")
     examples = labelled_states([episode])
     assert len(examples) == len(episode.steps)
     labels = [parse_action(e["completion"][0]["content"])[0] for e in examples]
@@ -36,10 +36,10 @@ def test_every_state_is_labelled_by_the_expert_after_the_students_mistake_too() 
     after = [(e, label) for e, label in zip(examples, labels, strict=True)
              if any(m["role"] == "assistant" and m["content"] == wrong.decision.completion for m in e["prompt"])]
     assert after, "no state after the wrong fix was labelled"
-    # From the states the runbook's wrong fix left, the expert goes on looking for the real fault: it reads on,
-    # it never repeats the runbook's write, and it does not claim the incident fixed.
-    assert all(label is not None and label.tool not in ("set_resources", "finish") for _, label in after)
-    assert any(label is not None and label.tool in ("get_logs", "get_endpoints", "describe") for _, label in after)
+    # From the states the runbook's wrong fix left, the expert goes on to the real fault: it never repeats the
+    # runbook's write, does not claim the incident fixed, and labels the ground truth's fix.
+    assert all(label is not None and label.tool not in ("rollout_undo", "finish") for _, label in after)
+    assert any(label in SCENARIO.ground_truth.fix for _, label in after), [label for _, label in after]
     assert examples[0]["prompt"][0]["role"] == "system" and examples[0]["prompt"][-1]["role"] == "user"
 
 

@@ -54,7 +54,7 @@ def test_runbook_episode_resolves_and_is_scored_in_simulated_time(simulator: Sim
 @pytest.mark.parametrize(("fault", "diagnosis"), [
     ("oom_limit", r"deployment \S+ is OOMKilled at its memory limit of \d+Mi"),
     ("bad_image", r"the current revision of deployment \S+ is broken: its image cannot be pulled"),
-    ("scaled_to_zero", r"deployment \S+ was scaled to zero replicas")])
+    ("scaled_to_zero", r"deployment \S+ was scaled to zero replicas \(from \d+\)")])
 def test_the_runbook_fixes_textbook_faults_on_a_manual_clock_and_says_what_they_were(
         simulator: Simulator, fault: str, diagnosis: str) -> None:
     env = IncidentEnvironment(simulator, _scenario(fault), policy="runbook")

@@ -24,10 +24,11 @@ from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.tools import TOOL_SPECS, ToolCall
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.policy.base import ActionPolicy
-from agent_sre.policy.runbook import CHAOS_KIND_CASE, CHAOS_ROW, ROLLED_OUT, deployment_of
+from agent_sre.policy.evidence import (CHAOS_KIND_CASE, CHAOS_ROW, MEMORY_LIMIT, MIB, REPLICAS, ROLLED_OUT,
+                                       SCALED_FROM, Pod, scaled_from)
+from agent_sre.policy.evidence import pods as _pods
 
 MAX_ERROR_CHARS = 80  # of a failed fix's error, quoted in the escalation
-RECENT = re.compile(r"\((?:\d+s|\d+m\d*s?|\d+m)\s+ago\)")  # a restart minutes ago, not the benign one of yesterday
 SCHEDULER = re.compile(r"FailedScheduling\s+(?P<message>.*)")
 SECRET_REF = re.compile(r"^\s+(?P<env>[A-Z_][A-Z0-9_]*):\s+<set to the key '(?P<key>[^']+)' in secret "
                         r"'(?P<name>[^']+)'>", re.MULTILINE)
@@ -41,15 +42,12 @@ TIMEOUT = re.compile(r"i/o timeout|timed out|deadline exceeded|connect timeout",
 CONTAINER_PORT = re.compile(r"^\s+Port:\s+(?P<port>\d+)/TCP", re.MULTILINE)
 TARGET_PORT = re.compile(r"^TargetPort:\s+(?P<port>[-a-z0-9]+)/", re.MULTILINE)
 ENDPOINT_PORT = re.compile(r"\d+\.\d+\.\d+\.\d+:(?P<port>\d+)")
-REPLICAS = re.compile(r"^Replicas:\s+(?P<desired>\d+) desired", re.MULTILINE)
-SCALED_FROM = re.compile(r"Scaled down replica set \S+ (?:to 0 from (?P<a>\d+)|from (?P<b>\d+) to 0)")
 SELECTOR = re.compile(r"^Selector:\s+(?P<selector>\S+)", re.MULTILINE)
 TEMPLATE_LABELS = re.compile(r"^Pod Template:\n\s+Labels:\s+(?P<labels>\S+)", re.MULTILINE)
 NODE_SELECTORS = re.compile(r"^Node-Selectors:\s+(?P<selectors>.+)$", re.MULTILINE)
 NODE_ROW = re.compile(r"^(?P<name>[-a-z0-9.]+)\s+(?P<status>\S+)\s+\S+\s+(?P<labels>\S+)\s*$", re.MULTILINE)
 NETPOL_ROW = re.compile(r"^(?P<name>[-a-z0-9.]+)\s+(?P<selector>\S+)\s+(?P<allows>.+?)\s+(?P<age>\S+)\s*$",
                         re.MULTILINE)
-MEMORY_LIMIT = re.compile(r"Limits:\s+(?:cpu=\S+\s+)?memory=(?P<value>\d+)(?P<unit>Ki|Mi|Gi)")
 QUOTA_EXCEEDED = re.compile(r"exceeded quota: (?P<name>[-a-z0-9]+), requested: pods=(?P<requested>\d+), "
                             r"used: pods=(?P<used>\d+), limited: pods=(?P<limit>\d+)")
 CONFIG_MAP_REF = re.compile(r"^\s+(?P<env>[A-Z_][A-Z0-9_]*):\s+<set to the key '(?P<key>[^']+)' of config map "
@@ -60,7 +58,6 @@ PASSWORD_REJECTED = re.compile(r"password authentication failed|Access denied fo
                                re.IGNORECASE)
 DB_PASSWORD_ENV = re.compile(r"PASSWORD", re.IGNORECASE)
 TEMPLATE_CHANGED = re.compile(r"^\d+ \(current\)\s+\S+\s+(?P<change>.+?)\s{3,}", re.MULTILINE)
-HEALTHY_STATUSES = ("Running", "Completed")
 MIN_UPSTREAM_SCORE = 3  # an error line naming a dependency scores 1, or 3 if nothing answered: below it, noise
 
 
@@ -103,30 +100,6 @@ class Remedy:
         if self.check.tool == "get_endpoints":
             return bool(ENDPOINT_PORT.search(output.split("\nnot ready:")[0]))
         return True  # a listing that confirms the object is gone: the write's own result already said so
-
-
-@dataclass(frozen=True)
-class Pod:
-    name: str
-    ready: str
-    status: str
-    restarts: str
-
-    @property
-    def deployment(self) -> str:
-        return deployment_of(self.name)
-
-    @property
-    def sick(self) -> bool:
-        ready, total = self.ready.split("/")
-        return self.status not in HEALTHY_STATUSES or (ready != total and self.status != "Completed") \
-            or RECENT.search(self.restarts) is not None
-
-
-def _pods(listing: str) -> list[Pod]:
-    rows = re.finditer(r"^(?P<name>[a-z0-9][-a-z0-9.]*)\s+(?P<ready>\d+/\d+)\s+(?P<status>\S+)\s+"
-                       r"(?P<restarts>\d+(?: \([^)]*\))?)", listing, re.MULTILINE)
-    return [Pod(m["name"], m["ready"], m["status"], m["restarts"]) for m in rows]
 
 
 def _blame(logs: str, dependencies: set[str]) -> Counter[str]:
@@ -244,14 +217,14 @@ class ExpertPolicy(ActionPolicy):
     def _scaled_to_zero(self, name: str, events: str) -> Remedy:
         before = next((m for m in SCALED_FROM.finditer(events) if f"deployment/{name} " in
                        events[events.rfind("\n", 0, m.start()) + 1:m.start()]), None)
-        replicas = int((before["a"] or before["b"]) if before else 1)  # rule: the count it had, else one
+        replicas = scaled_from(before) if before else 1  # rule: the count it had, else one
         return Remedy((ToolCall(tool="scale", args={"deployment": name, "replicas": replicas}),),
                       f"deployment {name} is scaled to 0 replicas, so nothing serves it", _rollout_check(name))
 
     def _pod(self, r: Reads, name: str, pod: Pod, deployment: str) -> Remedy:
         if pod.status == "Pending":
             return self._pending(r, name, pod)
-        if pod.status in ("CrashLoopBackOff", "Error") or (RECENT.search(pod.restarts) and pod.status == "Running"):
+        if pod.status in ("CrashLoopBackOff", "Error") or (pod.restarted_recently and pod.status == "Running"):
             logs = r.read("get_logs", pod=pod.name, previous=True)
             if remedy := self._config_error(r, name, logs, deployment):
                 return remedy
@@ -264,7 +237,7 @@ class ExpertPolicy(ActionPolicy):
                           f"resources ({change[:60]})", _rollout_check(name))
         if oom:
             limit = MEMORY_LIMIT.search(described)
-            seen = int(limit["value"]) * {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}[limit["unit"]] if limit else 128
+            seen = int(limit["value"]) * MIB[limit["unit"]] if limit else 128
             new = f"{max(int(seen * 4), 512)}Mi"  # rule: four times the limit it was killed at, at least 512Mi
             container = re.search(r"^Containers:\n\s+(?P<c>[-a-z0-9]+):", described, re.MULTILINE)
             return Remedy((ToolCall(tool="set_resources", args={

@@ -2,7 +2,9 @@
 
 It is the baseline and the SFT teacher. Like a real runbook it is good but not perfect: it never looks at
 NetworkPolicies or Service wiring, treats every crash loop as a bad rollout (a corrupted Secret survives a
-rollback), and restarts anything that has been restarting — including benign noise on a false alarm. After a fix
+rollback), and restarts a deployment whose pod restarted minutes ago, whatever the cause. It acts only on what it
+read about the pod it blames (a day-old OOMKill elsewhere is not evidence), confirms a scale to zero on the
+deployment before scaling it back to the count it had, and looks for a cordon where kubectl shows one. After a fix
 it waits for the rollout and escalates to a human if it never becomes available, so a failed fix is handed over
 rather than claimed, as is a fix the cluster refuses (a fix that rolls out but cures nothing is still claimed).
 """
@@ -17,40 +19,43 @@ from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.tools import TOOL_SPECS, ToolCall
 from agent_sre.models.trajectory import Step, Trajectory
 from agent_sre.policy.base import ActionPolicy
+from agent_sre.policy.evidence import (CHAOS_KIND_CASE, CHAOS_ROW, CHAOS_SLASH, MEMORY_LIMIT, MIB, REPLICAS,
+                                       ROLLED_OUT, SCALED_FROM, Pod, age_seconds, pods, scaled_from)
 
-POD_ROW = re.compile(r"^(?P<name>[a-z0-9][-a-z0-9.]*)\s+(?P<ready>\d+)/(?P<total>\d+)\s+(?P<status>\S+)\s+"
-                     r"(?P<restarts>\d+)", re.MULTILINE)
-CHAOS_ROW = re.compile(r"^(?P<kind>PodChaos|StressChaos|NetworkChaos|HTTPChaos|Schedule)\S*\s+(?P<name>\S+)",
-                       re.MULTILINE)
-CHAOS_SLASH = re.compile(r"(?P<kind>podchaos|stresschaos|networkchaos|httpchaos|schedule)[.\w-]*/(?P<name>[-a-z0-9]+)",
-                         re.IGNORECASE)
 NODE_CORDONED = re.compile(r"^(?P<name>[-a-z0-9.]+)\s.*SchedulingDisabled", re.MULTILINE)
-MEMORY_LIMIT = re.compile(r"Limits:\s+(?:cpu=\S+\s+)?memory=(?P<value>\d+)(?P<unit>Ki|Mi|Gi)")
 QUOTA_NAME = re.compile(r'exceeded quota: (?P<name>[-a-z0-9]+)')
-SCALED_TO_ZERO = re.compile(r"deployment/(?P<name>[-a-z0-9]+)\s+Scaled down replica set \S+ (?:to 0 from|from \d+ to 0\b)")
+OOM_KILLED = re.compile(r"Reason:\s+OOMKilled")
 MAX_ERROR_CHARS = 80  # of a failed fix's error, quoted in its escalation (which stays within MAX_ACTION_TOKENS)
-ROLLED_OUT = re.compile(r'deployment "[-a-z0-9.]+" successfully rolled out')
-CHAOS_KIND_CASE = {k.lower(): k for k in ("PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "Schedule")}
 BROKEN_REVISION = {  # symptoms a rollback answers, in words
     "ImagePullBackOff": "its image cannot be pulled", "ErrImagePull": "its image cannot be pulled",
     "CrashLoopBackOff": "its containers crash-loop", "Readiness probe failed": "its pods never get ready",
-    "Init:": "an init container does not complete"}
+    "Init:": "an init container does not complete",
+    "Insufficient cpu": "its pods request more CPU than any node has free",
+    "Insufficient memory": "its pods request more memory than any node has free"}
 UNHEALTHY = ("CrashLoopBackOff", "Error", "ImagePullBackOff", "ErrImagePull", "OOMKilled", "Pending",
              "CreateContainerConfigError", "Init:", "ContainerCreating")
 
 
 @dataclass
 class Evidence:
-    """Everything the runbook has read so far, as text, plus what it already did."""
+    """What the runbook has read so far, call by call, and what it already did."""
 
-    text: str = ""
-    done: list[ToolCall] = field(default_factory=list)
+    reads: list[tuple[ToolCall, str]] = field(default_factory=list)
 
-    def has(self, *needles: str) -> bool:
-        return any(n in self.text for n in needles)
+    @classmethod
+    def of(cls, steps: list[Step]) -> Evidence:
+        return cls([(s.action, s.result.output) for s in steps if s.action is not None and s.result is not None])
+
+    @property
+    def text(self) -> str:
+        return "\n".join(output for _, output in self.reads)
 
     def did(self, tool: str, **args: object) -> bool:
-        return any(c.tool == tool and all(c.args.get(k) == v for k, v in args.items()) for c in self.done)
+        return any(c.tool == tool and all(c.args.get(k) == v for k, v in args.items()) for c, _ in self.reads)
+
+    def output(self, tool: str, **args: object) -> str:
+        """The first answer to exactly this call, or "" if it was not made."""
+        return next((out for c, out in self.reads if c.tool == tool and c.args == args), "")
 
 
 class Remedy(NamedTuple):
@@ -60,16 +65,9 @@ class Remedy(NamedTuple):
     diagnosis: str
 
 
-def deployment_of(pod: str) -> str:
-    """`cart-7d9f8c6b5d-x2k4q` → `cart` (a Deployment's pods carry two generated suffixes)."""
-    parts = pod.split("-")
-    return "-".join(parts[:-2]) if len(parts) > 2 else pod
-
-
 class RunbookPolicy(ActionPolicy):
     def choose(self, ref: PolicyRef, trajectory: Trajectory) -> ToolCall:
-        ev = Evidence(done=[s.action for s in trajectory.steps if s.action is not None])
-        ev.text = "\n".join(s.result.output for s in trajectory.steps if s.result is not None)
+        ev = Evidence.of(trajectory.steps)
         service = trajectory.incident.service
         for call in self._investigation(ev, service):
             if not ev.did(call.tool, **call.args):
@@ -115,8 +113,7 @@ class RunbookPolicy(ActionPolicy):
     def _diagnosis(self, trajectory: Trajectory, service: str | None, fix: ToolCall) -> str:
         """The fault the fix answered, in words: the remediation rules re-read on what was known before it."""
         before = trajectory.steps[:next(i for i, s in enumerate(trajectory.steps) if s.action == fix)]
-        remedy = self._remediation(Evidence(text="\n".join(s.result.output for s in before if s.result is not None)),
-                                   service)
+        remedy = self._remediation(Evidence.of(before), service)
         return remedy.diagnosis if remedy is not None and remedy.call == fix else f"{fix.tool} {fix.args}"
 
     def _investigation(self, ev: Evidence, service: str | None) -> list[ToolCall]:
@@ -124,13 +121,17 @@ class RunbookPolicy(ActionPolicy):
         if service:
             calls += [ToolCall(tool="describe", args={"kind": "deployment", "name": service}),
                       ToolCall(tool="get_endpoints", args={"service": service})]
-        pod = _worst_pod(ev.text, service)
+        # A scale-down to zero is confirmed on the deployment before anything is scaled: during a rolling update
+        # the old replica set goes to zero too, and the event that says so may be all a long event list shows.
+        calls += [ToolCall(tool="describe", args={"kind": "deployment", "name": name})
+                  for name in _scaled_down(ev) if name != service]
+        pod = _worst_pod(ev.output("list_pods"), service)
         if pod is not None:
-            calls.append(ToolCall(tool="describe", args={"kind": "pod", "name": pod["name"]}))
-            if int(pod["restarts"]) > 0:
-                calls.append(ToolCall(tool="get_logs", args={"pod": pod["name"], "previous": True}))
-            if pod["status"] == "Pending":
-                calls.append(ToolCall(tool="top", args={"kind": "nodes"}))
+            calls.append(ToolCall(tool="describe", args={"kind": "pod", "name": pod.name}))
+            if pod.restart_count > 0:
+                calls.append(ToolCall(tool="get_logs", args={"pod": pod.name, "previous": True}))
+            if pod.status == "Pending":
+                calls.append(ToolCall(tool="list_nodes"))
         return calls
 
     def _remediation(self, ev: Evidence, service: str | None) -> Remedy | None:
@@ -139,27 +140,30 @@ class RunbookPolicy(ActionPolicy):
             kind = CHAOS_KIND_CASE.get(chaos["kind"].lower(), chaos["kind"])
             return Remedy(ToolCall(tool="delete_chaos_experiment", args={"kind": kind, "name": chaos["name"]}),
                           f"chaos experiment {kind}/{chaos['name']} is injecting faults")
-        for zero in SCALED_TO_ZERO.finditer(ev.text):  # scaled to zero, and not as part of a rollout
-            if not re.search(rf"deployment/{zero['name']}\s+Scaled up", ev.text):
-                return Remedy(ToolCall(tool="scale", args={"deployment": zero["name"], "replicas": 1}),
-                              f"deployment {zero['name']} was scaled to zero replicas")
-        pod = _worst_pod(ev.text, service)
-        deployment = deployment_of(pod["name"]) if pod is not None else service
+        for name, replicas in _scaled_down(ev).items():
+            desired = REPLICAS.search(ev.output("describe", kind="deployment", name=name))
+            if desired is not None and desired["desired"] == "0":  # back to the count it had before
+                return Remedy(ToolCall(tool="scale", args={"deployment": name, "replicas": replicas}),
+                              f"deployment {name} was scaled to zero replicas (from {replicas})")
+        pod = _worst_pod(ev.output("list_pods"), service)
+        deployment = pod.deployment if pod is not None else service
         if deployment is None:
             return None
-        if ev.has("OOMKilled"):
-            limit = MEMORY_LIMIT.search(ev.text)
-            seen_mib = int(limit["value"]) * {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}[limit["unit"]] if limit else 0
+        own = _symptoms(ev, pod, deployment)
+        described = ev.output("describe", kind="pod", name=pod.name) if pod is not None else ""
+        if pod is not None and (pod.status == "OOMKilled" or OOM_KILLED.search(described) and pod.restarted_recently):
+            limit = MEMORY_LIMIT.search(described)  # the limit this pod was killed at, not another's
+            seen_mib = int(limit["value"]) * MIB[limit["unit"]] if limit else 0
             new = f"{max(int(seen_mib * 4), 512)}Mi"  # the runbook's generous bump; the leak hunt comes later
             # The runbook's convention: a deployment's main container carries its name.
             return Remedy(ToolCall(tool="set_resources", args={"deployment": deployment, "container": deployment,
                                                                "memory_limit": new}),
                           f"deployment {deployment} is OOMKilled at its memory limit"
                           + (f" of {limit['value']}{limit['unit']}" if limit else ""))
-        if cordoned := NODE_CORDONED.search(ev.text):
+        if cordoned := NODE_CORDONED.search(ev.output("list_nodes")):
             return Remedy(ToolCall(tool="uncordon", args={"node": cordoned["name"]}),
                           f"node {cordoned['name']} is cordoned, so pods of deployment {deployment} cannot be placed")
-        if ev.has("didn't match Pod's node affinity/selector", "node affinity/selector"):
+        if "node affinity/selector" in own:
             return Remedy(ToolCall(tool="remove_scheduling_constraints", args={"deployment": deployment}),
                           f"pods of deployment {deployment} match no node's affinity/selector")
         if quota := QUOTA_NAME.search(ev.text):
@@ -167,31 +171,49 @@ class RunbookPolicy(ActionPolicy):
                                                              "hard": {"pods": "50", "requests.cpu": "20",
                                                                       "requests.memory": "40Gi"}}),
                           f"resource quota {quota['name']} is exhausted, so new pods are refused")
-        failing = next((words for needle, words in BROKEN_REVISION.items() if ev.has(needle)), None)
+        failing = next((words for needle, words in BROKEN_REVISION.items() if needle in own), None)
         if failing is not None:
             return Remedy(ToolCall(tool="rollout_undo", args={"deployment": deployment}),
                           f"the current revision of deployment {deployment} is broken: {failing}")
-        if pod is not None and int(pod["restarts"]) > 0:
+        if pod is not None and pod.restarted_recently:
             return Remedy(ToolCall(tool="rollout_restart", args={"deployment": deployment}),
-                          f"pod {pod['name']} of deployment {deployment} keeps restarting ({pod['restarts']} restarts)")
+                          f"pod {pod.name} of deployment {deployment} keeps restarting ({pod.restarts} restarts)")
         return None
 
 
-def _worst_pod(text: str, service: str | None) -> dict[str, str] | None:
-    """The pod that looks sickest, preferring the alerting service's pods."""
-    best: tuple[int, dict[str, str]] | None = None
-    for m in POD_ROW.finditer(text):
-        row = m.groupdict()
-        if row["status"] == "Completed":
+def _scaled_down(ev: Evidence) -> dict[str, int]:
+    """Deployments an event says went to zero replicas outside a rollout, with the count they had."""
+    events = ev.output("get_events")
+    found: dict[str, int] = {}
+    for line in events.splitlines():
+        went = SCALED_FROM.search(line)
+        name = re.search(r"deployment/(?P<name>[-a-z0-9]+)\s", line)
+        if went and name and not re.search(rf"deployment/{name['name']}\s+Scaled up", events):
+            found.setdefault(name["name"], scaled_from(went))
+    return found
+
+
+def _symptoms(ev: Evidence, pod: Pod | None, deployment: str) -> str:
+    """What was read about the deployment's own pods: the sick pod's status, description and logs, and the events
+    of its deployment's pods — not a symptom some other object shows."""
+    events = [line for line in ev.output("get_events").splitlines() if f"pod/{deployment}-" in line]
+    if pod is None:
+        return "\n".join(events)
+    return "\n".join([pod.status, ev.output("describe", kind="pod", name=pod.name),
+                      ev.output("get_logs", pod=pod.name, previous=True), *events])
+
+
+def _worst_pod(listing: str, service: str | None) -> Pod | None:
+    """The pod that looks sickest, preferring the alerting service's pods, then the newest (the one a change made)."""
+    ranked = []
+    for pod in pods(listing):
+        if pod.status == "Completed":
             continue  # a finished Job's pod: not a symptom
-        score = (4 if any(row["status"].startswith(u) for u in UNHEALTHY) else 0) \
-            + (2 if row["ready"] != row["total"] else 0) + (1 if int(row["restarts"]) > 0 else 0)
-        if score == 0:
-            continue
-        score += 8 if service and deployment_of(row["name"]) == service else 0
-        if best is None or score > best[0]:
-            best = (score, row)
-    return best[1] if best else None
+        score = (4 if any(pod.status.startswith(u) for u in UNHEALTHY) else 0) + (2 if pod.unready else 0) \
+            + (1 if pod.restarted_recently else 0)
+        if score:
+            ranked.append((score + (8 if service and pod.deployment == service else 0), -age_seconds(pod.age), pod))
+    return max(ranked, key=lambda r: r[:2])[2] if ranked else None
 
 
 def _finish(diagnosis: str, summary: str) -> ToolCall:
