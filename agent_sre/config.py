@@ -90,6 +90,15 @@ class Settings(BaseSettings):
     alerts_token: str | None = None
     alerts_port: Port = 9095
 
+    # Scope (docs/safety.md, Scope and the store). The namespaces incidents may act in, comma-separated glob patterns;
+    # kube-*, default and kube-public only when named exactly. The default: the simulator's apps (shop, bank). How
+    # many remediations alerts may start, per delivery and per minute (a token bucket); the rest are acknowledged as
+    # rate-limited. And the address the worker's /metrics listens on.
+    allowed_namespaces: Annotated[tuple[str, ...], NoDecode] = ("shop", "bank")
+    alerts_max_starts_per_delivery: int = Field(default=20, ge=0)
+    alerts_max_starts_per_minute: float = Field(default=60.0, ge=0)
+    metrics_host: str = "127.0.0.1"
+
     # Guardrails on the write (docs/safety.md), as comma-separated lists. In these namespaces the incidents this process
     # starts run high-risk writes without a human's approval (forbidden ones never run).
     auto_approve_namespaces: Annotated[frozenset[str], NoDecode] = frozenset()
@@ -126,7 +135,7 @@ class Settings(BaseSettings):
     llm_endpoint_json_schema: bool = Field(default=False, description="send the action's JSON schema as "
                                            "response_format when sampling is constrained (vLLM, SGLang)")
 
-    @field_validator("auto_approve_namespaces", "allowed_image_sources", mode="before")
+    @field_validator("auto_approve_namespaces", "allowed_image_sources", "allowed_namespaces", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         return [item.strip() for item in value.split(",") if item.strip()] if isinstance(value, str) else value

@@ -70,6 +70,7 @@ async def receiver(stack: Settings) -> AsyncIterator[Receiver]:
     instead of retrying against a missing store (worker shutdown waits out those retries)."""
     client = await connect(stack)
     async with running_workers(client, stack) as settings:
+        settings = settings.model_copy(update={"allowed_namespaces": (*settings.allowed_namespaces, "alerts-*")})
         async with TestClient(TestServer(create_app(client, settings, TOKEN))) as http:
             r = Receiver(http, client, settings)
             try:
@@ -321,7 +322,7 @@ async def test_temporal_unreachable_is_503_so_alertmanager_retries(temporal_serv
     [port] = pick_free_ports(1, "127.0.0.1")  # nothing listens there
     down = await Client.connect(f"127.0.0.1:{port}", lazy=True, data_converter=pydantic_data_converter)
     async with TestClient(TestServer(create_app(down, temporal_server, TOKEN))) as http:
-        resp = await http.post("/alerts", json=webhook(alert()), headers={"Authorization": f"Bearer {TOKEN}"})
+        resp = await http.post("/alerts", json=webhook(alert("shop")), headers={"Authorization": f"Bearer {TOKEN}"})
         reply = await resp.json()
     assert resp.status == 503, reply
     assert "Temporal did not accept the alerts" in reply["error"] and "Alertmanager will retry" in reply["error"]
@@ -355,3 +356,37 @@ async def test_alerts_serve_command(temporal_server: Settings, tmp_path: Path) -
         proc.terminate()
         proc.wait(10)
     assert f"alert receiver on http://127.0.0.1:{port}/alerts" in log.read_text()
+
+
+async def test_an_alert_outside_the_allowed_namespaces_is_acknowledged_and_not_acted_on(receiver: Receiver) -> None:
+    before = received("firing", "out_of_scope")
+    system, allowed = alert("kube-system"), alert()
+    status, reply = await receiver.post(webhook(system, allowed))
+    assert status == 200
+    refused, started = reply["receipts"]
+    assert refused["handling"] == "out_of_scope" and refused["code"] == 403
+    assert "namespace 'kube-system' is outside the agent's scope" in refused["detail"]
+    assert not await exists(receiver.temporal, f"incident-kube-system-{_fingerprint(system)}")
+    assert started["handling"] == "started"
+    assert received("firing", "out_of_scope") == before + 1
+
+
+async def test_a_delivery_of_300_alerts_starts_at_most_the_cap(receiver: Receiver) -> None:
+    """The rest are acknowledged as rate-limited, each with its receipt; a later delivery within the minute
+    finds the token bucket spent."""
+    settings = receiver.settings.model_copy(update={"alerts_max_starts_per_delivery": 3,
+                                                    "alerts_max_starts_per_minute": 4})
+    namespace = f"alerts-{uuid.uuid4().hex[:8]}"
+    async with TestClient(TestServer(create_app(receiver.temporal, settings, TOKEN))) as http:
+        capped = Receiver(http, receiver.temporal, settings)
+        try:
+            status, reply = await capped.post(webhook(*(alert(namespace, pod=f"cart-{i}") for i in range(300))))
+            assert status == 200
+            handled = [r["handling"] for r in reply["receipts"]]
+            assert handled.count("started") == 3 and handled.count("rate_limited") == 297
+            assert "AGENT_SRE_ALERTS_MAX_STARTS_PER_DELIVERY" in reply["receipts"][-1]["detail"]
+            status, reply = await capped.post(webhook(alert(namespace, pod="late-1"), alert(namespace, pod="late-2")))
+            assert [r["handling"] for r in reply["receipts"]] == ["started", "rate_limited"]
+            assert "AGENT_SRE_ALERTS_MAX_STARTS_PER_MINUTE" in reply["receipts"][1]["detail"]
+        finally:
+            await terminate_running(receiver.temporal, capped.started)

@@ -335,7 +335,8 @@ def test_status_of_a_failed_incident_says_why(cli: Callable[..., Result], tmp_pa
     assert started.exit_code == 0, started.output
     workflow_id = re.search(r"started (incident-shop-\w+)", flat(started)).group(1)  # type: ignore[union-attr]
     failed = status_until(cli, workflow_id, "FAILED")
-    assert f"ended │ failed: KubeconfigError: kubeconfig {missing} does not exist" in failed, failed
+    # Not the worker's own cluster (scope.worker_cluster): refused before anything reads it.
+    assert f"ended │ failed: KubeconfigError: kubeconfig {missing} is not this worker's cluster" in failed, failed
 
 
 def test_status_names_an_activity_no_worker_picks_up(cli: Callable[..., Result], worker: Worker) -> None:
@@ -423,6 +424,9 @@ def test_episodes_run_names_the_unresolved_episodes_whose_steps_show_why(cli: Ca
     (("incident", "report", "x", "--namespace", "Not_Valid"),
      "namespace: String should match pattern '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'"),
     (("incident", "report", "   ", "--namespace", "shop"), "input: an incident needs an alert or a report"),
+    (("incident", "report", "x", "--namespace", "kube-system"), "namespace 'kube-system' is outside the agent's "
+                                                               "scope (AGENT_SRE_ALLOWED_NAMESPACES: shop, bank); "
+                                                               "nothing was started"),
     (("incident", "report", "x", "--namespace", "shop", "--policy", "llm"),
      "Invalid value for --policy: unknown model version 'llm'; registered:"),
     (("episodes", "run", "--policy", "nope"), "unknown model version 'nope'"),

@@ -7,17 +7,20 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from agent_sre.config import get_settings
 from agent_sre.faults import oracle
 from agent_sre.models.incident import Incident
 from agent_sre.models.remediation import ObserveRequest
 from agent_sre.models.verdict import HealthSnapshot, Verdict
+from agent_sre.scope import worker_cluster
 from agent_sre.tools.client import KubeconfigError, api_client
 
 
 def _cluster(incident: Incident) -> ApiClient:
-    """The incident's cluster. A kubeconfig that is missing or unusable will not mend on a retry: fail at once."""
+    """The incident's cluster, if it is the worker's own (`scope.worker_cluster`). A kubeconfig that is missing,
+    unusable or another cluster's will not mend on a retry: fail at once."""
     try:
-        return api_client(incident.kubeconfig)
+        return api_client(worker_cluster(incident.kubeconfig, get_settings()))
     except KubeconfigError as e:
         raise ApplicationError(str(e), type="KubeconfigError", non_retryable=True) from e
 

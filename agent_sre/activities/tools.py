@@ -1,11 +1,15 @@
-"""The tool activity (queue `agent-tools`): guardrails, idempotency and rendering live in `agent_sre.tools`."""
+"""The tool activity (queue `agent-tools`): guardrails, idempotency and rendering live in `agent_sre.tools`; the
+scope (which namespaces, which cluster) comes from this worker's settings, whatever the invocation says."""
 
 from __future__ import annotations
 
 from opentelemetry import trace
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
+from agent_sre.config import get_settings
 from agent_sre.models.tools import ToolInvocation, ToolResult
+from agent_sre.scope import ForeignCluster, out_of_scope, worker_cluster
 from agent_sre.tools.executor import execute_invocation
 
 tracer = trace.get_tracer("agent_sre.tools")
@@ -13,9 +17,23 @@ tracer = trace.get_tracer("agent_sre.tools")
 
 @activity.defn
 def run_tool(invocation: ToolInvocation) -> ToolResult:
+    invocation = in_scope(invocation)
     with tracer.start_as_current_span(f"tool {invocation.call.tool}") as span:
         result = execute_invocation(invocation, attempt=activity.info().attempt)
         span.set_attributes({"tool": invocation.call.tool, "namespace": invocation.namespace, "ok": result.ok,
                              "refused": result.refused, "idempotent_replay": result.idempotent_replay,
                              "duration_ms": result.duration_ms})
     return result
+
+
+def in_scope(invocation: ToolInvocation) -> ToolInvocation:
+    """The invocation on the worker's own cluster, in an allowed namespace; anything else fails the activity for
+    good (a retry cannot change the configuration)."""
+    settings = get_settings()
+    try:
+        cluster = worker_cluster(invocation.kubeconfig, settings)
+    except ForeignCluster as e:
+        raise ApplicationError(str(e), type="KubeconfigError", non_retryable=True) from e
+    if (why := out_of_scope(invocation.namespace, settings)) is not None:
+        raise ApplicationError(why, type="OutOfScope", non_retryable=True)
+    return invocation.model_copy(update={"kubeconfig": cluster})

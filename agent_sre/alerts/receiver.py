@@ -4,6 +4,10 @@ signal them, and alerts labelled `agent_sre_rollout` roll the running model roll
 Every alert of a delivery is validated before any workflow starts, so a bad delivery starts nothing. Alertmanager
 retries a delivery that got a 5xx; because a remediation's workflow id derives from the alert's fingerprint, a
 redelivery attaches to the workflows the first attempt started instead of starting them twice.
+
+An alert whose namespace is outside `AGENT_SRE_ALLOWED_NAMESPACES`, or one beyond the remediations a delivery
+(`alerts_max_starts_per_delivery`) or a minute (`alerts_max_starts_per_minute`) may start, is acknowledged and
+recorded (a receipt, a log line, the `agent_sre_alerts_received` counter) but not acted on.
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from agent_sre.alerts.ratelimit import TokenBucket
 from agent_sre.config import Settings
 from agent_sre.models.alert import Alert, AlertHandling, AlertmanagerWebhook, AlertReceipt, WebhookReply
 from agent_sre.models.incident import Incident
 from agent_sre.models.rollout import FINISHED, RolloutStatus
 from agent_sre.rollout.client import ROLLOUT_WORKFLOW_ID
+from agent_sre.scope import out_of_scope
 from agent_sre.temporal import connect, signal_alert_resolved, start_incident
 from agent_sre.validation import explain
 
@@ -42,12 +48,14 @@ DELIVERIES_REJECTED = Counter("agent_sre_alert_deliveries_rejected", "Webhook de
 CLIENT = web.AppKey("client", Client)
 SETTINGS = web.AppKey("settings", Settings)
 TOKEN = web.AppKey("token", str)
+STARTS = web.AppKey("starts", TokenBucket)
 
 
 def create_app(client: Client, settings: Settings, token: str | None = None) -> web.Application:
     """The receiver as an aiohttp application. `token` None (or empty) turns authentication off."""
     app = web.Application()
     app[CLIENT], app[SETTINGS], app[TOKEN] = client, settings, token or ""
+    app[STARTS] = TokenBucket(settings.alerts_max_starts_per_minute)
     app.add_routes([web.post("/alerts", receive_alerts), web.get("/healthz", healthz), web.get("/metrics", metrics)])
     return app
 
@@ -77,9 +85,10 @@ async def receive_alerts(request: web.Request) -> web.Response:
 
     client, settings = request.app[CLIENT], request.app[SETTINGS]
     reply = WebhookReply()
+    starts = DeliveryStarts(request.app[STARTS], settings.alerts_max_starts_per_delivery)
     try:
         for alert, incident in plan:
-            receipt = await handle_alert(client, settings, alert, incident)
+            receipt = await handle_alert(client, settings, alert, incident, starts)
             ALERTS_RECEIVED.labels(alert.status, receipt.handling).inc()
             reply.receipts.append(receipt)
     except Exception as e:  # Temporal unreachable or refusing: ask Alertmanager to retry the whole delivery
@@ -113,11 +122,39 @@ def plan_delivery(webhook: AlertmanagerWebhook) -> list[tuple[Alert, Incident | 
     return plan
 
 
-async def handle_alert(client: Client, settings: Settings, alert: Alert, incident: Incident | None) -> AlertReceipt:
+class DeliveryStarts:
+    """The remediations one delivery may still start: at most `cap`, each also a token of the receiver's bucket."""
+
+    def __init__(self, bucket: TokenBucket, cap: int) -> None:
+        self.bucket, self.left = bucket, cap
+
+    def take(self) -> str | None:
+        """Why no remediation may start now, or None after taking one start."""
+        if self.left <= 0:
+            return "this delivery started as many remediations as one may (AGENT_SRE_ALERTS_MAX_STARTS_PER_DELIVERY)"
+        if not self.bucket.take():
+            return "remediations are being started faster than AGENT_SRE_ALERTS_MAX_STARTS_PER_MINUTE allows"
+        self.left -= 1
+        return None
+
+    def give_back(self) -> None:
+        """A start that attached to a running remediation started nothing."""
+        self.left += 1
+        self.bucket.give_back()
+
+
+async def handle_alert(client: Client, settings: Settings, alert: Alert, incident: Incident | None,
+                       starts: DeliveryStarts) -> AlertReceipt:
     if incident is None:
         return await roll_back_rollout(client, alert)
+    if (why := out_of_scope(incident.namespace, settings)) is not None:
+        return _not_acted_on(alert, "out_of_scope", 403, f"{why}; not acted on")
     if alert.status == "firing":
+        if (why := starts.take()) is not None:
+            return _not_acted_on(alert, "rate_limited", 429, f"{why}; not acted on (Alertmanager resends it)")
         started = await start_incident(client, incident, settings=settings)
+        if started.attached:
+            starts.give_back()
         return _receipt(alert, "attached" if started.attached else "started", workflow_id=started.workflow_id)
     workflow_id = await signal_alert_resolved(client, alert)
     if workflow_id is None:
@@ -169,6 +206,13 @@ def rollback_reason(alert: Alert) -> str:
     name = alert.labels.get("alertname", "unnamed alert")
     summary = alert.annotations.get("summary") or alert.annotations.get("description")
     return f"alert {name} firing" + (f": {summary}" if summary else "")
+
+
+def _not_acted_on(alert: Alert, handling: AlertHandling, code: int, detail: str) -> AlertReceipt:
+    """An alert acknowledged and recorded, but not acted on."""
+    log.warning("alert %s (%s) %s: %s", alert.labels.get("alertname", "?"), alert.stable_fingerprint(), handling,
+                detail)
+    return _receipt(alert, handling, code=code, detail=detail)
 
 
 def _receipt(alert: Alert, handling: AlertHandling, **details: Any) -> AlertReceipt:

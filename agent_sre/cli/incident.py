@@ -49,6 +49,7 @@ from agent_sre.models.scenario import Scenario
 from agent_sre.models.tools import Risk
 from agent_sre.models.trajectory import Termination, Trajectory
 from agent_sre.models.verdict import Outcome
+from agent_sre.scope import out_of_scope
 from agent_sre.storage import object_store
 from agent_sre.temporal import start_incident, task_queues
 from agent_sre.tools.render import table as kubectl_table
@@ -101,6 +102,7 @@ def start(
         limits = _limits(RemediationLimits(), approval_risk, feedback_window)
         incidents = [_bad_input(partial(Incident.from_alert, a, source="cli", kubeconfig=kubeconfig, limits=limits))
                      for a in _firing_alerts(alert)]
+        _within_scope(incidents)
         _run(lambda client, settings: _start_incidents(client, settings, incidents, ref, wait))
     else:
         if kubeconfig is not None:
@@ -128,6 +130,7 @@ def report(
         source="user_report", report=text, namespace=namespace, service=service, kubeconfig=kubeconfig,
         limits=_limits(RemediationLimits(), approval_risk, feedback_window)))
     ref = None if policy is None else policy_ref(policy)
+    _within_scope([incident])
     _run(lambda client, settings: _start_incidents(client, settings, [incident], ref, wait))
 
 
@@ -450,6 +453,14 @@ def _limits(base: RemediationLimits, approval_risk: RiskName | None,
     if feedback_window is not None:
         update["feedback_window_s"] = feedback_window
     return base.model_copy(update=update)
+
+
+def _within_scope(incidents: list[Incident]) -> None:
+    """Refuse, before anything starts, incidents in namespaces the agent may not act in (`agent_sre.scope`)."""
+    settings = common.get_settings()
+    refusals = dict.fromkeys(why for incident in incidents if (why := out_of_scope(incident.namespace, settings)))
+    if refusals:
+        _fail("; ".join(refusals) + "; nothing was started")
 
 
 async def _start_incidents(client: Client, settings: Settings, incidents: list[Incident], policy: PolicyRef | None,

@@ -46,7 +46,7 @@ class AlertmanagerWebhook(BaseModel):
 
 
 AlertHandling = Literal["started", "attached", "signalled", "not_running", "rollback_signalled", "no_rollout_running",
-                        "ignored"]
+                        "ignored", "out_of_scope", "rate_limited"]
 
 
 class AlertReceipt(BaseModel):
@@ -58,7 +58,8 @@ class AlertReceipt(BaseModel):
     handling: AlertHandling
     workflow_id: str | None = None
     code: int = Field(default=200, description="HTTP-style status of this alert alone (202: rollback signalled, "
-                                                "404: the rollout it names is not running)")
+                                                "403: its namespace is outside the agent's scope, 404: the rollout "
+                                                "it names is not running, 429: rate-limited)")
     detail: str = ""
 
 
