@@ -69,10 +69,14 @@ async def start_incident(client: Client, incident: Incident, *, policy: PolicyRe
     """Start a remediation, or attach to the one already running for the same alert identity.
 
     A finished remediation does not block a new one: if the alert fires again later, it is a new incident.
-    An escalation is POSTed to `settings.escalation_url` unless the request names its own.
+    An escalation is POSTed to `settings.escalation_url` unless the request names its own. In the namespaces of
+    `settings.auto_approve_namespaces` high-risk writes run without waiting for a human.
     """
     settings = settings or get_settings()
     request.setdefault("escalation_url", settings.escalation_url)
+    if incident.namespace in settings.auto_approve_namespaces:
+        incident = incident.model_copy(update={"limits": incident.limits.model_copy(
+            update={"approve_high_risk": "auto"})})
     req = RemediationRequest(incident=incident, policy=policy, queues=task_queues(settings), **request)
     try:
         handle = await client.start_workflow(

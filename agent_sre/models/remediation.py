@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from agent_sre.models.incident import Incident
 from agent_sre.models.reward import RewardConfig, RewardRecord
-from agent_sre.models.tools import ToolCall
+from agent_sre.models.tools import ToolCall, WriteAssessment
 from agent_sre.models.trajectory import Termination, Trajectory
 from agent_sre.models.verdict import HealthSnapshot
 
@@ -62,6 +62,8 @@ class RemediationStatus(BaseModel):
     last_action: str | None = None
     pending_approval: ToolCall | None = None
     pending_step: int | None = Field(default=None, description="the step an approve/reject signal must name")
+    pending_assessment: WriteAssessment | None = Field(
+        default=None, description="why the pending write is high-risk, when the write rules held it")
     outcome: str | None = None
     alert_resolved: bool = False
     escalation: str | None = Field(default=None, description="whether the escalation notice reached its webhook")

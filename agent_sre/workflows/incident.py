@@ -41,7 +41,7 @@ from agent_sre.models.remediation import (
     TaskQueues,
 )
 from agent_sre.models.reward import HumanFeedback
-from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolInvocation, ToolResult
+from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolInvocation, ToolResult, WriteAssessment
 from agent_sre.models.trajectory import Step, Termination, Trajectory
 from agent_sre.outcome import escalation_notice, incident_outcome
 from agent_sre.webhooks import NOTIFY_RETRY
@@ -54,6 +54,8 @@ OUTCOME = SearchAttributeKey.for_keyword("Outcome")
 ENDING = SearchAttributeKey.for_keyword("Ending")  # how the agent stopped: "escalated" is a page for a human
 
 QUICK = timedelta(seconds=30)
+# A write the rules judge high-risk waits for a human and runs again approved (histories before it never did).
+WRITE_ASSESSMENT_PATCH = "write-assessment"
 RULE_BASED_POLICIES = frozenset({"runbook", "expert", "scripted"})
 STORE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
                           maximum_interval=timedelta(minutes=2))  # unlimited attempts: the trajectory must land
@@ -98,6 +100,7 @@ class IncidentRemediationWorkflow:
         self._alert_resolved = False
         self._pending: ToolCall | None = None
         self._pending_step: int | None = None
+        self._pending_assessment: WriteAssessment | None = None
         self._approval: ApprovalDecision | None = None
         self._feedback: list[HumanFeedback] = []
         self._feedback_open = False
@@ -218,15 +221,33 @@ class IncidentRemediationWorkflow:
                                                start_to_close_timeout=timedelta(minutes=5))
 
     async def _act(self, action: ToolCall, index: int, incident: Incident) -> ToolResult:
+        """Run the step's tool call; a write held for approval (`needs_approval`) runs again once a human approves
+        it, under a key of its own. A human who approved the call at `approval_risk` has approved its writes."""
         spec = TOOL_SPECS.get(action.tool)
-        threshold = incident.limits.approval_risk
+        limits = incident.limits
+        threshold = limits.approval_risk
+        approved = limits.approve_high_risk == "auto"
         if spec is not None and spec.write and threshold is not None and spec.risk >= threshold:
-            rejection = await self._await_approval(action, index, incident.limits.approval_timeout_s)
+            rejection = await self._await_approval(action, index, limits.approval_timeout_s)
             if rejection is not None:
                 return ToolResult(tool=action.tool, ok=False, refused=True, output=f"refused: {rejection}")
+            approved = True
+        info = workflow.info()
+        key = f"{info.workflow_id}/{info.run_id}/{index}"
+        result = await self._run_tool(action, key, incident, approved)
+        assessment = result.needs_approval
+        if assessment is None or not workflow.patched(WRITE_ASSESSMENT_PATCH):
+            return result
+        rejection = await self._await_approval(action, index, limits.approval_timeout_s, assessment)
+        if rejection is not None:
+            return result.model_copy(update={"output": f"refused: {rejection} ({result.output})"})
+        return await self._run_tool(action, f"{key}/approved", incident, approved=True)
+
+    async def _run_tool(self, action: ToolCall, key: str, incident: Incident, approved: bool) -> ToolResult:
+        spec = TOOL_SPECS.get(action.tool)
         info = workflow.info()
         invocation = ToolInvocation(call=action, namespace=incident.namespace, kubeconfig=incident.kubeconfig,
-                                    idempotency_key=f"{info.workflow_id}/{info.run_id}/{index}")
+                                    idempotency_key=key, approved=approved)
         if spec is None or not spec.write:  # a waiting read (rollout_status) gets its longest wait on top
             timeout = QUICK + timedelta(seconds=spec.max_wait_s if spec else 0.0)
             return await near_cluster(self._queues, tools.run_tool, invocation, timeout)
@@ -238,9 +259,11 @@ class IncidentRemediationWorkflow:
         return await workflow.execute_activity(tools.run_tool, invocation, start_to_close_timeout=QUICK,
                                                task_queue=queue)
 
-    async def _await_approval(self, action: ToolCall, index: int, timeout_s: float) -> str | None:
+    async def _await_approval(self, action: ToolCall, index: int, timeout_s: float,
+                              assessment: WriteAssessment | None = None) -> str | None:
         """Block a risky write until a human approves it. Returns the reason it may not run, or None."""
         self._pending, self._pending_step, self._approval = action, index, None
+        self._pending_assessment = assessment
         self._set_phase("awaiting_approval")
         try:
             await workflow.wait_condition(
@@ -249,7 +272,7 @@ class IncidentRemediationWorkflow:
         except TimeoutError:
             return f"no human approved {action.tool} within {timeout_s:.0f}s"
         finally:
-            self._pending = self._pending_step = None
+            self._pending = self._pending_step = self._pending_assessment = None
             self._set_phase("investigating")
         if self._cancelled:
             return "the incident was cancelled"
@@ -299,7 +322,8 @@ class IncidentRemediationWorkflow:
             incident_id=self._incident.id, phase=self._phase, model_version=self._model_version,
             steps=len(t.steps) if t else 0,
             last_action=t.steps[-1].action.tool if t and t.steps and t.steps[-1].action else None,
-            pending_approval=self._pending, pending_step=self._pending_step, outcome=self._outcome,
+            pending_approval=self._pending, pending_step=self._pending_step,
+            pending_assessment=self._pending_assessment, outcome=self._outcome,
             alert_resolved=self._alert_resolved, escalation=self._escalation)
 
     @workflow.query
