@@ -56,10 +56,12 @@ def judge(kind: str, before: Obj, after: Obj | None, where: Surroundings | None 
     where, rules = where or Surroundings(), rules or WriteRules()
     if after is None:
         return [_deletion(kind, before)]
-    judges = {"deployment": lambda: _deployment(before, after, where, rules), "service": lambda: _service(
-        before, after, where), "secret": lambda: _secret(before, after), "configmap": lambda: _configmap(before, after),
-              "resourcequota": lambda: _quota(before, after), "networkpolicy": lambda: _network_policy(before, after)}
-    return judges[kind]() if kind in judges else []
+    if kind == "deployment":
+        return _deployment(before, after, where, rules)
+    if kind == "service":
+        return _service(before, after, where)
+    plain = {"secret": _secret, "configmap": _configmap, "resourcequota": _quota, "networkpolicy": _network_policy}
+    return plain[kind](before, after) if kind in plain else []  # a node may only be uncordoned (guardrails)
 
 
 def _finding(rule: str, risk: WriteRisk, reason: str) -> Finding:
