@@ -106,8 +106,9 @@ REWARD = Histogram("agent_sre_reward", "Episode reward, by reward function and m
                    buckets=(-10, -5, -2, -1, -0.5, 0, 0.25, 0.5, 0.75, 1, 2, 5, 10, 15, 20))
 
 
-def start_metrics_server(port: int, addr: str = "0.0.0.0") -> WSGIServer:
-    """Serve /metrics from a daemon thread. Returns the server (`shutdown()` stops it)."""
+def start_metrics_server(port: int, addr: str = "127.0.0.1") -> WSGIServer:
+    """Serve /metrics from a daemon thread; on the loopback unless told otherwise (AGENT_SRE_METRICS_HOST), since
+    the metrics name models, namespaces and outcomes. Returns the server (`shutdown()` stops it)."""
     server, _thread = start_http_server(port, addr)
     return server
 

@@ -1,30 +1,53 @@
-"""What the CLI areas that talk to Temporal share: one-line errors and a connected client."""
+"""What the CLI areas share: a console that prints only printable text, one-line errors and a connected client."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from temporalio.api.enums.v1 import TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, DescribeTaskQueueRequest
-from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
+from rich.text import Text
 
-from agent_sre.config import Settings, get_settings
-from agent_sre.models.remediation import PolicyRef
-from agent_sre.temporal import connect
+if TYPE_CHECKING:  # the commands import these when they run: `--help` stays quick (bench/cli_startup.py)
+    from temporalio.client import Client
 
-errors = Console()
+    from agent_sre.config import Settings
+    from agent_sre.models.remediation import PolicyRef
+
+# C0 and C1 controls but newline and tab, DEL, and the bidirectional overrides that reorder what a line shows.
+UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters written out (`\\x1b`): workflow ids, alert labels and messages come from
+    whoever sent them, and raw escape sequences would drive the terminal (clear it, rewrite lines, set its title)."""
+    return UNPRINTABLE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", text)
+
+
+class SafeConsole(Console):
+    """A rich Console that passes every string it renders (messages, table cells, titles) through `printable`."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(printable(text), **kwargs)
+
+
+errors = SafeConsole()
 
 
 def fail(message: str) -> NoReturn:
     errors.print(f"[red]error:[/] {escape(message)}")
     raise typer.Exit(1)
+
+
+def get_settings() -> Settings:
+    """The settings (`agent_sre.config.get_settings`), imported when a command runs; tests replace this one."""
+    from agent_sre import config
+
+    return config.get_settings()
 
 
 POLICY_HELP = "runbook, or a registered model version (`agent-sre models list`), served by its own policy"
@@ -33,6 +56,7 @@ POLICY_HELP = "runbook, or a registered model version (`agent-sre models list`),
 def policy_ref(policy: str) -> PolicyRef:
     """The policy a `--policy` option names: the runbook, or a registered version (an unknown one is a usage error
     that lists the registered ones)."""
+    from agent_sre.models.remediation import PolicyRef
     from agent_sre.registry import Registry, RegistryError
 
     if policy == "runbook":
@@ -47,6 +71,11 @@ async def connect_or_fail(settings: Settings) -> Client:
     """A client of the configured Temporal namespace; a server that cannot be reached, or that lacks the
     namespace, is a one-line error naming the setting (rather than a NOT_FOUND on the first call, worded as if a
     workflow were missing)."""
+    from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from agent_sre.temporal import connect
+
     try:
         client = await connect(settings)
     except RuntimeError as exc:
@@ -66,6 +95,8 @@ def run_with_client(action: Callable[[Client, Settings], Awaitable[None]], not_f
     """Connect to Temporal (`connect_or_fail`) and run `action`; Temporal's refusal is a one-line error too when
     `not_found` words its NOT_FOUND in the caller's terms. Other errors propagate for the caller to word in its
     own terms."""
+    from temporalio.service import RPCError, RPCStatusCode
+
     settings = get_settings()
 
     async def go() -> None:
@@ -92,6 +123,10 @@ def not_running(what: str, workflow_id: str) -> str:
 async def unpolled(client: Client, task_queue: str) -> str | None:
     """Why a query to a running workflow on `task_queue` would go unanswered, when no worker has polled it lately
     (Temporal would only say so after its query timeout, 30 s); None when one has."""
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
     polled = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
         namespace=client.namespace, task_queue=TaskQueue(name=task_queue),
         task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))

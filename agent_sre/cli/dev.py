@@ -9,28 +9,30 @@ import asyncio
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import ValidationError
-from rich.console import Console
 from rich.table import Table
 
-from agent_sre import stack
-from agent_sre.config import Settings
+from agent_sre.cli.common import SafeConsole
+
+if TYPE_CHECKING:
+    from agent_sre.config import Settings
 
 app = typer.Typer(
     help="The embedded dev stack: Temporal dev server, SeaweedFS S3 and the cluster simulator.",
     no_args_is_help=True,
 )
-console = Console()
-errors = Console(stderr=True)
+console = SafeConsole()
+errors = SafeConsole(stderr=True)
+# The names of agent_sre.stack.COMPONENTS, written out so that --help need not import the stack (a test checks them).
+COMPONENTS = ("temporal", "s3", "sim")
 
 Only = Annotated[
     list[str] | None,
     typer.Option(
         "--only",
-        help=f"Act on this component only (repeatable): {', '.join(stack.COMPONENTS)}. Default: all.",
+        help=f"Act on this component only (repeatable): {', '.join(COMPONENTS)}. Default: all.",
         show_default=False,
     ),
 ]
@@ -39,6 +41,10 @@ Only = Annotated[
 @contextmanager
 def _reported_errors() -> Iterator[None]:
     """Turn stack and settings errors into a red message and exit code 1 instead of a traceback."""
+    from pydantic import ValidationError
+
+    from agent_sre import stack
+
     try:
         yield
     except (stack.StackError, ValidationError) as exc:
@@ -47,6 +53,8 @@ def _reported_errors() -> Iterator[None]:
 
 
 def _settings() -> Settings:
+    from agent_sre.config import Settings
+
     with _reported_errors():
         return Settings()
 
@@ -61,6 +69,8 @@ def _where_to_look(settings: Settings, components: list[str]) -> None:
 @app.command()
 def up(only: Only = None) -> None:
     """Start the stack and wait until every endpoint answers; components already running are left as they are."""
+    from agent_sre import stack
+
     settings = _settings()
     began = time.monotonic()
     with _reported_errors(), console.status("Starting the embedded stack…") as spinner:
@@ -81,6 +91,8 @@ def up(only: Only = None) -> None:
 @app.command()
 def down(only: Only = None) -> None:
     """Stop the stack's processes by pid (SIGTERM, then SIGKILL after AGENT_SRE_STACK_STOP_TIMEOUT_S)."""
+    from agent_sre import stack
+
     settings = _settings()
     with _reported_errors(), console.status("Stopping the embedded stack…"):
         outcomes = asyncio.run(stack.down(settings, only))
@@ -95,6 +107,8 @@ def down(only: Only = None) -> None:
 @app.command()
 def status(only: Only = None) -> None:
     """Print each endpoint and whether it answers; exit code 1 when any does not."""
+    from agent_sre import stack
+
     settings = _settings()
     with _reported_errors(), console.status("Probing endpoints…"):
         rows = asyncio.run(stack.status(settings, only))

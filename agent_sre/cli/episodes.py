@@ -4,19 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from temporalio.client import Client
 
 from agent_sre.cli.common import POLICY_HELP, fail, policy_ref, run_with_client
-from agent_sre.config import Settings
-from agent_sre.models.episode import EpisodeResult, OutcomeStats
+from agent_sre.cli.output import make_console
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from agent_sre.config import Settings
+    from agent_sre.models.episode import EpisodeResult, OutcomeStats
 
 app = typer.Typer(help="Simulated incidents: stage-1 data and evaluation.", no_args_is_help=True)
-console = Console(width=max(Console().width, 110))  # tables stay readable in logs and CI, not only in terminals
+console = make_console(min_width=110)  # tables stay readable in logs and CI, not only in terminals
 UNRESOLVED_LISTED = 10
 OUTCOME_HEADERS = ("success", "TTM s", "steps", "wrote", "false pos.", "escalated", "harmful", "invalid", "reward")
 

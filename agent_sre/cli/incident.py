@@ -21,7 +21,6 @@ import typer
 import urllib3
 from minio.error import S3Error
 from pydantic import ValidationError
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from temporalio.api.enums.v1 import PendingActivityState
@@ -58,7 +57,7 @@ from agent_sre.validation import explain
 from agent_sre.workflows.incident import ENDING, FAULT_CLASS, MODEL_VERSION, OUTCOME, SERVICE
 
 app = typer.Typer(help="Start, follow and answer remediations.", no_args_is_help=True)
-console = Console()
+console = common.SafeConsole()
 T = TypeVar("T")
 
 RiskName = Literal["low", "medium", "high"]  # the write risks (models.tools.Risk)

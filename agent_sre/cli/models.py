@@ -9,19 +9,21 @@ from __future__ import annotations
 import getpass
 import json
 from collections.abc import Callable
-from typing import NoReturn, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import typer
-import urllib3
-from minio.error import S3Error
-from rich.console import Console
 from rich.table import Table
 
-from agent_sre.config import get_settings
-from agent_sre.registry import Registry, RegistryError
+from agent_sre.cli.common import get_settings
+from agent_sre.cli.output import Format, OutputOption, emit, make_console
+
+if TYPE_CHECKING:
+    from agent_sre.cli.views import ModelDetails
+    from agent_sre.models.registry import RegistryIndex
+    from agent_sre.registry import Registry
 
 app = typer.Typer(help="The model registry: versions, stages and their history.", no_args_is_help=True)
-console = Console(width=max(Console().width, 110))
+console = make_console(min_width=110)
 T = TypeVar("T")
 STORE_TIMEOUT_S = 5.0
 BY_HELP = "who asks (recorded in the stage history); default: your login name"
@@ -34,6 +36,11 @@ def _fail(message: str) -> NoReturn:
 
 def registry_call(action: Callable[[Registry], T]) -> T:
     """Run `action` on the configured registry; refusals and an unreachable store become one-line errors."""
+    import urllib3
+    from minio.error import S3Error
+
+    from agent_sre.registry import Registry, RegistryError
+
     settings = get_settings()
     try:
         return action(Registry.from_settings(settings, timeout_s=STORE_TIMEOUT_S))
@@ -46,9 +53,13 @@ def registry_call(action: Callable[[Registry], T]) -> T:
 
 
 @app.command("list")
-def list_versions() -> None:
+def list_versions(output: OutputOption = Format.table) -> None:
     """Every registered version with its stage and its last stage change."""
     index = registry_call(lambda r: r.index())
+    emit(output, index, lambda: _print_index(index))
+
+
+def _print_index(index: RegistryIndex) -> None:
     rows = []
     for version, entry in sorted(index.versions.items(), key=lambda kv: kv[1].history[-1].at, reverse=True):
         last = entry.history[-1]
@@ -68,11 +79,18 @@ def list_versions() -> None:
 
 
 @app.command("show")
-def show(version: str = typer.Argument(..., metavar="VERSION")) -> None:
+def show(version: str = typer.Argument(..., metavar="VERSION"), output: OutputOption = Format.table) -> None:
     """A version's card (parent, training request, data, files, evaluation) and its stage history."""
-    from agent_sre.cli.episodes import outcome_table
+    from agent_sre.cli.views import ModelDetails
 
     v = registry_call(lambda r: r.get(version))
+    details = ModelDetails(**dict(v), evaluation=registry_call(lambda r: r.eval_results(version)))
+    emit(output, details, lambda: _print_details(details))
+
+
+def _print_details(v: ModelDetails) -> None:
+    from agent_sre.cli.episodes import outcome_table
+
     card = v.card
     table = Table(show_header=False, title=f"model {card.version}")
     table.add_row("stage", v.stage)
@@ -89,7 +107,7 @@ def show(version: str = typer.Argument(..., metavar="VERSION")) -> None:
         table.add_row("", f"{item.uri}{rows}  sha256 {item.sha256[:16]}…")
     table.add_row("training request", json.dumps(card.training_request) if card.training_request else "-")
     console.print(table)
-    for suite, results in registry_call(lambda r: r.eval_results(version)).items():
+    for suite, results in v.evaluation.items():
         console.print(outcome_table(results, f"evaluation · {suite}"))
     history = Table(title="stage history")
     for col in ("when", "from", "to", "by", "why"):

@@ -13,6 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from agent_sre.cli.output import Format, OutputOption, emit, make_console
+
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
@@ -22,8 +24,8 @@ app = typer.Typer(no_args_is_help=True)
 
 
 def _console() -> Console:
-    """A console sized to the terminal at the time of the command (COLUMNS is honoured)."""
-    return Console()
+    """A console sized to the terminal at the time of the command (COLUMNS is honoured), unwrapped in a pipe."""
+    return make_console()
 
 KUBECONFIG_HELP = ("kubeconfig of the cluster, or a list of them as KUBECONFIG takes [default: KUBECONFIG, else "
                    "in-cluster config if AGENT_SRE_KUBE_IN_CLUSTER, else the simulator's DATA_DIR/kubeconfig]")
@@ -100,11 +102,16 @@ def _run(action: str, file: Path, name: str | None, kubeconfig: Path | None, con
 
 @app.command("list")
 def list_(directory: Path = typer.Option(None, "--dir", help="scenario file or directory [default: the catalog]"),
-          fault: str = typer.Option(None, help="only scenarios of this fault type")) -> None:
+          fault: str = typer.Option(None, help="only scenarios of this fault type"),
+          output: OutputOption = Format.table) -> None:
     """Print the scenarios (families expanded) as a table."""
+    loaded = [s for s in _load(directory) if fault is None or s.fault == fault]
+    emit(output, loaded, lambda: _print_scenarios(loaded))
+
+
+def _print_scenarios(loaded: list[Scenario]) -> None:
     from agent_sre.faults import FAULTS
 
-    loaded = [s for s in _load(directory) if fault is None or s.fault == fault]
     table = Table(title=f"{len(loaded)} scenarios, {len({s.fault for s in loaded})} of {len(FAULTS)} fault types")
     for column in ("NAME", "APP", "FAULT", "TARGET", "ALERT", "ROOT CAUSE", "FIX"):
         table.add_column(column, overflow="fold", no_wrap=column in IDENTIFIERS)

@@ -32,10 +32,11 @@ def worker(
     port = settings.metrics_port if metrics_port is None else metrics_port
     if port:
         try:
-            start_metrics_server(port)
+            start_metrics_server(port, settings.metrics_host)
         except OSError as e:
-            raise typer.BadParameter(f"cannot serve metrics on port {port}: {e}", param_hint=(
-                "AGENT_SRE_METRICS_PORT" if metrics_port is None else "--metrics-port")) from None
+            raise typer.BadParameter(
+                f"cannot serve metrics on port {port} of {settings.metrics_host}: {e}",
+                param_hint="AGENT_SRE_METRICS_PORT" if metrics_port is None else "--metrics-port") from None
 
     async def serve() -> None:
         client = instrument(await connect_or_fail(settings))
@@ -53,7 +54,7 @@ def worker(
                        "will wait in their `storing` phase, retrying, until it does", err=True)
         await run_workers(client, settings, queue or None, ready=lambda: typer.echo(
             f"worker on {', '.join(queue or sorted(known))} · Temporal {settings.temporal_address}"
-            + (f" · metrics http://0.0.0.0:{port}/metrics" if port else "")))
+            + (f" · metrics http://{settings.metrics_host}:{port}/metrics" if port else "")))
 
     try:
         asyncio.run(serve())
