@@ -179,7 +179,7 @@ def test_api_writes_are_looked_at_again_as_a_pass_that_looks_at_everything_would
         inject(api, scenario)  # type: ignore[arg-type]
         simulator.advance("e", 300)
         baseline = snapshot(api, scenario.namespace, scenario.app)  # type: ignore[attr-defined]
-        ctx = ToolContext(api=api, namespace=scenario.namespace)  # type: ignore[attr-defined]
+        ctx = ToolContext(api=api, namespace=scenario.namespace, approved=True)  # type: ignore[attr-defined]
         for i, call in enumerate(scenario.ground_truth.fix):  # type: ignore[attr-defined]
             ctx.idempotency_key = f"fix-{i}"
             assert execute(call, ctx).ok
