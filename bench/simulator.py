@@ -177,7 +177,7 @@ def episode(transport: Transport, scenario: Scenario, run: Run, name: str = "ben
     clock("settle (simulate)")
     baseline = snapshot(api, scenario.namespace, scenario.app)
     clock("oracle")
-    ctx = ToolContext(api=api, namespace=scenario.namespace)
+    ctx = ToolContext(api=api, namespace=scenario.namespace, approved=True)  # a simulated episode: nobody approves
     calls, output = investigation(ctx, scenario), None  # the first send starts the generator
     for _ in range(INVESTIGATION_CALLS):
         call = calls.send(output)
