@@ -13,8 +13,20 @@ app = typer.Typer(
 )
 
 
+def _print_version(asked: bool) -> None:
+    """`--version`: the installed package's version, as bug reports and upgrades need it."""
+    if asked:
+        from importlib.metadata import version
+
+        typer.echo(f"agent-sre {version('agent-sre')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _settings_are_valid() -> None:
+def _settings_are_valid(
+    _version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                  help="print the version and exit"),
+) -> None:
     # Every command reads the settings: a bad variable is one clear error here, not a traceback mid-command.
     from pydantic import ValidationError
 

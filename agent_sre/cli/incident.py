@@ -15,49 +15,35 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import typer
-import urllib3
-from minio.error import S3Error
-from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
-from temporalio.api.enums.v1 import PendingActivityState
-from temporalio.client import (
-    Client,
-    WorkflowExecutionDescription,
-    WorkflowExecutionStatus,
-    WorkflowFailureError,
-    WorkflowHandle,
-    WorkflowQueryFailedError,
-)
-from temporalio.service import RPCError, RPCStatusCode
 
 from agent_sre.cli import common
-from agent_sre.cli.steps_view import StepPrinter, is_taken
 from agent_sre.cli.common import fail as _fail
 from agent_sre.cli.common import POLICY_HELP, no_workflow, not_running, policy_ref, run_with_client, unpolled
-from agent_sre.config import Settings
-from agent_sre.models.alert import Alert, AlertmanagerWebhook
-from agent_sre.models.episode import EpisodeRequest, EpisodeResult
-from agent_sre.models.incident import Incident, RemediationLimits
-from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, PolicyRef, RemediationStatus
-from agent_sre.models.reward import HumanFeedback
-from agent_sre.models.scenario import Scenario
-from agent_sre.models.tools import Risk
-from agent_sre.models.trajectory import Termination, Trajectory
+from agent_sre.cli.output import Format, OutputOption, emit, make_console
+from agent_sre.models.trajectory import Termination  # option types: typer reads them when the CLI starts
 from agent_sre.models.verdict import Outcome
-from agent_sre.scope import out_of_scope
-from agent_sre.storage import object_store
-from agent_sre.temporal import start_incident, task_queues
-from agent_sre.tools.render import table as kubectl_table
-from agent_sre.trajectory_store import read_episode, write_late_feedback
-from agent_sre.validation import explain
-from agent_sre.workflows.incident import ENDING, FAULT_CLASS, MODEL_VERSION, OUTCOME, SERVICE
+
+if TYPE_CHECKING:  # the commands import what they use when they run: `--help` stays quick (bench/cli_startup.py)
+    from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHandle
+
+    from agent_sre.cli.steps_view import StepPrinter
+    from agent_sre.cli.views import IncidentState, IncidentSummary
+    from agent_sre.config import Settings
+    from agent_sre.models.alert import Alert
+    from agent_sre.models.episode import EpisodeRequest
+    from agent_sre.models.incident import Incident, RemediationLimits
+    from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, PolicyRef, RemediationStatus
+    from agent_sre.models.reward import HumanFeedback
+    from agent_sre.models.scenario import Scenario
+    from agent_sre.models.trajectory import Trajectory
 
 app = typer.Typer(help="Start, follow and answer remediations.", no_args_is_help=True)
-console = common.SafeConsole()
+console = make_console()
 T = TypeVar("T")
 
 RiskName = Literal["low", "medium", "high"]  # the write risks (models.tools.Risk)
@@ -94,6 +80,9 @@ def start(
     wait: WaitOption = False,
 ) -> None:
     """Start a remediation from an alert file or a scenario file."""
+    from agent_sre.models.episode import EpisodeRequest
+    from agent_sre.models.incident import Incident, RemediationLimits
+
     if (alert is None) == (scenario is None):
         raise typer.BadParameter("give exactly one of --alert FILE or --scenario FILE")
     ref = None if policy is None else policy_ref(policy)
@@ -125,6 +114,8 @@ def report(
     wait: WaitOption = False,
 ) -> None:
     """Start a remediation from a user's plain-language report (no alert needed)."""
+    from agent_sre.models.incident import Incident, RemediationLimits
+
     incident = _bad_input(lambda: Incident(
         source="user_report", report=text, namespace=namespace, service=service, kubeconfig=kubeconfig,
         limits=_limits(RemediationLimits(), approval_risk, feedback_window)))
@@ -136,32 +127,56 @@ def report(
 # --- following and answering ------------------------------------------------------------------------------------
 
 @app.command("status")
-def status(workflow_id: str = typer.Argument(..., metavar="ID", help="the remediation's workflow id")) -> None:
+def status(workflow_id: str = typer.Argument(..., metavar="ID", help="the remediation's workflow id"),
+           output: OutputOption = Format.table) -> None:
     """Where a remediation stands: phase, steps, last action, and the outcome once judged."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError
+
+    from agent_sre.cli.views import IncidentState
+
     async def show(client: Client, settings: Settings) -> None:
         if (found := await _remediation(client, workflow_id)) is None:
             return
         handle, desc = found
-        table = Table(show_header=False, title=f"incident {handle.id}")
-        table.add_row("workflow", f"{desc.workflow_type} · {desc.status.name if desc.status else '?'}")
-        table.add_row("started", f"{desc.start_time:%Y-%m-%d %H:%M:%S %Z}")
+        state = IncidentState(workflow_id=handle.id, workflow_type=desc.workflow_type,
+                              execution_status=desc.status.name if desc.status else "?", started_at=desc.start_time)
         if (why := await unpolled(client, desc.task_queue)) is not None:  # a query would wait 30 s for nobody
-            table.add_row("status", f"[yellow]not known: {escape(why)}[/]")
+            state.status_unknown = why
         else:
             try:
-                _status_rows(table, await _status(handle), handle.id)
+                state.status = await _status(handle)
             except RPCError as e:
-                table.add_row("status", f"[yellow]no answer to the status query: {escape(e.message)}[/] "
-                                        "(is a worker running?)")
+                state.status_unknown = f"no answer to the status query: {e.message} (is a worker running?)"
         if desc.status == WorkflowExecutionStatus.RUNNING:
-            _waiting_rows(table, desc)
+            state.waiting_on, state.failing_workflow_task_attempt = _waiting_on(desc)
         elif desc.status == WorkflowExecutionStatus.COMPLETED:
-            _outcome_rows(table, await _outcome(client, handle.id))
+            state.outcome = await _outcome(client, handle.id)
         elif desc.status is not None:
-            table.add_row("ended", f"[red]{desc.status.name.lower()}[/]: {escape(await _why_it_ended(handle))}")
-        console.print(table)
+            state.ended = await _why_it_ended(handle)
+        emit(output, state, lambda: _print_state(state))
 
     _run(show, not_found=no_workflow("workflow", workflow_id))
+
+
+def _print_state(state: IncidentState) -> None:
+    table = Table(show_header=False, title=f"incident {state.workflow_id}")
+    table.add_row("workflow", f"{state.workflow_type} · {state.execution_status}")
+    table.add_row("started", f"{state.started_at:%Y-%m-%d %H:%M:%S %Z}")
+    if state.status_unknown is not None:
+        table.add_row("status", f"[yellow]not known: {escape(state.status_unknown)}[/]")
+    if state.status is not None:
+        _status_rows(table, state.status, state.workflow_id)
+    for line in state.waiting_on:
+        table.add_row("waiting on", escape(line))
+    if state.failing_workflow_task_attempt is not None:
+        table.add_row("workflow task", f"[red]failing, attempt {state.failing_workflow_task_attempt}[/]: the "
+                                       "worker's log says why")
+    if state.outcome is not None:
+        _outcome_rows(table, state.outcome)
+    if state.ended is not None:
+        table.add_row("ended", f"[red]{state.execution_status.lower()}[/]: {escape(state.ended)}")
+    console.print(table)
 
 
 @app.command("list")
@@ -174,8 +189,12 @@ def list_incidents(
         "only those the agent ended so; `escalated`: the ones it handed to a human")),
     running: bool = typer.Option(False, "--running", help="only remediations still running"),
     limit: int = typer.Option(20, "--limit", min=1, max=1000),
+    output: OutputOption = Format.table,
 ) -> None:
     """Recent remediations, newest first, by the search attributes the Temporal UI filters on."""
+    from agent_sre.cli.views import IncidentSummary
+    from agent_sre.workflows.incident import ENDING, FAULT_CLASS, MODEL_VERSION, OUTCOME, SERVICE
+
     clauses = ["WorkflowType = 'IncidentRemediationWorkflow'"]
     for key, value, option in ((OUTCOME, outcome, "--outcome"), (SERVICE, service, "--service"),
                                (FAULT_CLASS, fault, "--fault"), (MODEL_VERSION, model, "--model"),
@@ -190,19 +209,30 @@ def list_incidents(
     query = " AND ".join(clauses)
 
     async def show(client: Client, settings: Settings) -> None:
-        rows = [(w.id, w.status.name.lower() if w.status else "?", f"{w.start_time:%Y-%m-%d %H:%M:%S}",
-                 *(w.typed_search_attributes.get(key) or "-"
-                   for key in (SERVICE, FAULT_CLASS, MODEL_VERSION, ENDING, OUTCOME)))
-                async for w in client.list_workflows(query, limit=limit)]
-        if not rows:
-            console.print(f"no remediation matches {query}", highlight=False)
-            return
-        # As `kubectl get` prints: whole ids, never wrapped into a cell, whatever the terminal's width.
-        headers = ("ID", "STATUS", "STARTED (UTC)", "SERVICE", "FAULT", "MODEL", "ENDED", "OUTCOME")
-        console.print(kubectl_table(headers, rows), markup=False, highlight=False, soft_wrap=True)
-        console.print("[dim]what the agent did in one: agent-sre incident steps ID[/]")
+        found = [IncidentSummary(
+            workflow_id=w.id, execution_status=w.status.name.lower() if w.status else "?", started_at=w.start_time,
+            **{field: w.typed_search_attributes.get(key) for field, key in (
+                ("service", SERVICE), ("fault_class", FAULT_CLASS), ("model_version", MODEL_VERSION),
+                ("ending", ENDING), ("outcome", OUTCOME))})
+            async for w in client.list_workflows(query, limit=limit)]
+        emit(output, found, lambda: _print_summaries(found, query))
 
     _run(show)
+
+
+def _print_summaries(found: list[IncidentSummary], query: str) -> None:
+    from agent_sre.tools.render import table as kubectl_table
+
+    if not found:
+        console.print(f"no remediation matches {query}", highlight=False)
+        return
+    rows = [(w.workflow_id, w.execution_status, f"{w.started_at:%Y-%m-%d %H:%M:%S}",
+             *(value or "-" for value in (w.service, w.fault_class, w.model_version, w.ending, w.outcome)))
+            for w in found]
+    # As `kubectl get` prints: whole ids, never wrapped into a cell, whatever the terminal's width.
+    headers = ("ID", "STATUS", "STARTED (UTC)", "SERVICE", "FAULT", "MODEL", "ENDED", "OUTCOME")
+    console.print(kubectl_table(headers, rows), markup=False, highlight=False, soft_wrap=True)
+    console.print("[dim]what the agent did in one: agent-sre incident steps ID[/]")
 
 
 @app.command("steps")
@@ -218,6 +248,11 @@ def steps(
 
     A running remediation answers its `trajectory` query (a worker must poll its queue); a completed one is read
     from the store, as it was recorded (redacted)."""
+    from temporalio.client import WorkflowExecutionStatus
+
+    from agent_sre.cli.steps_view import StepPrinter
+    from agent_sre.models.trajectory import Trajectory
+
     if (workflow_id is None) == (trajectory is None):
         raise typer.BadParameter("give exactly one of ID or --trajectory KEY")
     printer = StepPrinter(console, full)
@@ -254,6 +289,11 @@ async def _follow_steps(client: Client, settings: Settings, handle: WorkflowHand
                         printer: StepPrinter) -> None:
     """Print each step once taken (a write once it has run), and the approval a write waits for, until the
     trajectory has its verdict or the workflow ends; a completed one's last steps come from the store, rewarded."""
+    from temporalio.client import WorkflowExecutionStatus
+
+    from agent_sre.cli.steps_view import is_taken
+    from agent_sre.models.trajectory import Trajectory
+
     printed, hinted = 0, -1
     console.print(f"[bold]steps of {escape(handle.id)}[/]")
     while True:
@@ -300,6 +340,12 @@ def feedback(
     it (the remediation has completed and stored its trajectory) the rating is stored beside the trajectory, and
     the next learning cycle that reads the episode recomputes its reward with it (docs/continuous-learning.md).
     """
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from agent_sre.models.remediation import IncidentOutcome
+    from agent_sre.models.reward import HumanFeedback
+
     fb = _bad_input(lambda: HumanFeedback(rating=rating, comment=comment, author=author or getpass.getuser(),
                                           at=datetime.now(UTC)))
     if trajectory is not None:
@@ -364,6 +410,12 @@ async def _outcome_within(handle: WorkflowHandle[Any, IncidentOutcome], timeout:
 
 def _record_late(settings: Settings, workflow_id: str, key: str | None, fb: HumanFeedback) -> None:
     """Store a rating beside the episode's trajectory, for the learning cycles (its window has closed)."""
+    import urllib3
+    from minio.error import S3Error
+
+    from agent_sre.storage import object_store
+    from agent_sre.trajectory_store import write_late_feedback
+
     if key is None:
         _fail(f"{workflow_id} stored no trajectory (store_trajectory was off): there is nothing to rate")
     try:
@@ -384,6 +436,8 @@ def approve(workflow_id: str = typer.Argument(..., metavar="ID"),
             reason: str = typer.Option("", "--reason"),
             by: str = typer.Option(None, "--by", help="default: your login name")) -> None:
     """Let a risky write that is waiting for a human run."""
+    from agent_sre.models.remediation import ApprovalDecision
+
     _decide(workflow_id, ApprovalDecision(step=step, approved=True, by=by or getpass.getuser(), reason=reason))
 
 
@@ -393,6 +447,8 @@ def reject(workflow_id: str = typer.Argument(..., metavar="ID"),
            reason: str = typer.Option("", "--reason", help="shown to the agent as the refusal"),
            by: str = typer.Option(None, "--by", help="default: your login name")) -> None:
     """Refuse a risky write; the agent sees the refusal and carries on."""
+    from agent_sre.models.remediation import ApprovalDecision
+
     _decide(workflow_id, ApprovalDecision(step=step, approved=False, by=by or getpass.getuser(), reason=reason))
 
 
@@ -426,6 +482,8 @@ def _decide(workflow_id: str, decision: ApprovalDecision) -> None:
 
 
 def _firing_alerts(path: Path) -> list[Alert]:
+    from agent_sre.models.alert import Alert, AlertmanagerWebhook
+
     data = _bad_input(lambda: json.loads(path.read_text()), f"{path} is not JSON")
     if isinstance(data, dict) and "alerts" in data:
         alerts = _bad_input(lambda: AlertmanagerWebhook.model_validate(data), f"{path} (webhook)").alerts
@@ -446,6 +504,8 @@ def _load_scenario(path: Path, name: str | None) -> Scenario:
 def _limits(base: RemediationLimits, approval_risk: RiskName | None,
             feedback_window: float | None) -> RemediationLimits:
     """The command line's overrides of the remediation's limits."""
+    from agent_sre.models.tools import Risk
+
     update: dict[str, Any] = {}
     if approval_risk is not None:
         update["approval_risk"] = Risk[approval_risk.upper()]
@@ -456,6 +516,8 @@ def _limits(base: RemediationLimits, approval_risk: RiskName | None,
 
 def _within_scope(incidents: list[Incident]) -> None:
     """Refuse, before anything starts, incidents in namespaces the agent may not act in (`agent_sre.scope`)."""
+    from agent_sre.scope import out_of_scope
+
     settings = common.get_settings()
     refusals = dict.fromkeys(why for incident in incidents if (why := out_of_scope(incident.namespace, settings)))
     if refusals:
@@ -464,6 +526,8 @@ def _within_scope(incidents: list[Incident]) -> None:
 
 async def _start_incidents(client: Client, settings: Settings, incidents: list[Incident], policy: PolicyRef | None,
                            wait: bool) -> None:
+    from agent_sre.temporal import start_incident
+
     for incident in incidents:
         started = await start_incident(client, incident, policy=policy, settings=settings)
         how = "attached to the running remediation" if started.attached else "started"
@@ -475,6 +539,9 @@ async def _start_incidents(client: Client, settings: Settings, incidents: list[I
 
 
 async def _start_episode(client: Client, settings: Settings, request: EpisodeRequest, wait: bool) -> None:
+    from agent_sre.models.episode import EpisodeResult
+    from agent_sre.temporal import task_queues
+
     scenario = request.scenario
     request = request.model_copy(update={"queues": task_queues(settings)})
     episode_id = f"episode-cli-{uuid.uuid4().hex[:8]}-{scenario.name}"
@@ -492,9 +559,12 @@ def _print_follow_hint(workflow_id: str) -> None:
     console.print(f"[dim]follow it: agent-sre incident steps {escape(workflow_id)} -f[/]")
 
 
-def _waiting_rows(table: Table, desc: WorkflowExecutionDescription) -> None:
+def _waiting_on(desc: WorkflowExecutionDescription) -> tuple[list[str], int | None]:
     """What a running remediation waits on that its status query cannot say: activities not yet picked up by a
-    worker (a queue nobody serves), retrying or failing, and a workflow task that keeps failing."""
+    worker (a queue nobody serves), retrying or failing; and the attempt of a workflow task that keeps failing."""
+    from temporalio.api.enums.v1 import PendingActivityState
+
+    lines = []
     for pending in desc.raw_description.pending_activities:
         state = PendingActivityState.Name(pending.state).removeprefix("PENDING_ACTIVITY_STATE_").lower()
         line = f"{pending.activity_type.name} · {state} · attempt {pending.attempt}"
@@ -502,9 +572,9 @@ def _waiting_rows(table: Table, desc: WorkflowExecutionDescription) -> None:
             line += " · no worker has picked it up (is one serving its task queue?)"
         if pending.last_failure.message:
             line += f" · last failure: {pending.last_failure.message}"
-        table.add_row("waiting on", escape(line))
-    if (attempt := desc.raw_description.pending_workflow_task.attempt) > 1:
-        table.add_row("workflow task", f"[red]failing, attempt {attempt}[/]: the worker's log says why")
+        lines.append(line)
+    attempt = desc.raw_description.pending_workflow_task.attempt
+    return lines, attempt if attempt > 1 else None
 
 
 async def _remediation(client: Client, workflow_id: str, wait: bool = False
@@ -512,6 +582,9 @@ async def _remediation(client: Client, workflow_id: str, wait: bool = False
     """The remediation `workflow_id` names: itself, or a simulated episode's child. While the episode is still
     injecting its fault: None, said, or with `wait` the child once the running episode has started it. Any other
     workflow is an error."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError, RPCStatusCode
+
     episode = client.get_workflow_handle(workflow_id)
     desc = await episode.describe()
     handle = episode
@@ -539,10 +612,14 @@ async def _remediation(client: Client, workflow_id: str, wait: bool = False
 
 
 async def _outcome(client: Client, workflow_id: str) -> IncidentOutcome:
+    from agent_sre.models.remediation import IncidentOutcome
+
     return await client.get_workflow_handle(workflow_id, result_type=IncidentOutcome).result()
 
 
 async def _status(handle: WorkflowHandle[Any, Any]) -> RemediationStatus:
+    from agent_sre.models.remediation import RemediationStatus
+
     return await handle.query("status", result_type=RemediationStatus, rpc_timeout=QUERY_TIMEOUT)
 
 
@@ -583,6 +660,12 @@ def _print_outcome(o: IncidentOutcome) -> None:
 
 
 def _stored_episode(settings: Settings, key: str) -> Trajectory:
+    import urllib3
+    from minio.error import S3Error
+
+    from agent_sre.storage import object_store
+    from agent_sre.trajectory_store import read_episode
+
     try:
         return read_episode(object_store(settings, timeout_s=STORE_TIMEOUT_S), settings.s3_bucket, key)
     except (LookupError, ValueError) as e:
@@ -593,6 +676,10 @@ def _stored_episode(settings: Settings, key: str) -> Trajectory:
 
 def _bad_input(make: Callable[[], T], where: str = "") -> T:
     """Run a parser/constructor; turn what the user got wrong into one clear line (prefixed by `where`)."""
+    from pydantic import ValidationError
+
+    from agent_sre.validation import explain
+
     prefix = f"{where}: " if where else ""
     try:
         return make()
@@ -605,6 +692,8 @@ def _bad_input(make: Callable[[], T], where: str = "") -> T:
 
 async def _why_it_ended(handle: WorkflowHandle[Any, Any]) -> str:
     """The reason a workflow that did not complete gives in its history: its failure, or who ended it and why."""
+    from temporalio.client import WorkflowFailureError
+
     try:
         await handle.result()
     except WorkflowFailureError as e:
@@ -614,6 +703,8 @@ async def _why_it_ended(handle: WorkflowHandle[Any, Any]) -> str:
 
 def _run(action: Callable[[Client, Settings], Awaitable[None]], not_found: str = "no such workflow") -> None:
     """Connect, run, and report Temporal's refusals as errors rather than tracebacks."""
+    from temporalio.client import WorkflowFailureError, WorkflowQueryFailedError
+
     try:
         run_with_client(action, not_found=not_found)
     except WorkflowQueryFailedError as e:

@@ -19,35 +19,28 @@ import getpass
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 import typer
-import yaml
-from pydantic import TypeAdapter, ValidationError
 from rich.table import Table
-from temporalio.client import (Client, ScheduleActionExecution, ScheduleActionExecutionStartWorkflow,
-                               WorkflowFailureError)
-from temporalio.service import RPCError, RPCStatusCode
 
 from agent_sre.cli.common import fail, run_with_client
 from agent_sre.cli.episodes import outcome_table
 from agent_sre.cli.models import console, registry_call
-from agent_sre.config import Settings
-from agent_sre.learning import store as streams
-from agent_sre.learning.schedule import backfill as backfill_schedule
-from agent_sre.learning.schedule import upsert_schedule
-from agent_sre.models.learning import CycleRecord, LearningConfig, LearningState
-from agent_sre.models.registry import DataItem
-from agent_sre.models.rollout import Duration, format_duration
-from agent_sre.models.training import TrainingStage
-from agent_sre.registry import Registry
-from agent_sre.rollout.plans import PlanError, load_plan
-from agent_sre.validation import explain
+from agent_sre.cli.output import Format, OutputOption, emit
+
+if TYPE_CHECKING:  # the commands import what they use when they run: `--help` stays quick
+    from temporalio.client import Client, ScheduleActionExecution
+
+    from agent_sre.cli.views import LearningStatus
+    from agent_sre.config import Settings
+    from agent_sre.models.learning import CycleRecord, LearningConfig, LearningState
+    from agent_sre.models.registry import DataItem
+    from agent_sre.registry import Registry
 
 app = typer.Typer(help="Continuous learning: a Temporal Schedule runs one learning cycle per interval.",
                   no_args_is_help=True)
 T = TypeVar("T")
-STAGES = get_args(TrainingStage)
 POLL_S = 2.0
 SHOWN = 20  # source objects `learn show` lists
 NAME_HELP = "the learning stream: its schedule's id"
@@ -66,6 +59,10 @@ def _store(action: Callable[[Registry], T]) -> T:
 
 
 def duration_option(value: str, option: str) -> timedelta:
+    from pydantic import TypeAdapter, ValidationError
+
+    from agent_sre.models.rollout import Duration
+
     try:
         return TypeAdapter(Duration).validate_python(value)
     except ValidationError:
@@ -75,6 +72,15 @@ def duration_option(value: str, option: str) -> timedelta:
 def build_config(config_file: Path | None, name: str, algorithm: str | None, base: str | None, steps: int | None,
                  compute: str | None, min_episodes: int | None, plan: str, settings: Settings) -> LearningConfig:
     """The stream's config: the file (YAML or JSON, a LearningConfig) or the defaults, then the options."""
+    import yaml
+    from pydantic import ValidationError
+
+    from agent_sre.models.learning import LearningConfig
+    from agent_sre.models.training import TrainingStage
+    from agent_sre.rollout.plans import PlanError, load_plan
+    from agent_sre.validation import explain
+
+    stages_known = get_args(TrainingStage)
     raw: dict[str, Any] = {}
     if config_file is not None:
         try:
@@ -85,11 +91,11 @@ def build_config(config_file: Path | None, name: str, algorithm: str | None, bas
             fail(f"{config_file}: a learning config is a mapping (see docs/continuous-learning.md)")
     training = raw.get("training") or LearningConfig().training.model_dump(mode="json", exclude_none=True)
     if algorithm is not None:
-        training = {k: v for k, v in training.items() if k not in STAGES or k in algorithm.split("+")}
+        training = {k: v for k, v in training.items() if k not in stages_known or k in algorithm.split("+")}
         training["algorithm"] = algorithm
     stages = str(training.get("algorithm", "")).split("+")
     if steps is not None:
-        for stage in (s for s in stages if s in STAGES):
+        for stage in (s for s in stages if s in stages_known):
             training[stage] = {**(training.get(stage) or {}), "max_steps": steps}
     training.update({k: v for k, v in (("base", base), ("compute", compute)) if v is not None})
     try:
@@ -106,6 +112,8 @@ def build_config(config_file: Path | None, name: str, algorithm: str | None, bas
 
 def started(executions: Iterable[ScheduleActionExecution]) -> list[str]:
     """The workflow ids a schedule's actions started (ours start workflows only)."""
+    from temporalio.client import ScheduleActionExecutionStartWorkflow
+
     return [e.workflow_id for e in executions if isinstance(e, ScheduleActionExecutionStartWorkflow)]
 
 
@@ -125,6 +133,9 @@ def schedule(
     note: str = typer.Option("", "--note", help="a note on the schedule (shown by `learn status`)"),
 ) -> None:
     """Create or update the learning schedule: one cycle every interval, none while the previous one runs."""
+    from agent_sre.learning.schedule import upsert_schedule
+    from agent_sre.models.rollout import format_duration
+
     interval = duration_option(every, "--every")
 
     async def go(client: Client, settings: Settings) -> None:
@@ -145,6 +156,10 @@ def schedule(
 def run_once(name: str = typer.Option("continuous-learning", "--name", help=NAME_HELP),
              wait: bool = typer.Option(False, "--wait", help="wait for the cycle and print its record")) -> None:
     """Run one cycle now, through the schedule (its overlap policy applies: not while a cycle runs)."""
+    from temporalio.client import WorkflowFailureError
+
+    from agent_sre.models.learning import CycleRecord
+
     async def go(client: Client, settings: Settings) -> None:
         handle = client.get_schedule_handle(name)
         before = (await handle.describe()).info
@@ -173,38 +188,45 @@ def run_once(name: str = typer.Option("continuous-learning", "--name", help=NAME
 
 @app.command("status")
 def status(name: str = typer.Option("continuous-learning", "--name", help=NAME_HELP),
-           last: int = typer.Option(8, "--last", min=1, help="how many recent cycles to list")) -> None:
+           last: int = typer.Option(8, "--last", min=1, help="how many recent cycles to list"),
+           output: OutputOption = Format.table) -> None:
     """The schedule (interval, pause, next and running cycles), the watermark, and the last cycles."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from agent_sre.cli.views import LearningStatus, ScheduleSummary
+    from agent_sre.learning import store as streams
+    from agent_sre.models.rollout import format_duration
+
+    schedule: ScheduleSummary | None = None
+
     async def go(client: Client, settings: Settings) -> None:
+        nonlocal schedule
         try:
             d = await client.get_schedule_handle(name).describe()
         except RPCError as exc:
             if exc.status != RPCStatusCode.NOT_FOUND:
                 raise
-            console.print(f"no learning schedule {name!r} (`agent-sre learn schedule` creates it)")
             return
-        table = Table(show_header=False, title=f"learning schedule {name}")
-        every = ", ".join(format_duration(i.every) for i in d.schedule.spec.intervals)
-        table.add_row("every", every + (" · [yellow]paused[/]" if d.schedule.state.paused else " · active")
-                      + (f" · {d.schedule.state.note}" if d.schedule.state.note else ""))
-        table.add_row("next", ", ".join(f"{t:%F %T}" for t in d.info.next_action_times[:3]) or "-")
-        table.add_row("running", ", ".join(started(d.info.running_actions)) or "-")
-        table.add_row("cycles", f"{d.info.num_actions} started, {d.info.num_actions_skipped_overlap} skipped "
-                                "while one ran")
-        console.print(table)
+        schedule = ScheduleSummary(
+            every=[format_duration(i.every) for i in d.schedule.spec.intervals], paused=d.schedule.state.paused,
+            note=d.schedule.state.note or None, next_runs=list(d.info.next_action_times[:3]),
+            running=started(d.info.running_actions), started=d.info.num_actions,
+            skipped_overlapping=d.info.num_actions_skipped_overlap)
 
     _run(go, name)
     state, records = _store(lambda r: (streams.read_state(r.client, r.bucket, name),
                                        streams.list_records(r.client, r.bucket, name, last)))
-    print_state(state)
-    if records:
-        console.print(records_table(records, f"the last {len(records)} cycles of {name}"))
+    view = LearningStatus(name=name, schedule=schedule, state=state, cycles=records)
+    emit(output, view, lambda: print_status(view))
 
 
 @app.command("show")
 def show(ident: str = typer.Argument(..., metavar="CYCLE_OR_VERSION"),
-         name: str = typer.Option("continuous-learning", "--name", help=NAME_HELP)) -> None:
+         name: str = typer.Option("continuous-learning", "--name", help=NAME_HELP),
+         output: OutputOption = Format.table) -> None:
     """One cycle in full, by its workflow id or by the version it trained: what it learnt from and how it went."""
+    from agent_sre.learning import store as streams
+
     def find(r: Registry) -> CycleRecord | None:
         if ident in r.index().versions:
             objects = ((r.card(ident).training_request or {}).get("data", {}).get("trajectories", {})
@@ -216,7 +238,8 @@ def show(ident: str = typer.Argument(..., metavar="CYCLE_OR_VERSION"),
     if record is None:
         fail(f"{ident} is neither a cycle of {name} nor a version trained by a learning cycle")
     stored = record.data.sources if record.data else None
-    print_record(record, _store(lambda r: streams.read_sources(r.client, r.bucket, stored)) if stored else None)
+    emit(output, record, lambda: print_record(
+        record, _store(lambda r: streams.read_sources(r.client, r.bucket, stored)) if stored else None))
 
 
 @app.command("pause")
@@ -247,6 +270,8 @@ def backfill(start: datetime = typer.Option(..., "--start", help="UTC: 2026-11-2
              name: str = typer.Option("continuous-learning", "--name", help=NAME_HELP)) -> None:
     """Run the cycles the schedule would have run between --start and --end, one after another, each up to its
     own time."""
+    from agent_sre.learning.schedule import backfill as backfill_schedule
+
     def utc(moment: datetime) -> datetime:
         return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
@@ -272,6 +297,23 @@ def delete(name: str = typer.Option("continuous-learning", "--name", help=NAME_H
 
 
 # --- printing -------------------------------------------------------------------------------------------------------
+def print_status(view: LearningStatus) -> None:
+    """`learn status` as tables: the schedule (or that there is none), the watermark, the last cycles."""
+    if (d := view.schedule) is None:
+        console.print(f"no learning schedule {view.name!r} (`agent-sre learn schedule` creates it)")
+    else:
+        table = Table(show_header=False, title=f"learning schedule {view.name}")
+        table.add_row("every", ", ".join(d.every) + (" · [yellow]paused[/]" if d.paused else " · active")
+                      + (f" · {d.note}" if d.note else ""))
+        table.add_row("next", ", ".join(f"{t:%F %T}" for t in d.next_runs) or "-")
+        table.add_row("running", ", ".join(d.running) or "-")
+        table.add_row("cycles", f"{d.started} started, {d.skipped_overlapping} skipped while one ran")
+        console.print(table)
+    print_state(view.state)
+    if view.cycles:
+        console.print(records_table(view.cycles, f"the last {len(view.cycles)} cycles of {view.name}"))
+
+
 def print_state(state: LearningState) -> None:
     mark = state.watermark
     line = (f"watermark {mark.through:%F %T} UTC (cycle {mark.cycle_id}) · " if mark else "no watermark yet · ") + \

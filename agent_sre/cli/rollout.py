@@ -12,20 +12,22 @@ import getpass
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
-from temporalio.client import Client, WorkflowQueryFailedError, WorkflowUpdateFailedError
-from temporalio.service import RPCError, RPCStatusCode
 
 from agent_sre.cli.models import console as models_console
 from agent_sre.cli.models import registry_call
 from agent_sre.cli.common import fail as _fail
 from agent_sre.cli.common import run_with_client
-from agent_sre.config import Settings
-from agent_sre.models.rollout import RolloutControl, RolloutRequest, RolloutStatus, describe_step, format_duration
-from agent_sre.rollout.client import ROLLOUT_WORKFLOW_ID, RolloutRunningError, preflight, start_rollout
-from agent_sre.rollout.plans import PlanError, load_plan
+from agent_sre.cli.output import Format, OutputOption, emit
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from agent_sre.config import Settings
+    from agent_sre.models.rollout import RolloutStatus
 
 app = typer.Typer(help="Roll a model version out: A/B test, gradual traffic, automatic rollback.",
                   no_args_is_help=True)
@@ -36,6 +38,9 @@ BY_HELP = "who decides (recorded in the rollout's history); default: your login 
 
 def _run(action: Callable[[Client, Settings], Awaitable[None]]) -> None:
     """Connect, run, and turn Temporal's refusals into one-line errors."""
+    from temporalio.client import WorkflowQueryFailedError, WorkflowUpdateFailedError
+    from temporalio.service import RPCError, RPCStatusCode
+
     try:
         run_with_client(action)
     except WorkflowUpdateFailedError as exc:
@@ -58,6 +63,10 @@ def start(
     by: str = typer.Option(None, "--by", help=BY_HELP),
 ) -> None:
     """Start rolling CANDIDATE out against production; the plan and the registry are checked first."""
+    from agent_sre.models.rollout import RolloutRequest, format_duration
+    from agent_sre.rollout.client import RolloutRunningError, preflight, start_rollout
+    from agent_sre.rollout.plans import PlanError, load_plan
+
     try:
         chosen = load_plan(plan)
     except PlanError as exc:
@@ -84,16 +93,21 @@ def start(
 
 
 @app.command("status")
-def status() -> None:
+def status(output: OutputOption = Format.table) -> None:
     """Where the rollout stands: step, weight, time left, the latest analysis and the decisions so far."""
+    from agent_sre.models.rollout import RolloutStatus
+    from agent_sre.rollout.client import ROLLOUT_WORKFLOW_ID
+
     async def show(client: Client, settings: Settings) -> None:
         st = await client.get_workflow_handle(ROLLOUT_WORKFLOW_ID).query("status", result_type=RolloutStatus)
-        print_status(st)
+        emit(output, st, lambda: print_status(st))
 
     _run(show)
 
 
 def print_status(st: RolloutStatus) -> None:
+    from agent_sre.models.rollout import describe_step, format_duration
+
     table = Table(show_header=False, title=f"rollout {st.rollout_id}")
     table.add_row("candidate / baseline", f"{st.candidate} / {st.baseline} · plan {st.plan}")
     table.add_row("phase", st.phase + (f": {st.pause_reason}" if st.pause_reason else ""))
@@ -129,6 +143,9 @@ SETTLE_S = 5.0
 
 
 def _control(update: str, reason: str, by: str | None) -> None:
+    from agent_sre.models.rollout import RolloutControl, RolloutStatus, describe_step
+    from agent_sre.rollout.client import ROLLOUT_WORKFLOW_ID
+
     async def send(client: Client, settings: Settings) -> None:
         handle = client.get_workflow_handle(ROLLOUT_WORKFLOW_ID)
         st = await handle.execute_update(update, RolloutControl(by=by or getpass.getuser(), reason=reason),
@@ -192,6 +209,8 @@ def retry(reason: str = REASON, by: str = BY) -> None:
 def rollback(reason: str = typer.Option(..., "--reason", help="why (recorded and announced)"),
              by: str = BY) -> None:
     """Roll back now: all traffic to the baseline, the candidate marked rolled_back, a rollback event."""
+    from agent_sre.rollout.client import ROLLOUT_WORKFLOW_ID
+
     async def send(client: Client, settings: Settings) -> None:
         handle = client.get_workflow_handle(ROLLOUT_WORKFLOW_ID)
         await handle.signal("rollback", f"{reason} (by {by or getpass.getuser()})")

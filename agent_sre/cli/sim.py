@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from agent_sre.config import get_settings
+from agent_sre.cli.common import get_settings
 
 app = typer.Typer(no_args_is_help=True)
 

@@ -20,26 +20,24 @@ import getpass
 from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import get_args
+from typing import TYPE_CHECKING, get_args
 
 import typer
-from pydantic import ValidationError
 from rich.table import Table
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
-from minio.error import S3Error
-from temporalio.service import RPCError, RPCStatusCode
 
 from agent_sre.cli.episodes import outcome_table
 from agent_sre.cli.models import console, registry_call
 from agent_sre.cli.common import fail as _fail
-from agent_sre.cli.common import no_workflow, not_running, run_with_client, unpolled
-from agent_sre.config import Settings, get_settings
-from agent_sre.episodes import summarize
-from agent_sre.models.episode import EpisodeResult
-from agent_sre.models.training import (SIMULATED_MAX_ACTIONS, EvalReport, EvalRequest, EvaluationConfig,
-                                       TrainingRequest, TrainingStage, TrainingStatus)
-from agent_sre.training.comparison import compare
-from agent_sre.training.stats import wilson_interval
+from agent_sre.cli.common import get_settings, no_workflow, not_running, run_with_client, unpolled
+from agent_sre.cli.output import Format, OutputOption, dump, emit
+
+if TYPE_CHECKING:  # the commands import what they use when they run: `--help` stays quick
+    from pydantic import ValidationError
+    from temporalio.client import Client
+
+    from agent_sre.config import Settings
+    from agent_sre.models.episode import EpisodeResult
+    from agent_sre.models.training import EvalReport, EvaluationConfig, TrainingRequest, TrainingStatus
 
 app = typer.Typer(help="Train a model version: collect data, train, evaluate, gate (a Temporal workflow).",
                   invoke_without_command=True, no_args_is_help=False)
@@ -47,7 +45,6 @@ FOLLOW_EVERY_S = 2.0
 # A busy server (training beside the dev server on a small machine) can let a poll time out: following keeps
 # polling through such failures for this long before it gives up. The cycle itself is durable either way.
 FOLLOW_PATIENCE_S = 120.0
-TRANSIENT = {RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE}
 RECIPES = ("expert",)  # a recipe names the teacher whose verified demonstrations SFT imitates
 
 
@@ -60,6 +57,8 @@ def build_request(algorithm: str, base: str, steps: int | None, compute: str, ve
                   since: date | None, policies: list[str], scenarios: str | None, suite: str | None,
                   limit: int | None, reason: str, by: str, resolved_only: bool = False) -> TrainingRequest:
     """The training.request.v1 the options describe; the version name defaults to algorithm, base and time."""
+    from agent_sre.models.training import TrainingRequest, TrainingStage
+
     stages = [s for s in algorithm.split("+") if s in get_args(TrainingStage)]  # an unknown one: the request says
     configs: dict[str, dict[str, object]] = {stage: {"max_steps": steps} for stage in stages} if steps else {}
     if "sft" in stages and policies:  # SFT imitates the policies it was pointed at, not only the runbook
@@ -101,6 +100,10 @@ def start(
     """Start a training cycle; `agent-sre train status ID` follows it."""
     if ctx.invoked_subcommand is not None:
         return
+    from pydantic import ValidationError
+
+    from agent_sre.models.training import TrainingRequest, TrainingStatus
+
     try:
         if recipe is not None and (recipe not in RECIPES or algorithm or policy or request_file):
             _fail(f"--recipe takes {', '.join(RECIPES)} and replaces --algorithm, --policy and --request")
@@ -143,6 +146,12 @@ async def follow(client: Client, workflow_id: str, final: bool = True,
                  rpc_timeout: timedelta = timedelta(seconds=10)) -> None:
     """Print each change of phase and step until the cycle ends, then (`final`) its whole status. A poll that times
     out or finds the server unavailable is retried, for up to FOLLOW_PATIENCE_S in a row."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from agent_sre.models.training import TrainingStatus
+
+    transient = {RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE}
     handle = client.get_workflow_handle(workflow_id, result_type=TrainingStatus)
     shown, failing_since = None, None
     while True:
@@ -153,7 +162,7 @@ async def follow(client: Client, workflow_id: str, final: bool = True,
         except RPCError as exc:
             now = asyncio.get_running_loop().time()
             failing_since = failing_since if failing_since is not None else now
-            if exc.status not in TRANSIENT or now - failing_since > FOLLOW_PATIENCE_S:
+            if exc.status not in transient or now - failing_since > FOLLOW_PATIENCE_S:
                 raise
             console.print(f"[dim]Temporal did not answer ({exc.message}); polling again[/]")
             await asyncio.sleep(FOLLOW_EVERY_S)
@@ -177,9 +186,12 @@ def progress_line(st: TrainingStatus) -> str:
     return f"{st.phase} · {m.stage} step {m.step}/{m.max_steps or '?'}" + (f" · {figures}" if figures else "")
 
 
-async def show_final(handle) -> None:  # noqa: ANN001 - WorkflowHandle[Any, TrainingStatus]
+async def show_final(handle, output: Format = Format.table) -> None:  # noqa: ANN001 - WorkflowHandle[Any, TrainingStatus]
+    from temporalio.client import WorkflowFailureError
+
     try:
-        print_status(await handle.result())
+        st = await handle.result()
+        emit(output, st, lambda: print_status(st))
     except WorkflowFailureError as exc:
         cause = exc.cause
         _fail(f"the training cycle failed: {getattr(cause, 'message', None) or cause}")
@@ -192,6 +204,8 @@ def store_demonstrations(
 ) -> None:
     """Play the expert on training scenarios (none in an evaluation suite) and store the episodes the ground truth
     verifies in the trajectory store, where `agent-sre train --recipe expert` learns from them."""
+    from minio.error import S3Error
+
     from agent_sre.storage import object_store
     from agent_sre.training.demonstrations import demonstrations, sample_per_family, training_scenarios
     from agent_sre.trajectory_store import write_trajectory
@@ -213,17 +227,22 @@ def store_demonstrations(
 
 
 @app.command("status")
-def status(workflow_id: str = typer.Argument(..., metavar="ID")) -> None:
+def status(workflow_id: str = typer.Argument(..., metavar="ID"), output: OutputOption = Format.table) -> None:
     """Where a training cycle stands (running: phase, step, latest figures), or how it ended."""
+    from temporalio.client import WorkflowExecutionStatus
+
+    from agent_sre.models.training import TrainingStatus
+
     async def show(client: Client, settings: Settings) -> None:
         handle = client.get_workflow_handle(workflow_id, result_type=TrainingStatus)
         desc = await handle.describe()
         if desc.status == WorkflowExecutionStatus.RUNNING:
             if (why := await unpolled(client, desc.task_queue)) is not None:
                 _fail(f"{workflow_id} is running, but {why}")
-            print_status(await handle.query("progress", result_type=TrainingStatus))
+            st = await handle.query("progress", result_type=TrainingStatus)
+            emit(output, st, lambda: print_status(st))
         else:
-            await show_final(handle)
+            await show_final(handle, output)
 
     _run(show, not_found=no_workflow("training cycle", workflow_id))
 
@@ -284,28 +303,32 @@ def evaluate(
     suite: str = typer.Option(None, "--suite", help="heldout, variants, or a scenario file or directory anywhere "
                                                     "(default: the held-out suite)"),
     limit: int = typer.Option(None, "--limit", min=1, help="only N scenarios of the suite, across its fault types"),
-    max_turns: int = typer.Option(SIMULATED_MAX_ACTIONS, "--max-turns", min=1, help="model turns per episode"),
+    max_turns: int = typer.Option(None, "--max-turns", min=1, show_default=False,
+                                  help="model turns per episode [default: a simulated episode's action limit]"),
     store: bool = typer.Option(True, "--store/--no-store", help="store the results with the version"),
     per_scenario: bool = typer.Option(False, "--per-scenario", help="each scenario's outcome too (plays the suite "
                                                                     "again where results are stored)"),
-    output: str = typer.Option("table", "--output", "-o", help="table, or json: evaluation.v1 with each scenario "
-                                                               "(plays the suite again where results are stored)"),
+    output: Format = typer.Option(Format.table, "--output", "-o", help=(
+        "table, or evaluation.v1 as json or yaml, with each scenario (plays the suite again where results are "
+        "stored)")),
 ) -> None:
     """Evaluate a version, or a model directory, on a scenario suite here (in-process) and print the outcome table
     and the success rate with its 95 % interval."""
+    from pydantic import ValidationError
+
     from agent_sre.activities.training import evaluate_with_episodes
+    from agent_sre.models.training import SIMULATED_MAX_ACTIONS, EvalRequest, EvaluationConfig
     from agent_sre.scenarios import ScenarioError
+    from agent_sre.training.comparison import compare
 
     if (version is None) == (model is None):
         _fail("give either --version V (a registered version, or 'base') or --model DIR (a model directory)")
-    if output not in ("table", "json"):
-        _fail(f"--output {output!r}: table or json")
     try:
-        config = EvaluationConfig(suite=suite, limit=limit, max_turns=max_turns)
+        config = EvaluationConfig(suite=suite, limit=limit, max_turns=max_turns or SIMULATED_MAX_ACTIONS)
         req = EvalRequest(version=version or "model-dir", store=store, evaluation=config)
     except ValidationError as exc:
         _fail(_errors(exc))
-    quiet = output == "json"  # stdout is the document
+    quiet = output is not Format.table  # stdout is the document
     with contextlib.nullcontext() if quiet else console.status(f"evaluating {version or model}…"):
         try:
             if model is not None:
@@ -317,7 +340,7 @@ def evaluate(
             _fail(str(exc))
     if quiet:
         assert episodes is not None
-        typer.echo(compare({report.version: {report.suite: episodes}}).model_dump_json(indent=2))
+        dump(output, compare({report.version: {report.suite: episodes}}))
         return
     print_report(report, unstored="a model directory" if model is not None else
                  "--no-store" if not store else "not a registered version")
@@ -328,6 +351,8 @@ def evaluate(
 
 def evaluate_model_dir(model: Path, config: EvaluationConfig) -> tuple[EvalReport, list[EpisodeResult]]:
     """A Hugging Face causal LM directory on the suite, greedily, in-process, on this machine's device."""
+    from agent_sre.episodes import summarize
+    from agent_sre.models.training import EvalReport
     from agent_sre.training.evaluate import run_model
     from agent_sre.training.gate import load_suite
 
@@ -347,6 +372,8 @@ def evaluate_model_dir(model: Path, config: EvaluationConfig) -> tuple[EvalRepor
 
 def success_line(report: EvalReport, episodes: list[EpisodeResult] | None) -> str:
     """`success 26/46 = 57 % (95 % CI 42–70 %)`, from the episodes, or from the stored `all` row."""
+    from agent_sre.training.stats import wilson_interval
+
     if episodes is not None:
         n, resolved = len(episodes), sum(e.outcome.outcome == "resolved" for e in episodes)
     else:
