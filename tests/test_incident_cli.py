@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 from google.protobuf.duration_pb2 import Duration
 from isolated_workers import isolated_queues
 from prometheus_client.parser import text_string_to_metric_families
@@ -314,6 +315,17 @@ def test_list_filters_by_the_search_attributes(cli: Callable[..., Result]) -> No
     assert escalated.exit_code == 0 and workflow_id not in escalated.output, escalated.output
     running = cli("incident", "list", "--running", "--model", "runbook-v1")
     assert running.exit_code == 0 and workflow_id not in running.output
+    as_json = cli("incident", "list", "--service", "cart", "--outcome", "resolved", "--limit", "1000", "-o", "json")
+    assert as_json.exit_code == 0, as_json.output
+    [mine] = [w for w in json.loads(as_json.output) if w["workflow_id"] == workflow_id]
+    assert {k: v for k, v in mine.items() if k != "started_at"} == {
+        "workflow_id": workflow_id, "execution_status": "completed", "service": "cart", "fault_class": "deploy/image",
+        "model_version": "runbook-v1", "ending": "finished", "outcome": "resolved"}
+    as_yaml = cli("incident", "status", workflow_id, "-o", "yaml")
+    assert as_yaml.exit_code == 0, as_yaml.output
+    state = yaml.safe_load(as_yaml.output)
+    assert (state["workflow_id"], state["execution_status"]) == (workflow_id, "COMPLETED")
+    assert state["outcome"]["outcome"] == "resolved" and state["outcome"]["workflow_id"] == workflow_id
 
 
 def test_user_report_starts_then_attaches(cli: Callable[..., Result], shop_env: str) -> None:
