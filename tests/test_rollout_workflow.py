@@ -26,6 +26,7 @@ from store_fixtures import settings_with_own_bucket
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
@@ -37,6 +38,7 @@ from agent_sre.rollout.client import start_rollout
 from agent_sre.rollout import routing
 from agent_sre.rollout.routing import read_table
 from agent_sre.stack.ports import pick_free_ports
+from agent_sre.workflows.rollout import ModelRolloutWorkflow
 from tests.isolated_workers import running_workers
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -230,8 +232,10 @@ async def test_controls_are_validated_and_take_effect(rollout: Rollout) -> None:
     alice = RolloutControl(by="alice", reason="checking")
 
     with pytest.raises(WorkflowUpdateFailedError) as refused:
-        await handle.execute_update("resume", alice)
-    assert "cannot resume: the rollout is not paused" in str(refused.value.cause)
+        await handle.execute_update(ModelRolloutWorkflow.resume, alice)
+    refusal = refused.value.cause
+    assert isinstance(refusal, ApplicationError) and refusal.type == "Refused"
+    assert refusal.message == "cannot resume: the rollout is not paused" and refusal.non_retryable  # not retried
 
     paused = await handle.execute_update("pause", alice, result_type=RolloutStatus)
     assert paused.phase == "paused" and paused.time_left_s is not None

@@ -3,6 +3,7 @@
 from collections.abc import Sequence
 
 from pydantic import ValidationError
+from temporalio.exceptions import ApplicationError
 
 # An input that does not validate (hand-written JSON given to `temporal workflow start`) fails an incident workflow
 # with pydantic's reasons, field by field. Without this the SDK fails the workflow task instead ("Failed decoding
@@ -11,3 +12,9 @@ from pydantic import ValidationError
 # a learning cycle meeting an activity result it cannot read (a worker of another version) should wait, its task
 # retried, for a worker that can, not fail.
 BAD_INPUT: Sequence[type[BaseException]] = (ValidationError,)
+
+
+def refusal(reason: str) -> ApplicationError:
+    """What an update validator raises to refuse a control: `reason` reaches the caller, marked non-retryable, as
+    the same control would be refused again (any other exception reaches it marked retryable)."""
+    return ApplicationError(reason, type="Refused", non_retryable=True)

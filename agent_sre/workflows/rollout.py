@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         format_duration,
     )
     from agent_sre.webhooks import NOTIFY_RETRY
+    from agent_sre.workflows import refusal
 
 QUICK = timedelta(seconds=30)
 ABORT_OUTRANKS_PROMOTION = "abort-outranks-promotion"  # histories from before it never stopped a promotion
@@ -344,20 +345,20 @@ class ModelRolloutWorkflow:
         self._must_be_running(control)
         if s.abort:
             request = self._abort_request()
-            raise ValueError(f"cannot {control}: the rollout is being aborted (by {request.by}: {request.reason}); "
+            raise refusal(f"cannot {control}: the rollout is being aborted (by {request.by}: {request.reason}); "
                              "`retry` withdraws the abort while it has not been carried out")
         if s.promote_full:
-            raise ValueError(f"cannot {control}: the rollout is being promoted to 100%")
+            raise refusal(f"cannot {control}: the rollout is being promoted to 100%")
 
     def _must_be_running(self, control: str) -> None:
         """Refuse a control once the rollout has ended, before it has started, or while it rolls back."""
         s = self._s
         if s.phase in FINISHED:
-            raise ValueError(f"cannot {control}: the rollout has already {s.phase.replace('_', ' ')}")
+            raise refusal(f"cannot {control}: the rollout has already {s.phase.replace('_', ' ')}")
         if s.phase == "starting":
-            raise ValueError(f"cannot {control}: the rollout is still starting; try again in a moment")
+            raise refusal(f"cannot {control}: the rollout is still starting; try again in a moment")
         if s.rollback_reason is not None:
-            raise ValueError(f"cannot {control}: a rollback is under way ({s.rollback_reason})")
+            raise refusal(f"cannot {control}: a rollback is under way ({s.rollback_reason})")
 
     @workflow.update
     def promote(self, control: RolloutControl) -> RolloutStatus:
@@ -372,7 +373,7 @@ class ModelRolloutWorkflow:
     def _validate_promote(self, control: RolloutControl) -> None:
         self._must_be_active("promote")
         if self._s.skip_step:
-            raise ValueError("cannot promote: a promote of this step is already under way")
+            raise refusal("cannot promote: a promote of this step is already under way")
 
     @workflow.update
     def promote_full(self, control: RolloutControl) -> RolloutStatus:
@@ -398,7 +399,7 @@ class ModelRolloutWorkflow:
     def _validate_pause(self, control: RolloutControl) -> None:
         self._must_be_active("pause")
         if self._s.phase == "paused":
-            raise ValueError(f"cannot pause: the rollout is already paused ({self._s.pause_reason})")
+            raise refusal(f"cannot pause: the rollout is already paused ({self._s.pause_reason})")
 
     @workflow.update
     def resume(self, control: RolloutControl) -> RolloutStatus:
@@ -411,7 +412,7 @@ class ModelRolloutWorkflow:
     def _validate_resume(self, control: RolloutControl) -> None:
         self._must_be_active("resume")
         if self._s.phase != "paused":
-            raise ValueError("cannot resume: the rollout is not paused")
+            raise refusal("cannot resume: the rollout is not paused")
 
     @workflow.update
     def abort(self, control: RolloutControl) -> RolloutStatus:
@@ -426,9 +427,9 @@ class ModelRolloutWorkflow:
         """A pending promotion to 100% does not stop an abort: only a candidate already being made production."""
         self._must_be_running("abort")
         if self._s.abort:
-            raise ValueError(f"cannot abort: the rollout is already being aborted ({self._abort_request().reason})")
+            raise refusal(f"cannot abort: the rollout is already being aborted ({self._abort_request().reason})")
         if self._committed == "promoted":
-            raise ValueError(f"cannot abort: {self._req.candidate} is already being made production")
+            raise refusal(f"cannot abort: {self._req.candidate} is already being made production")
 
     @workflow.update
     def retry(self, control: RolloutControl) -> RolloutStatus:
@@ -442,9 +443,9 @@ class ModelRolloutWorkflow:
     def _validate_retry(self, control: RolloutControl) -> None:
         self._must_be_running("retry")
         if not self._s.abort:
-            raise ValueError("cannot retry: no abort is pending")
+            raise refusal("cannot retry: no abort is pending")
         if self._committed == "aborted":
-            raise ValueError("cannot retry: the abort is already being carried out")
+            raise refusal("cannot retry: the abort is already being carried out")
 
     @workflow.signal
     def rollback(self, reason: str) -> None:
