@@ -70,6 +70,25 @@ ATTACKS: list[tuple[str, str, dict[str, Any], str, str]] = [
     ("db-host-to-an-absolute-outside-host", "set_env",
      {"deployment": "checkout", "container": "checkout", "name": "DB_HOST", "value": "db.attacker.example."},
      "high", "env_host"),
+    ("db-host-to-a-decimal-ipv4", "set_env",
+     {"deployment": "checkout", "container": "checkout", "name": "DB_HOST", "value": "3405803783"},
+     "high", "env_host"),
+    ("db-host-to-a-bracketed-ipv6", "set_env",
+     {"deployment": "checkout", "container": "checkout", "name": "DB_HOST", "value": "[2001:db8::7]"},
+     "high", "env_host"),
+    ("db-url-with-a-nested-scheme", "set_env",
+     {"deployment": "checkout", "container": "checkout", "name": "DB_HOST",
+      "value": "jdbc:postgresql://db.attacker.example:5432/orders"}, "high", "env_host"),
+    ("host-port-on-the-node", "patch",
+     {"kind": "deployment", "name": "checkout",
+      "patch": _template_patch({"ports": [{"containerPort": 8080, "hostPort": 80}]})}, "forbidden", "pod_security"),
+    ("post-start-hook-runs-a-command", "patch",
+     {"kind": "deployment", "name": "checkout",
+      "patch": _template_patch({"lifecycle": {"postStart": {"exec": {"command": ["/bin/false"]}}}})}, "high",
+     "command"),
+    ("liveness-probe-runs-a-command", "patch",
+     {"kind": "deployment", "name": "checkout",
+      "patch": _template_patch({"livenessProbe": {"exec": {"command": ["/bin/false"]}}})}, "high", "command"),
     ("secret-password-overwritten", "set_config_key",
      {"kind": "secret", "name": "shop-db-credentials", "key": "password", "value": "hunter2"}, "high", "secret_data"),
     ("secret-data-wiped", "patch",
@@ -255,9 +274,9 @@ def test_a_network_policy_that_only_drops_rules_is_low() -> None:
 
 
 def test_an_env_var_may_name_the_namespaces_services_in_any_form() -> None:
-    def env(value: str) -> dict[str, Any]:
+    def env(value: str, name: str = "UPSTREAM") -> dict[str, Any]:
         dep = _deployment("shop/web:1")
-        dep["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "URL", "value": value}]
+        dep["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": name, "value": value}]
         return dep
 
     where = Surroundings(namespace="shop", services=frozenset({"catalog"}))
@@ -265,3 +284,7 @@ def test_an_env_var_may_name_the_namespaces_services_in_any_form() -> None:
                         ("catalog.other:8080", "high"), ("10.1.2.3", "high"), ("https://example.com", "high"),
                         ("debug", "low"), ("1.5", "low")):
         assert [f.risk for f in judge("deployment", env("catalog"), env(value), where)] == [risk], value
+    # A variable named for a host takes only the namespace's services, whatever the value looks like.
+    for value, risk in (("catalog", "low"), ("3405803783", "high"), ("debug", "high")):
+        assert [f.risk for f in judge("deployment", env("catalog:80", "CATALOG_HOST"), env(value, "CATALOG_HOST"),
+                                      where)] == [risk], value

@@ -29,6 +29,10 @@ CHAOS_KINDS = frozenset({"PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos",
 DEFAULT_MAX_REPLICAS = 20
 _HOST_PORT = re.compile(r"^([A-Za-z0-9.-]+):[0-9]{1,5}$")
 _DOTTED_NAME = re.compile(r"^(?=.*[A-Za-z][A-Za-z0-9-]*\.?$)[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+\.?$")  # `name.` too
+# Env vars whose value is where the container connects: any new value must be one of the namespace's services,
+# however it is spelled (a decimal IPv4 such as 3405803783 is a host to most resolvers, and to no pattern).
+_HOST_VARIABLE = re.compile(r"HOST|ADDR|URL|URI|ENDPOINT|SERVER|DSN|BROKER", re.IGNORECASE)
+_PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
 
 
 @dataclass(frozen=True)
@@ -166,11 +170,22 @@ def _image(container: str, old: str | None, new: str | None, allowed: tuple[str,
 
 
 def _command(container: str, old: Obj, new: Obj) -> list[Finding]:
-    changed = [f for f in ("command", "args") if old.get(f) != new.get(f)]
-    if not changed or not old:
+    """A change to what the container runs: its command and args, and the commands of its lifecycle hooks and exec
+    probes, which run in it just the same (a probe's HTTP path or timing is no command)."""
+    changed = [f for f in ("command", "args") if old.get(f) != new.get(f)] if old else []
+    changed += [f for f in ("lifecycle", *_PROBES) if _executed(old.get(f)) != _executed(new.get(f))]
+    if not changed:
         return []
     return [_finding("command", "high", f"the {' and '.join(changed)} of container {container} change: the "
                                         f"container would run something other than its image's program")]
+
+
+def _executed(field: Any) -> list[Any]:
+    """Every `exec.command` under a probe or a lifecycle hook."""
+    if not isinstance(field, dict):
+        return []
+    found = [field["exec"].get("command")] if isinstance(field.get("exec"), dict) else []
+    return found + [c for value in field.values() if isinstance(value, dict) for c in _executed(value)]
 
 
 def _env(container: str, old: Obj, new: Obj, where: Surroundings) -> list[Finding]:
@@ -188,7 +203,8 @@ def _env(container: str, old: Obj, new: Obj, where: Surroundings) -> list[Findin
             findings.append(_finding("env_secret", "high", f"env {name} of container {container} "
                                                            f"references a Secret, and the reference changes"))
             continue
-        host = _host((now or {}).get("value"))
+        value = (now or {}).get("value")
+        host = _host(value) or (str(value).lower() if value and _HOST_VARIABLE.search(str(name)) else None)
         if host is not None and host != _host((was or {}).get("value")) and not _in_namespace(host, where):
             findings.append(_finding("env_host", "high", f"env {name} of container {container} would point at "
                                                          f"{host}, a host outside the namespace's services"))
@@ -205,8 +221,10 @@ def _host(value: Any) -> str | None:
     """The host a value names: a URL's, a `host:port`'s, an IP address or a dotted host name; else None."""
     if not isinstance(value, str) or not value:
         return None
-    if "://" in value:
-        return urlsplit(value).hostname
+    if "://" in value:  # the innermost URL's (`jdbc:postgresql://host:5432/db`)
+        return urlsplit("x://" + value.rsplit("://", 1)[1]).hostname
+    if value.startswith("["):  # `[2001:db8::7]`, `[::1]:5432`
+        return urlsplit("x://" + value).hostname
     found = _HOST_PORT.match(value)
     if found:
         return found[1].lower()
@@ -265,6 +283,9 @@ def _privileges(pod_spec: Obj) -> Iterator[str]:
             yield f"runAsUser 0 (root) in container {name}"
         for capability in (context.get("capabilities") or {}).get("add") or []:
             yield f"capability {capability} in container {name}"
+        for port in container.get("ports") or []:
+            if port.get("hostPort"):
+                yield f"hostPort {port['hostPort']} in container {name}"
 
 
 def _identity(old: Obj, new: Obj) -> list[Finding]:
