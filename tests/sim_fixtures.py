@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
+from agent_sre.kube.times import rfc3339
 from agent_sre.simulator import api
-from agent_sre.simulator.cluster import Cluster, rfc3339
+from agent_sre.simulator.cluster import Cluster
 from agent_sre.simulator.server import SimulatorServer, write_kubeconfig
 from agent_sre.simulator.simulator import Simulator
 

@@ -9,18 +9,18 @@ import pytest
 from llm_fixtures import runbook_episode, tiny_model_dir  # noqa: F401 (fixture)
 from transformers import AutoTokenizer
 
+from agent_sre.apps.catalog import get_app
 from agent_sre.episodes import summarize
 from agent_sre.models.episode import EpisodeResult
 from agent_sre.models.incident import RemediationLimits
 from agent_sre.models.remediation import PolicyRef
-from agent_sre.models.training import MAX_ACTION_TOKENS, SIMULATED_MAX_ACTIONS
 from agent_sre.models.tools import ToolCall
+from agent_sre.models.training import MAX_ACTION_TOKENS, SIMULATED_MAX_ACTIONS
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.outcome import incident_outcome
 from agent_sre.policy.conversation import render_action
 from agent_sre.policy.runbook import RunbookPolicy
 from agent_sre.scenarios import default_catalog, heldout_suite, load_scenarios
-from agent_sre.simulator.apps import get_app
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.training.environment import IncidentEnvironment
 from agent_sre.training.evaluate import play

@@ -15,14 +15,14 @@ from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 from sim_fixtures import NS, Served, served  # noqa: F401 (fixture)
 
+from agent_sre.apps.catalog import APPS
 from agent_sre.faults import FAULTS, FaultError, clear, get_fault, inject
-from agent_sre.faults.k8s import K8s
 from agent_sre.faults.oracle import observe_incident
+from agent_sre.kube.client import Kube
 from agent_sre.models.incident import Incident
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.tools import TOOL_SPECS
 from agent_sre.scenarios import HELDOUT_DIR, VARIANTS_DIR, load_scenarios
-from agent_sre.simulator.apps import APPS
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.simulator.transport import in_process_api_client
 from agent_sre.tools.client import api_client
@@ -191,37 +191,37 @@ def test_every_catalog_and_heldout_scenario_behaves(sim: Simulator) -> None:
 
 @pytest.mark.parametrize("transport", ["http", "in-process"])
 def test_the_oracle_reads_what_the_typed_api_reads(served: Served, transport: str) -> None:  # noqa: F811
-    """K8s reads API paths through the client's own machinery: the same documents, and the same errors, as the
+    """Kube reads API paths through the client's own machinery: the same documents, and the same errors, as the
     typed methods give, over HTTP with a kubeconfig as in-process."""
     api = api_client(served.kubeconfig) if transport == "http" else \
         in_process_api_client(served.simulator, served.cluster.name)
-    k8s, core = K8s(api), CoreV1Api(api)
+    k8s, core = Kube(api, shared=True), CoreV1Api(api)
 
     def typed(response: object) -> object:
         return json.loads(response.data)  # type: ignore[attr-defined]
 
-    assert k8s.pods(NS) == typed(core.list_namespaced_pod(NS, _preload_content=False))["items"] != []
-    assert k8s.pods(NS, "app=cart") == typed(core.list_namespaced_pod(NS, label_selector="app=cart",
+    assert k8s.list("pod", NS) == typed(core.list_namespaced_pod(NS, _preload_content=False))["items"] != []
+    assert k8s.list("pod", NS, label_selector="app=cart") == typed(core.list_namespaced_pod(NS, label_selector="app=cart",
                                                                     _preload_content=False))["items"]
-    assert k8s.deployments(NS) == typed(AppsV1Api(api).list_namespaced_deployment(NS, _preload_content=False))[
+    assert k8s.list("deployment", NS) == typed(AppsV1Api(api).list_namespaced_deployment(NS, _preload_content=False))[
         "items"]
-    assert k8s.namespace(NS) == typed(core.read_namespace(NS, _preload_content=False))
+    assert k8s.get("namespace", NS) == typed(core.read_namespace(NS, _preload_content=False))
     assert k8s.chaos(NS) == typed(CustomObjectsApi(api).list_namespaced_custom_object(
         "chaos-mesh.org", "v1alpha1", NS, "podchaos", _preload_content=False))["items"]
     assert k8s.secret_value(NS, "db-credentials", "password") == "s3cret"
-    assert k8s.configmap(NS, "missing") is None and k8s.secret_value(NS, "missing", "password") is None
+    assert k8s.find("configmap", "missing", NS) is None and k8s.secret_value(NS, "missing", "password") is None
     with pytest.raises(ApiException) as missing:
-        k8s.deployment(NS, "missing")
+        k8s.get("deployment", "missing", NS)
     assert missing.value.status == 404 and "not found" in (missing.value.body or "")
     assert k8s.server_time is not None
 
 
-def test_kubeget_sends_what_param_serialize_builds() -> None:
-    """kubeget builds its request itself, without param_serialize's generic sanitising: the same URL (host, quoted
+def test_rest_get_sends_what_param_serialize_builds() -> None:
+    """rest.get builds its request itself, without param_serialize's generic sanitising: the same URL (host, quoted
     path parameters, encoded query), headers (defaults, cookie) and authentication, a refreshed token included."""
     from kubernetes.client import ApiClient, Configuration
 
-    from agent_sre import kubeget
+    from agent_sre.kube import rest
 
     config = Configuration(host="https://cluster.example:6443/prefix")
     config.api_key = {"BearerToken": "old"}
@@ -237,7 +237,7 @@ def test_kubeget_sends_what_param_serialize_builds() -> None:
     path, query = "/api/v1/namespaces/{namespace}/pods/{name}/log", (("tailLines", 5), ("previous", True),
                                                                      ("labelSelector", "app in (a,b)"))
     params = {"namespace": "a b/c", "name": "pod?x"}
-    assert kubeget.get(api, path, query, **params) == "raw"
+    assert rest.get(api, path, query, **params) == "raw"
     method, url, headers, body, post = api.param_serialize(
         method="GET", resource_path=path, path_params=params, query_params=list(query),
         header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])

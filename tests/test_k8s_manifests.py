@@ -1,6 +1,6 @@
 """The Kustomize base in infra/k8s renders, every object is valid for its Kubernetes schema, the pods run locked down
 and configured by real settings, and the RBAC grant is exactly what the code does to a cluster: derived here from
-the tool vocabulary (tools/kube.py KINDS), the write allow-lists (tools/guardrails.py) and the few paths the tools
+the tool vocabulary (kube/client.py KINDS), the write allow-lists (tools/guardrails.py) and the few paths the tools
 build themselves, so a new tool kind or write that the Role lacks (or a grant no code uses) fails this test.
 
 Offline and deterministic: `kubectl kustomize` needs no server, but `kubectl apply --dry-run=client` does (it maps
@@ -22,9 +22,9 @@ import pytest
 import yaml
 
 from agent_sre.config import Settings
+from agent_sre.kube.client import KINDS, Kind
 from agent_sre.models import tools as m
 from agent_sre.tools.guardrails import DELETABLE, PATCHABLE
-from agent_sre.tools.kube import KINDS, Kind
 
 K8S = Path(__file__).resolve().parent.parent / "infra" / "k8s"
 NAMESPACE, MANAGED_NAMESPACE = "agent-sre", "shop"

@@ -12,9 +12,9 @@ import pytest
 
 from sim_fixtures import NS, Served, seed, served, workload_available  # noqa: F401 (fixture)
 
+from agent_sre.apps.catalog import get_app
 from agent_sre.faults import FAULTS, inject
 from agent_sre.models.tools import ToolCall
-from agent_sre.simulator.apps import get_app
 from agent_sre.simulator.transport import in_process_api_client
 from agent_sre.tools import ToolContext, execute
 from agent_sre.tools.client import api_client

@@ -12,16 +12,16 @@ import pytest
 import yaml
 from kubernetes import client, config, watch
 
+from agent_sre.kube.errors import ApiError
+from agent_sre.kube.selectors import parse_label_selector, selector_matches, selector_to_string
+from agent_sre.kube.times import human_duration
 from agent_sre.simulator import api, discovery
 from agent_sre.simulator.client import SimulatorClient, SimulatorError
-from agent_sre.simulator.cluster import ApiError, Cluster
+from agent_sre.simulator.cluster import Cluster
+from agent_sre.simulator.fields import parse_field_selector
 from agent_sre.simulator.patching import apply_patch, merge_patch, strategic_merge_patch
 from agent_sre.simulator.resources import RESOURCE_TYPES
-from agent_sre.simulator.selectors import (
-    parse_field_selector, parse_label_selector, selector_matches, selector_to_string,
-)
 from agent_sre.simulator.simulator import Simulator
-from agent_sre.kubetime import human_duration
 from agent_sre.simulator.tables import to_table
 from agent_sre.simulator.transport import in_process_api_client
 from sim_fixtures import NS, Served, call, seed, served, workload_available  # noqa: F401 (fixture)

@@ -22,14 +22,14 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from typer.testing import CliRunner
 
 from agent_sre import stack
+from agent_sre.apps.catalog import SHOP
 from agent_sre.cli.dev import app as dev_app
 from agent_sre.config import Settings
-from agent_sre.simulator.apps import SHOP
 from agent_sre.stack.isolated import isolated_env
 from agent_sre.stack.kind import app_manifests
 from agent_sre.stack.ports import port_is_free
-from agent_sre.storage import ensure_bucket, object_store
 from agent_sre.stack.temporal import SEARCH_ATTRIBUTES
+from agent_sre.storage import ensure_bucket, object_store
 from agent_sre.temporal import unregistered_search_attributes
 
 KIND = Path(__file__).resolve().parent.parent / "infra" / "kind"

@@ -18,11 +18,11 @@ import pytest
 from kubernetes.client import CoreV1Api
 from sim_fixtures import NS, call, seed
 
+from agent_sre.apps.catalog import get_app
 from agent_sre.faults import FAULTS, inject
 from agent_sre.faults.oracle import observe, snapshot
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.tools import MAX_WAIT_S, TOOL_SPECS, ToolCall, ToolInvocation, ToolResult
-from agent_sre.simulator.apps import get_app
 from agent_sre.simulator.cluster import Cluster
 from agent_sre.simulator.server import SimulatorServer, write_kubeconfig
 from agent_sre.simulator.simulator import Simulator
@@ -32,7 +32,6 @@ from agent_sre.tools.client import api_client
 from agent_sre.tools.context import FIRST_POLL_S, POLL_S, poll_delay, sleep_backing_off
 from agent_sre.tools.executor import TOOLS
 from agent_sre.tools.guardrails import IDEMPOTENCY_ANNOTATION, Refusal
-from agent_sre.tools.kube import Kube
 from agent_sre.tools.status import rollout_progress
 
 CRASHING, HEALTHY = "cart-7c9b4-bbbbb", "cart-7c9b4-aaaaa"
@@ -477,8 +476,9 @@ def test_a_write_without_an_idempotency_key_is_refused(env: Env) -> None:
 
 
 def test_the_request_layer_refuses_what_no_tool_may_do(env: Env) -> None:
-    """Defence in depth: even code that bypasses the tools cannot send a deny-listed request."""
-    kube = Kube(env.api, NS)
+    """Defence in depth: even code that bypasses the tools' functions cannot send a deny-listed request through
+    the tools' client (the request layer with the tools' guard)."""
+    kube = ToolContext(api=env.api, namespace=NS).kube
     for attempt, reason in [
         (lambda: kube.delete("deployment", "cart", "k"), "deleting a deployment is deny-listed"),
         (lambda: kube.delete("service", "cart", "k"), "deleting a service is deny-listed"),

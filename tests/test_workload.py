@@ -8,10 +8,13 @@ import json
 import pytest
 from kubernetes.client import AppsV1Api, CoreV1Api
 
+from agent_sre.apps import catalog
 from agent_sre.faults import get_fault, inject
-from agent_sre.faults.k8s import K8s
+from agent_sre.kube import deployments
+from agent_sre.kube.client import Kube
 from agent_sre.models.tools import ToolCall
-from agent_sre.simulator import apps, deployments, workload
+from agent_sre.simulator import workload
+from agent_sre.simulator.install import install as install_app
 from agent_sre.simulator.cluster import SIM_EPOCH, Cluster, SimClock
 from agent_sre.simulator.kubelet import crash_timeline
 from agent_sre.simulator.signals import golden_signals, render_prometheus
@@ -39,10 +42,10 @@ def _newest(env: Env, service: str) -> dict:
 
 # --- installing ---------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("app", sorted(apps.APPS))
+@pytest.mark.parametrize("app", sorted(catalog.APPS))
 def test_an_installed_app_is_healthy_with_history_and_noise(sim: Simulator, app: str) -> None:
     env = new_env(sim, app)
-    spec = apps.get_app(app)
+    spec = catalog.get_app(app)
     for svc in spec.services:
         dep = env.get("deployments.apps", svc.name)
         assert dep["status"]["availableReplicas"] == svc.replicas
@@ -76,7 +79,7 @@ def test_installs_are_deterministic_per_seed() -> None:
     def install(seed: int) -> Cluster:
         cluster = Cluster("c", clock=SimClock(speed=0.0))
         workload.attach(cluster)
-        apps.install(cluster, "shop", seed=seed)
+        install_app(cluster, "shop", seed=seed)
         cluster.sync()
         return cluster
 
@@ -122,7 +125,7 @@ def test_an_install_into_an_empty_cluster_carries_on_from_the_template() -> None
     def install(full: bool) -> Cluster:
         cluster = Cluster("c", clock=SimClock(speed=0.0))
         workload.attach(cluster)
-        apps.install(cluster, "shop", seed=3)
+        install_app(cluster, "shop", seed=3)
         state = cluster.model["workload"]
         if full:
             state.seen_revision = -1
@@ -146,7 +149,7 @@ def test_an_install_into_an_empty_cluster_carries_on_from_the_template() -> None
 
     one, two = Cluster("one", clock=SimClock(speed=0.0)), Cluster("two", clock=SimClock(speed=0.0))
     for cluster in (one, two):
-        apps.install(cluster, "shop", seed=3)  # the template's index, forked: as if built from the objects
+        install_app(cluster, "shop", seed=3)  # the template's index, forked: as if built from the objects
         assert index(cluster) == index(Cluster("x", objects=cluster.objects, model={"workload": workload.WorkloadState(
             index=workload.Index.of(cluster.objects))}))
     assert one.model["workload"].index.pods_of is not two.model["workload"].index.pods_of
@@ -224,7 +227,7 @@ def test_a_renewed_log_reads_as_a_new_one() -> None:
     log of another run, another clock or from a template (no clock) is not renewed."""
     from agent_sre.simulator import logs
     from agent_sre.simulator.kubelet import Run
-    from agent_sre.simulator.software import Outcome
+    from agent_sre.apps.software import Outcome
 
     clock = SimClock(speed=0.0)
     pod = {"metadata": {"name": "api-1"}}
@@ -280,9 +283,9 @@ def test_two_apps_share_the_nodes_and_install_rejects_duplicates() -> None:
         assert all(d["status"].get("availableReplicas") == d["spec"]["replicas"]
                    for d in cluster.list("deployments.apps", ns))
     with pytest.raises(ValueError, match="already exists"):
-        apps.install(cluster, "shop")
+        install_app(cluster, "shop")
     with pytest.raises(KeyError, match="unknown app"):
-        apps.install(cluster, "bookstore")
+        install_app(cluster, "bookstore")
 
 
 # --- rollouts -----------------------------------------------------------------------------------------------------
@@ -592,7 +595,7 @@ def test_unschedulable_pods_say_why(sim: Simulator, fault: str, target: str, par
 
 def test_a_cordoned_node_carries_the_unschedulable_taint(sim: Simulator) -> None:
     env = new_env(sim)
-    K8s(env.api).cordon("worker-1", True)
+    Kube(env.api, shared=True).cordon("worker-1", True)
     env.advance(1)
     taints = env.cluster.get("nodes", "", "worker-1")["spec"]["taints"]
     assert {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}.items() <= taints[0].items()
@@ -686,7 +689,7 @@ def test_chaos_pod_failure_swaps_in_pause_and_recovers(sim: Simulator) -> None:
     status = _container(env.pods("cart")[0])
     assert status["image"] == "gcr.io/google-containers/pause:latest" and not status["ready"]
     assert status["restartCount"] == 1
-    K8s(env.api).delete_chaos(env.ns, "PodChaos", "cart-pod-failure")
+    Kube(env.api, shared=True).remove("PodChaos", env.ns, "cart-pod-failure")
     env.advance(30)
     status = _container(env.pods("cart")[0])
     assert status["ready"] and status["restartCount"] == 2 and status["image"].endswith(":2.4.1")

@@ -1,37 +1,23 @@
-"""The demo apps: services, their dependency graph, configuration, secrets, and how to install them fast.
+"""The demo apps: services, their dependency graph, configuration, secrets and the nodes they run on.
 
 Two apps with realistic topologies: `shop` (an online store) and `bank` (online banking). Each service runs an
-image from `images.py`; its manifest here wires the environment that image needs, with some values from secrets
-and config maps (the database password must match the one the database was initialised with).
-
-Installing builds the whole namespace once per (app, namespace, seed) - objects, rollout history, settled pod
-states and benign noise - and keeps it; every further install of the same key shares its objects (they are never
-changed in place) and forks the controllers' memory, which is what lets thousands of episodes start per
-minute.
+image from `images.py`; its manifest (`manifests.py`) wires the environment that image needs, with some values
+from secrets and config maps (the database password must match the one the database was initialised with).
+The catalog is what the simulator installs, what the faults break, and what `stack/kind` deploys to a real
+cluster, so it depends on none of them.
 """
 
 from __future__ import annotations
 
-import base64
-import copy
 import hashlib
-import pickle
-import re
-import threading
-from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agent_sre.simulator import admission, workload
-from agent_sre.simulator.cluster import SIM_EPOCH, Cluster, Obj, SimClock, rfc3339
-from agent_sre.simulator.images import ACME, REGISTRY
-from agent_sre.simulator.software import RunContext, Software
+from agent_sre.apps.images import ACME, REGISTRY
+from agent_sre.apps.software import RunContext, Software
 
-FIRST_DEPLOY_AT = SIM_EPOCH - 7 * 86400  # the apps' first release; the current one went out 2 days ago
-CURRENT_RELEASE_AT = SIM_EPOCH - 2 * 86400
-TEMPLATE_AT = SIM_EPOCH - 300
-TEMPLATE_CACHE_SIZE = 256
-_NS = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+Obj = dict[str, Any]
+
 PART_OF = "app.kubernetes.io/part-of"
 
 
@@ -355,253 +341,13 @@ def run_context(app: AppSpec, namespace: str, seed: int) -> RunContext:
                       {db: app.password(seed, db) for db in app.databases}, None)
 
 
+def labels(app: AppSpec, svc: ServiceSpec) -> dict[str, str]:
+    """The labels of a service's objects and pods: what its selectors, the signals and the oracle match on."""
+    return {"app": svc.name, "app.kubernetes.io/name": svc.name, PART_OF: app.name, "tier": svc.tier}
+
+
 def get_app(name: str) -> AppSpec:
     try:
         return APPS[name]
     except KeyError:
         raise KeyError(f"unknown app {name!r} (known apps: {', '.join(sorted(APPS))})") from None
-
-
-@dataclass
-class AppInstance:
-    """An installed app, as the workload model needs to know it."""
-
-    app: str
-    namespace: str
-    seed: int
-    passwords: dict[str, str]  # database service -> the password its data directory was initialised with
-
-    @property
-    def spec(self) -> AppSpec:
-        return APPS[self.app]
-
-
-# --- manifests --------------------------------------------------------------------------------------------------
-
-def labels(app: AppSpec, svc: ServiceSpec) -> dict[str, str]:
-    return {"app": svc.name, "app.kubernetes.io/name": svc.name, PART_OF: app.name, "tier": svc.tier}
-
-
-def _env_entry(name: str, value: str | Ref) -> Obj:
-    if isinstance(value, str):
-        return {"name": name, "value": value}
-    ref_kind = "secretKeyRef" if value.kind == "secret" else "configMapKeyRef"
-    return {"name": name, "valueFrom": {ref_kind: {"name": value.name, "key": value.key}}}
-
-
-def _probe(svc: ServiceSpec, readiness: bool) -> Obj:
-    if svc.probe == "http":
-        probe: Obj = {"httpGet": {"path": "/ready" if readiness else "/healthz", "port": svc.port, "scheme": "HTTP"}}
-    elif svc.probe == "tcp":
-        probe = {"tcpSocket": {"port": svc.port}}
-    else:
-        probe = {"exec": {"command": ["pg_isready", "-U", svc.literal_env().get("POSTGRES_USER", "postgres")]}}
-    delay = 5 if readiness else max(10, int(svc.software.startup_s) + 20)
-    probe.update(initialDelaySeconds=delay, periodSeconds=10, timeoutSeconds=1, successThreshold=1,
-                 failureThreshold=3)
-    return probe
-
-
-def container_spec(svc: ServiceSpec, tag: str | None = None) -> Obj:
-    container: Obj = {
-        "name": svc.container, "image": f"{svc.repo}:{tag or svc.tag}",
-        "ports": [{"name": "http" if svc.probe == "http" else svc.name, "containerPort": svc.port}],
-        "env": [_env_entry(k, v) for k, v in svc.env],
-        "resources": {"requests": {"cpu": svc.cpu, "memory": svc.memory}, "limits": {"memory": svc.memory_limit}},
-        "readinessProbe": _probe(svc, True),
-        "livenessProbe": _probe(svc, False),
-    }
-    if svc.command:
-        container["command"] = list(svc.command)
-    if svc.args:
-        container["args"] = list(svc.args)
-    return container
-
-
-def deployment(app: AppSpec, svc: ServiceSpec, namespace: str, tag: str | None = None) -> Obj:
-    pod_spec: Obj = {"containers": [container_spec(svc, tag)], "terminationGracePeriodSeconds": 30}
-    if svc.node_selector:
-        pod_spec["nodeSelector"] = dict(svc.node_selector)
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": svc.name, "namespace": namespace, "labels": labels(app, svc)},
-            "spec": {"replicas": svc.replicas, "selector": {"matchLabels": {"app": svc.name}},
-                     "strategy": svc.strategy(), "revisionHistoryLimit": 10, "progressDeadlineSeconds": 600,
-                     "template": {"metadata": {"labels": labels(app, svc)}, "spec": pod_spec}}}
-
-
-def service(app: AppSpec, svc: ServiceSpec, namespace: str) -> Obj:
-    port_name = "http" if svc.probe == "http" else svc.name
-    return {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": svc.name, "namespace": namespace, "labels": labels(app, svc)},
-            "spec": {"selector": {"app": svc.name}, "type": "ClusterIP",
-                     "ports": [{"name": port_name, "port": svc.port, "targetPort": svc.port, "protocol": "TCP"}]}}
-
-
-def manifests(app: AppSpec, namespace: str, seed: int) -> list[tuple[str, Obj]]:
-    """Everything but the workloads, as (resource, object) in creation order. Also what `infra/kind` applies."""
-    out: list[tuple[str, Obj]] = [("namespaces", {"metadata": {"name": namespace, "labels": {
-        "kubernetes.io/metadata.name": namespace, PART_OF: app.name}}})]
-    for name, data in app.configmaps.items():
-        out.append(("configmaps", {"metadata": {"name": name, "namespace": namespace}, "data": dict(data)}))
-    for name, data in app.secret_values(seed).items():
-        out.append(("secrets", {"metadata": {"name": name, "namespace": namespace}, "type": "Opaque",
-                                "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}))
-    out.append(("resourcequotas", {"metadata": {"name": "compute-resources", "namespace": namespace},
-                                   "spec": {"hard": dict(app.quota)}}))
-    for policy in app.network_policies:
-        obj = copy.deepcopy(policy)
-        obj["metadata"]["namespace"] = namespace
-        out.append(("networkpolicies.networking.k8s.io", obj))
-    for svc in app.services:
-        out.append(("services", service(app, svc, namespace)))
-    return out
-
-
-# --- installing -------------------------------------------------------------------------------------------------
-
-def _node(name: str, zone: str, extra: dict[str, str], index: int) -> Obj:
-    return {
-        "metadata": {"name": name, "uid": workload.stable_uid("node", name), "labels": {
-            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-            "node.kubernetes.io/instance-type": "m6i.xlarge", "topology.kubernetes.io/zone": zone,
-            "node-role.kubernetes.io/worker": "", **extra}},
-        "spec": {"podCIDR": f"10.244.{index}.0/24", "providerID": f"aws:///{zone}/i-0{index}4f2c9a1b7d3e5f{index}"},
-        "status": {
-            "capacity": {"cpu": "4", "memory": "16265540Ki", "pods": "110", "ephemeral-storage": "104845292Ki"},
-            "allocatable": {"cpu": NODE_ALLOCATABLE_CPU, "memory": "15114564Ki", "pods": "110",
-                            "ephemeral-storage": "96625420693"},
-            "conditions": [
-                {"type": t, "status": "False", "reason": r, "message": m,
-                 "lastHeartbeatTime": rfc3339(SIM_EPOCH), "lastTransitionTime": rfc3339(FIRST_DEPLOY_AT - 86400)}
-                for t, r, m in (("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory "
-                                 "available"),
-                                ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                                ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"))
-            ] + [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                  "message": "kubelet is posting ready status", "lastHeartbeatTime": rfc3339(SIM_EPOCH),
-                  "lastTransitionTime": rfc3339(FIRST_DEPLOY_AT - 86400)}],
-            "addresses": [{"type": "InternalIP", "address": f"10.0.1.{10 + index}"},
-                          {"type": "Hostname", "address": name}],
-            "nodeInfo": {"machineID": workload.stable_uid("machine", name).replace("-", ""),
-                         "systemUUID": workload.stable_uid("system", name).upper(),
-                         "bootID": workload.stable_uid("boot", name),
-                         "kubeletVersion": "v1.32.0", "kubeProxyVersion": "v1.32.0",
-                         "containerRuntimeVersion": "containerd://1.7.22", "osImage": "Ubuntu 22.04.5 LTS",
-                         "kernelVersion": "6.8.0-1019-aws", "architecture": "amd64", "operatingSystem": "linux"},
-        },
-    }
-
-
-def _create(cluster: Cluster, resource: str, obj: Obj, *uid_parts: object) -> Obj:
-    """Create as the API would (defaulting and validation), with a uid derived from the install's identity."""
-    admission.apply_defaults(cluster, resource, obj)
-    admission.validate(resource, obj)
-    obj["metadata"].setdefault("uid", workload.stable_uid(*uid_parts, resource, obj["metadata"]["name"]))
-    return cluster.create(resource, obj)
-
-
-def _settle(cluster: Cluster, until: float) -> None:
-    cluster.clock.advance(until - cluster.clock.now())
-    cluster.sync()
-
-
-def _build(app: AppSpec, namespace: str, seed: int) -> _Template:
-    """The namespace as it looks 5 minutes before the simulated epoch."""
-    cluster = Cluster("template", clock=SimClock(speed=0.0, start=FIRST_DEPLOY_AT - 3600))
-    workload.attach(cluster)
-    for name in ("default", "kube-system", "kube-public", "kube-node-lease"):
-        _create(cluster, "namespaces", {"metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}}})
-    for index, (name, zone, extra) in enumerate(NODES, start=1):
-        cluster.create("nodes", _node(name, zone, extra, index))
-    for resource, obj in manifests(app, namespace, seed):
-        _create(cluster, resource, obj, app.name, namespace, seed)
-    instance = AppInstance(app.name, namespace, seed, {db: app.password(seed, db) for db in app.databases})
-    cluster.model.setdefault("apps", {})[namespace] = instance
-    _settle(cluster, FIRST_DEPLOY_AT)
-    for svc in app.services:  # the previous release first, so every deployment has a rollout history
-        _create(cluster, "deployments.apps", deployment(app, svc, namespace, svc.previous_tag), app.name, namespace,
-                seed)
-    _settle(cluster, FIRST_DEPLOY_AT + 600)
-    _settle(cluster, CURRENT_RELEASE_AT)
-    for svc in app.services:
-        current = cluster.snapshot("deployments.apps", namespace, svc.name)
-        assert current is not None
-        current["spec"]["template"]["spec"]["containers"][0]["image"] = svc.image
-        cluster.replace("deployments.apps", current)
-    for step in (60, 600, 3600):
-        _settle(cluster, CURRENT_RELEASE_AT + step)
-    _settle(cluster, TEMPLATE_AT - 3600)
-    from agent_sre.simulator import noise
-
-    noise.add(cluster, app, namespace, seed)
-    _settle(cluster, TEMPLATE_AT)
-    objects, logs = pickle.loads(pickle.dumps((cluster.objects, cluster.logs), protocol=pickle.HIGHEST_PROTOCOL))
-    highest = max(int(o["metadata"].get("resourceVersion", 0)) for items in objects.values() for o in items.values())
-    return _Template(objects, logs, highest, workload.export(cluster, namespace).fork(), instance,
-                     workload.Index.of(objects))
-
-
-@dataclass(frozen=True)
-class _Template:
-    """A built namespace. Its objects and logs are shared by every install of it: stored objects are never changed
-    in place (a write stores a new object, see `Cluster.replace`), so an install is a copy of the indexes, not of
-    the objects. The controllers' memory and the app instance change in place: each install forks its own."""
-
-    objects: dict[str, dict[tuple[str, str], Obj]]
-    logs: dict[tuple[str, str, str], Any]
-    highest: int  # the highest resourceVersion among the objects
-    state: workload.WorkloadState
-    instance: AppInstance
-    index: workload.Index  # of its ReplicaSets and pods: an install into an empty cluster forks it
-
-
-_templates: OrderedDict[tuple[str, str, int], _Template] = OrderedDict()
-_templates_lock = threading.Lock()
-
-
-def _template(app: AppSpec, namespace: str, seed: int) -> _Template:
-    key = (app.name, namespace, seed)
-    with _templates_lock:
-        blob = _templates.get(key)
-        if blob is not None:
-            _templates.move_to_end(key)
-            return blob
-    blob = _build(app, namespace, seed)
-    with _templates_lock:
-        _templates[key] = blob
-        while len(_templates) > TEMPLATE_CACHE_SIZE:
-            _templates.popitem(last=False)
-    return blob
-
-
-def install(cluster: Cluster, app: str, namespace: str | None = None, seed: int = 0) -> str:
-    """Install `app` into `cluster` (creating the namespace, and the nodes if absent); returns the namespace."""
-    spec = get_app(app)
-    ns = namespace or spec.name
-    if not _NS.match(ns):
-        raise ValueError(f"invalid namespace {ns!r}: use lowercase letters, digits and '-' (at most 63 characters)")
-    if cluster.get("namespaces", "", ns) is not None:
-        raise ValueError(f'namespace "{ns}" already exists in cluster {cluster.name!r}; pick another namespace')
-    workload.attach(cluster)
-    template = _template(spec, ns, seed)
-    state, instance = template.state.fork(), replace(template.instance, passwords=dict(template.instance.passwords))
-    empty = not any(cluster.objects.values())
-    for resource, items in template.objects.items():
-        bucket = cluster.objects.setdefault(resource, {})
-        if not bucket:
-            bucket.update(items)
-            continue
-        for key, obj in items.items():
-            if key not in bucket:  # shared cluster-scoped objects (nodes, system namespaces) are kept as they are
-                bucket[key] = obj
-    cluster.continue_versions_after(template.highest)
-    if cluster.logs:
-        for container, lines in template.logs.items():
-            cluster.logs.setdefault(container, lines)
-    else:
-        cluster.logs.update(template.logs)
-    cluster.model.setdefault("apps", {})[ns] = instance
-    cluster.revision += 1
-    cluster.written = None  # stored in bulk: the next pass after a write looks at everything
-    workload.adopt(cluster, state, settled=empty, index=template.index)
-    return ns

@@ -6,7 +6,7 @@ repository that is not listed is "pull access denied".
 
 from __future__ import annotations
 
-from agent_sre.simulator.software import EnvRule, Software
+from agent_sre.apps.software import EnvRule, Software
 
 ACME = "registry.acme.internal"
 PAUSE_IMAGE = "gcr.io/google-containers/pause:latest"  # what Chaos Mesh pod-failure swaps in

@@ -2,8 +2,9 @@
 
 An image is a piece of software with a fixed behaviour: which tags exist, which executables it contains, which
 environment variables it needs and how it fails when one is wrong, how much memory it holds, which port it
-listens on and which HTTP routes answer. The kubelet model (`kubelet.py`) asks `start()` what one run of a
-container does; the answer is an `Outcome` with the log lines a real process of that runtime would print.
+listens on and which HTTP routes answer. The simulator's kubelet asks `start()` what one run of a container
+does; the answer is an `Outcome` with the log lines a real process of that runtime would print. It lives with the
+app catalog, not the simulator, because the faults ask it too (`check_value`: does this value break the program).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 MiB = 1024 * 1024
 Runtime = Literal["go", "node", "python", "java", "redis", "postgres", "shell"]
@@ -288,3 +289,14 @@ def _shell(argv: tuple[str, ...], ctx: RunContext) -> Outcome:
     if failed is not None and failed.group(1) != "0":
         return Outcome("crash", exit_code=int(failed.group(1)), reason="Error", run_s=1.5, lines=echoes)
     return Outcome("complete", exit_code=0, reason="Completed", run_s=2.0, lines=echoes)
+
+
+def effective_argv(container: Mapping[str, Any], sw: Software) -> tuple[str, ...]:
+    """Docker semantics: `command` replaces the entrypoint (and drops the image's CMD), `args` replace CMD."""
+    command, args = container.get("command"), container.get("args")
+    if command:
+        return (*command, *(args or ()))
+    cmd = sw.argv[len(sw.entrypoint):]
+    if args and sw.entrypoint and args[0].startswith("-"):
+        args = [cmd[0], *args]  # the official images' entrypoint scripts treat leading flags as server options
+    return (*sw.entrypoint, *(args if args else cmd))

@@ -16,14 +16,15 @@ from typing import Any, ClassVar
 from kubernetes.client import ApiClient
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from agent_sre.faults.k8s import K8s
+from agent_sre.apps.catalog import AppSpec, ServiceSpec, get_app
+from agent_sre.apps.manifests import deployment
+from agent_sre.kube.client import Kube
+from agent_sre.kube.deployments import rollout_impact
 from agent_sre.models.alert import Alert
 from agent_sre.models.scenario import GroundTruth, Scenario
 from agent_sre.models.tools import ToolCall
 from agent_sre.models.trajectory import Termination
 from agent_sre.models.verdict import HealthSnapshot
-from agent_sre.simulator.apps import AppSpec, ServiceSpec, deployment, get_app
-from agent_sre.simulator.deployments import rollout_impact
 
 
 class FaultError(ValueError):
@@ -133,18 +134,18 @@ class FaultType(ABC):
 
     # --- acting on a cluster -----------------------------------------------------------------------------------
     def inject(self, api: ApiClient, scenario: Scenario) -> None:
-        self._inject(K8s(api), self.context_of(scenario))
+        self._inject(Kube(api, shared=True), self.context_of(scenario))
 
     def clear(self, api: ApiClient, scenario: Scenario) -> None:
-        self._clear(K8s(api), self.context_of(scenario))
+        self._clear(Kube(api, shared=True), self.context_of(scenario))
 
     @abstractmethod
-    def _inject(self, k8s: K8s, ctx: FaultContext) -> None: ...
+    def _inject(self, k8s: Kube, ctx: FaultContext) -> None: ...
 
     @abstractmethod
-    def _clear(self, k8s: K8s, ctx: FaultContext) -> None: ...
+    def _clear(self, k8s: Kube, ctx: FaultContext) -> None: ...
 
-    def check(self, k8s: K8s, ctx: FaultContext, baseline: HealthSnapshot) -> list[str]:
+    def check(self, k8s: Kube, ctx: FaultContext, baseline: HealthSnapshot) -> list[str]:
         """Fault-specific reasons the incident is not resolved, beyond service health (none by default)."""
         return []
 

@@ -10,10 +10,10 @@ from typing import Any
 
 from pydantic import Field
 
+from agent_sre.apps.catalog import PART_OF, AppSpec
 from agent_sre.faults.base import FaultContext, FaultParams, FaultType
-from agent_sre.faults.k8s import K8s
+from agent_sre.kube.client import Kube
 from agent_sre.models.tools import ToolCall
-from agent_sre.simulator.apps import PART_OF, AppSpec
 
 _NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _DURATION = r"^[0-9]+(ms|s|m|h)$"
@@ -32,13 +32,13 @@ class _ChaosFault(FaultType):
     def selector(self, ctx: FaultContext) -> dict[str, Any]:
         return {"namespaces": [ctx.namespace], "labelSelectors": {"app": ctx.target}}
 
-    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
         k8s.create_chaos(ctx.namespace, self.kind, {
             "metadata": {"name": self.experiment_name(ctx), "labels": {PART_OF: ctx.app.name}},
             "spec": self.spec(ctx)})
 
-    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
-        k8s.delete_chaos(ctx.namespace, self.kind, self.experiment_name(ctx))
+    def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
+        k8s.remove(self.kind, ctx.namespace, self.experiment_name(ctx))
 
     def root_cause(self, ctx: FaultContext) -> str:
         return f"{self.kind.lower()}/{self.experiment_name(ctx)}"

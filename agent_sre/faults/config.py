@@ -13,11 +13,11 @@ from typing import Any
 
 from pydantic import Field
 
+from agent_sre.apps.catalog import AppSpec, Ref, ServiceSpec, run_context
+from agent_sre.apps.software import check_value
 from agent_sre.faults.base import FaultContext, FaultError, FaultParams, RolloutFault
-from agent_sre.faults.k8s import K8s
+from agent_sre.kube.client import Kube
 from agent_sre.models.tools import ToolCall
-from agent_sre.simulator.apps import AppSpec, Ref, ServiceSpec, run_context
-from agent_sre.simulator.software import check_value
 
 
 def _restart(ctx: FaultContext) -> ToolCall:
@@ -68,12 +68,12 @@ class SecretPassword(RolloutFault):
         if ctx.params.value == self.password(ctx):
             raise FaultError("that is the database's actual password; it would not break anything")
 
-    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
         ref = self.ref(ctx)
         k8s.set_secret_key(ctx.namespace, ref.name, ref.key, ctx.params.value)
         k8s.rollout_restart(ctx.namespace, ctx.target)
 
-    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
         ref = self.ref(ctx)
         k8s.set_secret_key(ctx.namespace, ref.name, ref.key, self.password(ctx))
         k8s.rollout_restart(ctx.namespace, ctx.target)
@@ -89,7 +89,7 @@ class SecretPassword(RolloutFault):
     def wrong_fix(self, ctx: FaultContext) -> list[ToolCall]:
         return _undo(ctx)
 
-    def check(self, k8s: K8s, ctx: FaultContext, baseline: Any) -> list[str]:
+    def check(self, k8s: Kube, ctx: FaultContext, baseline: Any) -> list[str]:
         ref = self.ref(ctx)
         db_secret, db_key = ctx.app.databases[self.database(ctx)]
         ours = k8s.secret_value(ctx.namespace, ref.name, ref.key)
@@ -160,11 +160,11 @@ class BadConfig(RolloutFault):
                     out.append(svc.name)
         return out
 
-    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
         k8s.set_configmap_key(ctx.namespace, self.ref(ctx)[1].name, ctx.params.key, ctx.params.value)
         k8s.rollout_restart(ctx.namespace, ctx.target)
 
-    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
         k8s.set_configmap_key(ctx.namespace, self.ref(ctx)[1].name, ctx.params.key, self.original(ctx))
         k8s.rollout_restart(ctx.namespace, ctx.target)
 
@@ -179,9 +179,9 @@ class BadConfig(RolloutFault):
     def wrong_fix(self, ctx: FaultContext) -> list[ToolCall]:
         return _undo(ctx)
 
-    def check(self, k8s: K8s, ctx: FaultContext, baseline: Any) -> list[str]:
+    def check(self, k8s: Kube, ctx: FaultContext, baseline: Any) -> list[str]:
         name = self.ref(ctx)[1].name
-        value = ((k8s.configmap(ctx.namespace, name) or {}).get("data") or {}).get(ctx.params.key)
+        value = ((k8s.find("configmap", name, ctx.namespace) or {}).get("data") or {}).get(ctx.params.key)
         if value is None:
             return [f"configmap/{name} has no key {ctx.params.key}"]
         broken = self.rejections(ctx, value)

@@ -11,12 +11,12 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from agent_sre.apps.catalog import NODES, NODE_ALLOCATABLE_CPU, AppSpec, ServiceSpec, run_context
+from agent_sre.apps.software import check_value, effective_argv
 from agent_sre.faults.base import FaultContext, FaultError, FaultParams, RolloutFault, restart_cause
-from agent_sre.faults.k8s import K8s
+from agent_sre.kube.client import Kube
+from agent_sre.kube.quantity import quantity
 from agent_sre.models.tools import ToolCall
-from agent_sre.simulator.apps import NODE_ALLOCATABLE_CPU, NODES, AppSpec, ServiceSpec, run_context
-from agent_sre.simulator.kubelet import effective_argv, quantity
-from agent_sre.simulator.software import check_value
 
 BUSYBOX = "docker.io/library/busybox:1.36"
 INIT_RESOURCES = {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "32Mi"}}
@@ -40,10 +40,10 @@ class _TemplateFault(RolloutFault):
     def cause(self, ctx: FaultContext) -> str:
         return restart_cause(ctx, f"update {ctx.target}")
 
-    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
         k8s.patch_container(ctx.namespace, ctx.target, ctx.svc.container, self.broken(ctx), self.cause(ctx))
 
-    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
         k8s.patch_container(ctx.namespace, ctx.target, ctx.svc.container, self.healthy(ctx),
                             restart_cause(ctx, f"restore {ctx.target} to its release configuration"))
 
@@ -324,7 +324,7 @@ class NodeSelectorMissing(RolloutFault):
                or (p.key == "topology.kubernetes.io/zone" and zone == p.value) for name, zone, extra in NODES):
             raise FaultError(f"a node is labelled {p.key}={p.value}; the pods would still schedule")
 
-    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
         p = ctx.params
         if p.mode == "nodeSelector":
             spec: dict[str, Any] = {"nodeSelector": {p.key: p.value}}
@@ -334,7 +334,7 @@ class NodeSelectorMissing(RolloutFault):
         k8s.patch_deployment(ctx.namespace, ctx.target, {"spec": {"template": {"spec": spec}}},
                              cause=restart_cause(ctx, f"schedule {ctx.target} on {p.key}={p.value} nodes"))
 
-    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
         spec = {"nodeSelector": {ctx.params.key: None}} if ctx.params.mode == "nodeSelector" else {"affinity": None}
         k8s.patch_deployment(ctx.namespace, ctx.target, {"spec": {"template": {"spec": spec}}})
 
@@ -403,13 +403,13 @@ class _InitFault(RolloutFault):
     def init_container(self, ctx: FaultContext) -> dict[str, Any]:
         raise NotImplementedError
 
-    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
         body = {"spec": {"template": {"spec": {"initContainers": [self.init_container(ctx)]}}}}
         k8s.patch_deployment(ctx.namespace, ctx.target, body,
                              cause=restart_cause(ctx, f"add init container {ctx.params.container}"))
 
-    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
-        dep = k8s.deployment(ctx.namespace, ctx.target)
+    def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
+        dep = k8s.get("deployment", ctx.target, ctx.namespace)
         inits = ((dep.get("spec") or {}).get("template") or {}).get("spec", {}).get("initContainers") or []
         index = next((i for i, c in enumerate(inits) if c.get("name") == ctx.params.container), None)
         if index is None:

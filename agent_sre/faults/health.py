@@ -15,11 +15,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from agent_sre.faults.k8s import K8s, Obj
-from agent_sre.kubetime import parse_time
-from agent_sre.simulator.apps import AppSpec, labels
-from agent_sre.simulator.chaos import PAUSE_ANNOTATION, parse_duration
-from agent_sre.simulator.netpol import blocking_policy, matches
+from agent_sre.apps.catalog import AppSpec, labels
+from agent_sre.kube.chaosmesh import PAUSE_ANNOTATION
+from agent_sre.kube.client import Kube, Obj
+from agent_sre.kube.netpol import blocking_policy
+from agent_sre.kube.selectors import matches
+from agent_sre.kube.times import parse_duration, parse_time
 
 RECENT_RESTART_S = 600.0  # longer than the longest crash-loop back-off (5m) plus a run: a looping container
 # always shows a recent exit, and one that died this recently has not proven it is healthy again
@@ -120,19 +121,19 @@ def expectations(app: AppSpec | None, deployments: dict[str, Obj], services: dic
     return out
 
 
-def service_health(k8s: K8s, app: AppSpec | None, ns: str) -> dict[str, list[str]]:
+def service_health(k8s: Kube, app: AppSpec | None, ns: str) -> dict[str, list[str]]:
     """service -> why it is unhealthy, for every unhealthy service in namespace `ns`. With `app`, the app's own
     expectations apply (replicas, ports, the call graph); without, every deployment is held to its own spec."""
-    deployments = {d["metadata"]["name"]: d for d in k8s.deployments(ns)}
+    deployments = {d["metadata"]["name"]: d for d in k8s.list("deployment", ns)}
     now = k8s.server_time
-    services = {s["metadata"]["name"]: s for s in k8s.services(ns)}
-    endpoints = {e["metadata"]["name"]: e for e in k8s.endpoints(ns)}
-    pods = [p for p in k8s.pods(ns) if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    services = {s["metadata"]["name"]: s for s in k8s.list("service", ns)}
+    endpoints = {e["metadata"]["name"]: e for e in k8s.list("endpoints", ns)}
+    pods = [p for p in k8s.list("pod", ns) if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
     by_app: dict[str | None, list[Obj]] = {}  # selectors name the app: only its pods can match
     for pod in pods:
         by_app.setdefault((pod["metadata"].get("labels") or {}).get("app"), []).append(pod)
-    policies = k8s.network_policies(ns)
-    ns_labels = k8s.namespace(ns)["metadata"].get("labels") or {}
+    policies = k8s.list("networkpolicy", ns)
+    ns_labels = k8s.get("namespace", ns)["metadata"].get("labels") or {}
     chaos = [c for c in k8s.chaos(ns) if _chaos_active(c, now)]
     out: dict[str, list[str]] = {}
     for want in expectations(app, deployments, services):
@@ -198,15 +199,15 @@ def _service_reasons(service: Obj | None, endpoints: Obj | None, svc: Expected, 
 
 # --- what exists, and what it says -----------------------------------------------------------------------------
 
-def _items(k8s: K8s, ns: str) -> Iterable[tuple[str, Obj]]:
-    yield from (("deployment", o) for o in k8s.deployments(ns))
-    yield from (("service", o) for o in k8s.services(ns))
-    yield from (("configmap", o) for o in k8s.configmaps(ns))
-    yield from (("secret", o) for o in k8s.secrets(ns))
-    yield from (("persistentvolumeclaim", o) for o in k8s.pvcs(ns))
-    yield from (("resourcequota", o) for o in k8s.quotas(ns))
-    yield from (("networkpolicy", o) for o in k8s.network_policies(ns))
-    yield from (("node", o) for o in k8s.nodes())
+def _items(k8s: Kube, ns: str) -> Iterable[tuple[str, Obj]]:
+    yield from (("deployment", o) for o in k8s.list("deployment", ns))
+    yield from (("service", o) for o in k8s.list("service", ns))
+    yield from (("configmap", o) for o in k8s.list("configmap", ns))
+    yield from (("secret", o) for o in k8s.list("secret", ns))
+    yield from (("persistentvolumeclaim", o) for o in k8s.list("persistentvolumeclaim", ns))
+    yield from (("resourcequota", o) for o in k8s.list("resourcequota", ns))
+    yield from (("networkpolicy", o) for o in k8s.list("networkpolicy", ns))
+    yield from (("node", o) for o in k8s.list("node"))
 
 
 def _content(kind: str, obj: Obj) -> Any:
@@ -220,12 +221,12 @@ def _content(kind: str, obj: Obj) -> Any:
     return spec
 
 
-def inventory(k8s: K8s, ns: str) -> list[str]:
+def inventory(k8s: Kube, ns: str) -> list[str]:
     """kind/name of every object that must survive, sorted."""
     return sorted(f"{kind}/{obj['metadata']['name']}" for kind, obj in _items(k8s, ns) if kind in KEPT_KINDS)
 
 
-def fingerprints(k8s: K8s, ns: str) -> dict[str, str]:
+def fingerprints(k8s: Kube, ns: str) -> dict[str, str]:
     """kind/name -> a hash of what the object says (a false alarm's check: was anything changed?)."""
     return {f"{kind}/{obj['metadata']['name']}": _fingerprint(_content(kind, obj)) for kind, obj in _items(k8s, ns)}
 

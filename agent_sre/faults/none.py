@@ -5,20 +5,20 @@ handled it."""
 
 from __future__ import annotations
 
+from agent_sre.apps.catalog import AppSpec
 from agent_sre.faults.base import FaultContext, FaultType
 from agent_sre.faults.health import fingerprints
-from agent_sre.faults.k8s import K8s
+from agent_sre.kube.client import Kube
 from agent_sre.models.tools import ToolCall
 from agent_sre.models.trajectory import Termination
 from agent_sre.models.verdict import HealthSnapshot
-from agent_sre.simulator.apps import AppSpec
 
 SYMPTOMS = ("A latency alert fired for {feature}, but nobody has complained - is anything actually wrong?",
             "Someone thinks {feature} felt slow for a moment earlier; can you check?",
             "We got paged about {feature}. Customers seem fine. Should we do something?")
 UNFINISHED: dict[Termination, str] = {"escalated": "paged a human", "step_limit": "ran out of steps",
                                       "deadline": "ran past its deadline", "cancelled": "was cancelled",
-                                      "finished": "finished"}
+                                      "finished": "finished", "cluster_lost": "lost its cluster"}
 
 
 class FalseAlarm(FaultType):
@@ -32,10 +32,10 @@ class FalseAlarm(FaultType):
     def targets(self, app: AppSpec) -> list[str]:
         return [s.name for s in app.services if s.tier != "data"]
 
-    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
         return None
 
-    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
         return None
 
     def symptom(self, ctx: FaultContext) -> str:
@@ -47,7 +47,7 @@ class FalseAlarm(FaultType):
     def fix(self, ctx: FaultContext) -> list[ToolCall]:
         return []
 
-    def check(self, k8s: K8s, ctx: FaultContext, baseline: HealthSnapshot) -> list[str]:
+    def check(self, k8s: Kube, ctx: FaultContext, baseline: HealthSnapshot) -> list[str]:
         now = fingerprints(k8s, ctx.namespace)
         return [f"{ref} was changed although nothing was wrong" for ref, digest in sorted(now.items())
                 if baseline.fingerprints.get(ref, digest) != digest]

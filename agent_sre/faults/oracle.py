@@ -18,23 +18,23 @@ from collections.abc import Callable
 
 from kubernetes.client import ApiClient
 
+from agent_sre.apps.catalog import APPS, PART_OF, AppSpec, get_app
 from agent_sre.faults import get_fault
 from agent_sre.faults.health import fingerprints, inventory, service_health
-from agent_sre.faults.k8s import K8s
+from agent_sre.kube.client import Kube
 from agent_sre.models.incident import Incident
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.trajectory import Termination
 from agent_sre.models.verdict import HealthSnapshot, Outcome, Verdict
-from agent_sre.simulator.apps import APPS, PART_OF, AppSpec, get_app
 
 
 def snapshot(api_client: ApiClient, namespace: str, app: str | None = None) -> HealthSnapshot:
     """The baseline, taken right after injection (or after the settle window that lets the fault develop).
     `app` defaults to the namespace's `app.kubernetes.io/part-of` label, which installing an app sets; a
     namespace of no known app is judged on its own deployments' specs."""
-    k8s = K8s(api_client, memo=True)
+    k8s = Kube(api_client, shared=True, memo=True)
     if app is None:
-        app = (k8s.namespace(namespace)["metadata"].get("labels") or {}).get(PART_OF)
+        app = (k8s.get("namespace", namespace)["metadata"].get("labels") or {}).get(PART_OF)
     unhealthy = service_health(k8s, APPS.get(app or ""), namespace)
     return HealthSnapshot(namespace=namespace, unhealthy=unhealthy, resources=inventory(k8s, namespace),
                           fingerprints=fingerprints(k8s, namespace))
@@ -44,7 +44,7 @@ def observe(api_client: ApiClient, scenario: Scenario, baseline: HealthSnapshot,
             termination: Termination | None = None, writes: int = 0) -> Verdict:
     """Judge the cluster now against the baseline, with the scenario's fault-specific check, and, when
     `termination` says how the agent ended (after `writes` successful writes), the fault's check of that ending."""
-    k8s = K8s(api_client, memo=True)
+    k8s = Kube(api_client, shared=True, memo=True)
     fault = get_fault(scenario.fault)
 
     def specific() -> list[str]:
@@ -60,12 +60,12 @@ def observe_incident(api_client: ApiClient, incident: Incident, baseline: Health
     with the app's expectations when the namespace belongs to a known app."""
     if incident.scenario is not None:
         return observe(api_client, incident.scenario, baseline, termination, writes)
-    k8s = K8s(api_client, memo=True)
-    part_of = (k8s.namespace(incident.namespace)["metadata"].get("labels") or {}).get(PART_OF)
+    k8s = Kube(api_client, shared=True, memo=True)
+    part_of = (k8s.get("namespace", incident.namespace)["metadata"].get("labels") or {}).get(PART_OF)
     return _judge(k8s, APPS.get(part_of or ""), incident.namespace, baseline, list)
 
 
-def _judge(k8s: K8s, app: AppSpec | None, namespace: str, baseline: HealthSnapshot,
+def _judge(k8s: Kube, app: AppSpec | None, namespace: str, baseline: HealthSnapshot,
            specific_check: Callable[[], list[str]]) -> Verdict:
     unhealthy = service_health(k8s, app, namespace)
     resources = inventory(k8s, namespace)

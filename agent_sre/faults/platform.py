@@ -6,11 +6,11 @@ from typing import Any
 
 from pydantic import Field
 
+from agent_sre.apps.catalog import PART_OF, AppSpec, labels, nodes_for
 from agent_sre.faults.base import FaultContext, FaultError, FaultParams, FaultType, RolloutFault, first_caller
-from agent_sre.faults.k8s import K8s
+from agent_sre.kube.client import Kube
+from agent_sre.kube.selectors import matches
 from agent_sre.models.tools import ToolCall
-from agent_sre.simulator.apps import PART_OF, AppSpec, labels, nodes_for
-from agent_sre.simulator.netpol import matches
 
 QUOTA = "compute-resources"
 
@@ -29,14 +29,14 @@ class CordonedNode(FaultType):
     def nodes(self, ctx: FaultContext) -> list[str]:
         return nodes_for(ctx.svc)
 
-    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
         for node in self.nodes(ctx):
             k8s.cordon(node, True)
-        for pod in k8s.pods(ctx.namespace, f"app={ctx.target}"):  # the drain: evict what runs there
+        for pod in k8s.list("pod", ctx.namespace, label_selector=f"app={ctx.target}"):  # the drain: evict what runs there
             if pod["spec"].get("nodeName") in self.nodes(ctx):
-                k8s.delete_pod(ctx.namespace, pod["metadata"]["name"])
+                k8s.remove("pod", ctx.namespace, pod["metadata"]["name"])
 
-    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
         for node in self.nodes(ctx):
             k8s.cordon(node, False)
 
@@ -46,8 +46,8 @@ class CordonedNode(FaultType):
     def fix(self, ctx: FaultContext) -> list[ToolCall]:
         return [ToolCall(tool="uncordon", args={"node": node}) for node in self.nodes(ctx)]
 
-    def check(self, k8s: K8s, ctx: FaultContext, baseline: Any) -> list[str]:
-        cordoned = [n["metadata"]["name"] for n in k8s.nodes() if (n.get("spec") or {}).get("unschedulable")
+    def check(self, k8s: Kube, ctx: FaultContext, baseline: Any) -> list[str]:
+        cordoned = [n["metadata"]["name"] for n in k8s.list("node") if (n.get("spec") or {}).get("unschedulable")
                     and n["metadata"]["name"] in self.nodes(ctx)]
         return [f"node/{n} is still cordoned" for n in cordoned]
 
@@ -72,11 +72,11 @@ class QuotaExceeded(RolloutFault):
             raise FaultError(f"the app runs {running} pods; a quota of {ctx.params.pods} pods leaves room for the "
                              f"rollout (use at most {running - 1})")
 
-    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
         k8s.set_quota(ctx.namespace, QUOTA, {"pods": str(ctx.params.pods)})
         k8s.rollout_restart(ctx.namespace, ctx.target)
 
-    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
         k8s.set_quota(ctx.namespace, QUOTA, {"pods": ctx.app.quota["pods"]})
 
     def root_cause(self, ctx: FaultContext) -> str:
@@ -118,7 +118,7 @@ class NetworkPolicyDeny(FaultType):
     def involved(self, ctx: FaultContext) -> set[str]:
         return {ctx.target, first_caller(ctx)}
 
-    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
         k8s.create_network_policy(ctx.namespace, {
             "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": {"name": ctx.params.policy, "labels": {PART_OF: ctx.app.name}},
@@ -127,8 +127,8 @@ class NetworkPolicyDeny(FaultType):
                          "kubernetes.io/metadata.name": "monitoring"}}}],
                          "ports": [{"port": ctx.svc.port, "protocol": "TCP"}]}]}})
 
-    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
-        k8s.delete_network_policy(ctx.namespace, ctx.params.policy)
+    def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
+        k8s.remove("networkpolicy", ctx.namespace, ctx.params.policy)
 
     def root_cause(self, ctx: FaultContext) -> str:
         return f"networkpolicy/{ctx.params.policy}"

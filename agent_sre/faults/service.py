@@ -6,10 +6,10 @@ from typing import Any
 
 from pydantic import Field
 
+from agent_sre.apps.catalog import AppSpec
 from agent_sre.faults.base import FaultContext, FaultError, FaultParams, FaultType, first_caller
-from agent_sre.faults.k8s import K8s
+from agent_sre.kube.client import Kube
 from agent_sre.models.tools import ToolCall
-from agent_sre.simulator.apps import AppSpec
 
 
 class _ServiceFault(FaultType):
@@ -45,14 +45,14 @@ class ServiceTargetPort(_ServiceFault):
         if isinstance(port, int) and not 1 <= port <= 65535:
             raise FaultError(f"target_port {port} is not a port number")
 
-    def _set(self, k8s: K8s, ctx: FaultContext, port: int | str) -> None:
+    def _set(self, k8s: Kube, ctx: FaultContext, port: int | str) -> None:
         k8s.patch_service(ctx.namespace, ctx.target, [{"op": "replace", "path": "/spec/ports/0/targetPort",
                                                        "value": port}], "json")
 
-    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
         self._set(k8s, ctx, ctx.params.target_port)
 
-    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
         self._set(k8s, ctx, ctx.svc.port)
 
     def root_cause(self, ctx: FaultContext) -> str:
@@ -80,10 +80,10 @@ class ServiceSelector(_ServiceFault):
         if ctx.params.value == ctx.target:
             raise FaultError(f"app={ctx.target} is the correct selector; it would not break anything")
 
-    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
         k8s.patch_service(ctx.namespace, ctx.target, {"spec": {"selector": {"app": ctx.params.value}}})
 
-    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
         k8s.patch_service(ctx.namespace, ctx.target, {"spec": {"selector": {"app": ctx.target}}})
 
     def root_cause(self, ctx: FaultContext) -> str:
@@ -103,10 +103,10 @@ class ScaledToZero(_ServiceFault):
         # nobody inside calls an entry service: Prometheus notices its scrape targets vanish
         return "HighErrorRate" if ctx.app.callers(ctx.target) else "TargetDown"
 
-    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
         k8s.scale(ctx.namespace, ctx.target, 0)
 
-    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
         k8s.scale(ctx.namespace, ctx.target, ctx.svc.replicas)
 
     def fix(self, ctx: FaultContext) -> list[ToolCall]:
@@ -137,10 +137,10 @@ class DependencyDown(FaultType):
             raise FaultError(f"{ctx.params.dependency!r} is not a critical dependency of {ctx.target} "
                              f"(critical dependencies: {', '.join(critical)})")
 
-    def _inject(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
         k8s.scale(ctx.namespace, ctx.params.dependency, 0)
 
-    def _clear(self, k8s: K8s, ctx: FaultContext) -> None:
+    def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
         k8s.scale(ctx.namespace, ctx.params.dependency, ctx.app.service(ctx.params.dependency).replicas)
 
     def root_cause(self, ctx: FaultContext) -> str:

@@ -1,32 +1,41 @@
-"""The tools' only door to the cluster: the official client, addressed by the tools' kind names.
+"""The one door to a cluster: the official client, addressed by kind names, for the tools, the faults and the oracle.
 
-Reads are GETs of API paths sent with the client's own configuration (`kubeget`), logs included; writes use its
-typed APIs. Responses are read raw (`_preload_content=False`) and decoded by urllib3's `response.json()`: the tools
-render plain dicts, and skipping the client's model classes makes calls far cheaper (listing the shop's pods in-process:
-about 2 ms typed, 0.1-0.2 ms raw). In-process, `json()` copies the simulator's document instead of encoding and
-decoding it (see `simulator.transport`), so tools may treat what they read as their own. Every mutating request passes
-`guardrails.check_write` here, after the tool's own checks, and then the rules on its effect (`write_rules`, judged
-on the server's dry run of the same request), so no code path can write outside the rules.
+Reads are GETs of API paths sent with the client's own configuration (`rest.get`), logs included; writes use its
+typed APIs. Responses are read raw (`_preload_content=False`) and decoded as plain dicts: skipping the client's
+model classes makes calls far cheaper (listing the shop's pods in-process: about 2 ms typed, 0.1-0.2 ms raw). A
+reader chooses what a read gives it: by default a copy of its own (urllib3's `response.json()`, which in-process
+copies the simulator's document instead of encoding and decoding it), or with `shared` the document itself
+(`decoded`: in-process the simulator's own objects, so read-only), and with `memo` each read once for the life of
+the client (one judgement of the oracle reads each list once, however many checks look at it). Every answer's
+Date header sets `server_time`, so ages and stamps follow the server's clock (the simulator's is simulated).
+
+Writes by kind name (`patch`, `delete`) pass the caller's `WriteGuard`, if it gives one: the tools give theirs
+(the guardrails on the request, then the write rules on its effect, judged on the server's dry run of the same
+request), so no tool can write outside the rules. Fault injection, which breaks things on purpose, gives none.
+Failures raise `KubeError`, an `ApiException` with the server's own message.
 """
 
 from __future__ import annotations
 
+import base64
 import builtins
 import json
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
 from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi, NetworkingV1Api
 from kubernetes.client.exceptions import ApiException
 
-from agent_sre import kubeget
-from agent_sre.tools import guardrails, write_rules
-from agent_sre.tools.write_rules import Surroundings, WriteRules
+from agent_sre.kube import chaosmesh, rest
+from agent_sre.kube.times import http_date, rfc3339
 
 Obj = dict[str, Any]
+Query = tuple[tuple[str, Any], ...]
 
 IDEMPOTENCY_HEADER = "X-Idempotency-Key"
+CHANGE_CAUSE = "kubernetes.io/change-cause"
+RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 CONTENT_TYPES = {
     "strategic": "application/strategic-merge-patch+json",
     "merge": "application/merge-patch+json",
@@ -36,7 +45,7 @@ CONTENT_TYPES = {
 
 @dataclass(frozen=True)
 class Kind:
-    """How one kind of the tool vocabulary maps onto the client: `<verb>_namespaced_<method>` on `api`."""
+    """How one kind of the vocabulary maps onto the client: `<verb>_namespaced_<method>` on `api`."""
 
     api: str  # "core" | "apps" | "networking" | "custom"
     method: str  # typed-API suffix (`config_map`), or the plural of a custom resource
@@ -53,12 +62,12 @@ class Kind:
                 + ("/{name}" if name is not None else ""))
 
 
-CHAOS_GROUP, CHAOS_VERSION = "chaos-mesh.org", "v1alpha1"
 API_PREFIXES = {"core": "/api/v1", "apps": "/apis/apps/v1", "networking": "/apis/networking.k8s.io/v1"}
 
 
-def _chaos(plural: str, display: str) -> Kind:
-    return Kind("custom", plural, f"{display}.{CHAOS_GROUP}", group=CHAOS_GROUP, version=CHAOS_VERSION)
+def _chaos(kind: str) -> Kind:
+    return Kind("custom", chaosmesh.PLURALS[kind], f"{kind.lower()}.{chaosmesh.GROUP}", group=chaosmesh.GROUP,
+                version=chaosmesh.VERSION)
 
 
 KINDS: dict[str, Kind] = {
@@ -75,20 +84,20 @@ KINDS: dict[str, Kind] = {
     "endpoints": Kind("core", "endpoints", "endpoints", plural="endpoints"),
     "namespace": Kind("core", "namespace", "namespace", namespaced=False, plural="namespaces"),
     "event": Kind("core", "event", "event", plural="events"),
-    "PodChaos": _chaos("podchaos", "podchaos"),
-    "StressChaos": _chaos("stresschaos", "stresschaos"),
-    "NetworkChaos": _chaos("networkchaos", "networkchaos"),
-    "HTTPChaos": _chaos("httpchaos", "httpchaos"),
-    "Schedule": _chaos("schedules", "schedule"),
+    **{kind: _chaos(kind) for kind in chaosmesh.PLURALS},
 }
+# What the oracle reads beyond the tools' vocabulary (`KINDS`, which the RBAC manifests grant).
+READABLE = {**KINDS, "persistentvolumeclaim": Kind("core", "persistent_volume_claim", "persistentvolumeclaim",
+                                                  plural="persistentvolumeclaims")}
 
 
-class KubeError(Exception):
-    """An error answer from the API server, with its HTTP status and the server's own message."""
+class KubeError(ApiException):
+    """An error answer from the API server: its HTTP status, reason and own message (and the raw body, for callers
+    that read an `ApiException`'s)."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.reason, self.message = status, reason, message
+    def __init__(self, status: int, reason: str, message: str, body: str | None = None) -> None:
+        super().__init__(status=status, reason=reason)
+        self.body, self.message = body, message
 
     @classmethod
     def from_api_exception(cls, exc: ApiException) -> KubeError:
@@ -100,29 +109,49 @@ class KubeError(Exception):
                 reason = str(body.get("reason") or reason)
         except ValueError:
             message = (exc.body or "").strip()[:500]
-        return cls(status, reason, message or f"HTTP {status} {reason}")
+        return cls(status, reason, message or f"HTTP {status} {reason}", exc.body)
 
     def __str__(self) -> str:
         return f"Error from server ({self.reason}): {self.message}"
 
 
-class Kube:
-    """Typed-API calls for one incident: reads anywhere, writes only as `guardrails.check_write` allows."""
+class WriteGuard(Protocol):
+    """What a write by kind name must pass: the request first, then its effect (before and after a dry run, or
+    None for a delete). Raising refuses the write."""
 
-    def __init__(self, api: ApiClient, incident_namespace: str, approved: bool = False,
-                 rules: WriteRules | None = None) -> None:
-        self.incident_namespace = incident_namespace
-        self.approved = approved  # high-risk writes go ahead (a human, or the incident's limits, approved them)
-        self.rules = rules or WriteRules()
-        self._api = api
+    def check(self, verb: str, kind: str, name: str, namespace: str, body: Any) -> None: ...
+
+    def judge(self, kube: Kube, kind: str, before: Obj, after: Obj | None) -> None: ...
+
+
+def decoded(response: Any) -> Any:
+    """The JSON document of a raw response: the in-process transport's own document as it answered (`.document`:
+    shared, so treat it as read-only), or the decoded body otherwise."""
+    document = getattr(response, "document", None)
+    if document is not None:
+        return document.doc
+    return json.loads(response.data or b"null")
+
+
+class Kube:
+    """Calls in `namespace`'s terms (unless one is given), plus the cluster-scoped kinds, returning plain dicts."""
+
+    def __init__(self, api: ApiClient, namespace: str = "", guard: WriteGuard | None = None, shared: bool = False,
+                 memo: bool = False) -> None:
+        self.namespace = namespace
+        self.guard = guard
+        self.api = api
         self._apis: dict[str, Any] = {"core": CoreV1Api(api), "apps": AppsV1Api(api),
                                       "networking": NetworkingV1Api(api), "custom": CustomObjectsApi(api)}
-        self.server_time: float | None = None  # from the last response's Date header: ages use the server's clock
+        self._shared = shared
+        self._memo: dict[tuple[Any, ...], Any] | None = {} if memo else None
+        self.server_time: float | None = None  # from the last answer's Date header: the server's clock
         self._date: str | None = None
 
     # --- plumbing --------------------------------------------------------------------------------------------
     def _call(self, kind: Kind, verb: str, name: str | None, namespace: str, *extra: Any, **kwargs: Any) -> Any:
-        """`verb` (read/list/patch/delete) on `kind`, with the positional arguments in the client's order."""
+        """`verb` (read/list/patch/delete/create) on `kind`, with the positional arguments in the client's order;
+        the raw response."""
         api = self._apis[kind.api]
         named = (name,) if name is not None else ()
         if kind.api == "custom":
@@ -131,110 +160,173 @@ class Kube:
         else:
             method = getattr(api, f"{verb}_namespaced_{kind.method}" if kind.namespaced else f"{verb}_{kind.method}")
             args = (*named, *((namespace,) if kind.namespaced else ()), *extra)
-        return self._raw(method, *args, **kwargs)
-
-    def _read(self, kind: Kind, namespace: str | None, name: str | None = None,
-              query: tuple[tuple[str, Any], ...] = ()) -> Any:
-        """The raw response of a read (`kubeget`: as the typed API sends it, without its per-call validation);
-        `namespace` None reads across all namespaces (a cluster-scoped kind has none)."""
-        namespace = namespace if kind.namespaced else None
-        params = {k: v for k, v in (("namespace", namespace), ("name", name)) if v is not None}
-        return self._answer(lambda: kubeget.get(self._api, kind.path(namespace, name), query, **params))
-
-    def _raw(self, method: Any, *args: Any, **kwargs: Any) -> Any:
-        """The raw urllib3 response (`.json()`, `.data`) of a successful typed-API request."""
         return self._answer(lambda: method(*args, _preload_content=False, **kwargs))
 
     def _answer(self, send: Any) -> Any:
+        """Send; keep the server's clock from the answer; raise `KubeError` for an error answer."""
         try:
             response = send()
         except ApiException as exc:
             raise KubeError.from_api_exception(exc) from None
-        date = response.headers.get("Date")
-        if date and date != self._date:  # one-second resolution: most responses repeat the previous one
+        date = response.headers.get("Date") if response.headers else None
+        if date and date != self._date:  # one-second resolution: most answers repeat the previous one
             self._date = date
-            try:
-                self.server_time = parsedate_to_datetime(date).timestamp()
-            except (TypeError, ValueError):
-                pass
+            self.server_time = http_date(date) or self.server_time
         return response
+
+    def _document(self, response: Any) -> Any:
+        return decoded(response) if self._shared else response.json()
+
+    def _read(self, kind: Kind, namespace: str | None, name: str | None = None, query: Query = ()) -> Any:
+        """The document of a read (`rest.get`: as the typed API sends it, without its per-call validation);
+        `namespace` None reads across all namespaces (a cluster-scoped kind has none)."""
+        namespace = namespace if kind.namespaced else None
+        memo, key = self._memo, (kind, namespace, name, query)
+        if memo is not None and key in memo:
+            return memo[key]
+        params = {k: v for k, v in (("namespace", namespace), ("name", name)) if v is not None}
+        document = self._document(self._answer(lambda: rest.get(self.api, kind.path(namespace, name), query,
+                                                                 **params)))
+        if memo is not None:
+            memo[key] = document
+        return document
 
     # --- reads -----------------------------------------------------------------------------------------------
     def get(self, kind: str, name: str, namespace: str | None = None) -> Obj:
-        return self._read(KINDS[kind], namespace or self.incident_namespace, name).json()
+        return self._read(READABLE[kind], namespace or self.namespace, name)
+
+    def find(self, kind: str, name: str, namespace: str | None = None) -> Obj | None:
+        """`get`, or None when there is no such object."""
+        try:
+            return self.get(kind, name, namespace)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
 
     def list(self, kind: str, namespace: str | None = None, label_selector: str | None = None,
              field_selector: str | None = None, all_namespaces: bool = False) -> list[Obj]:
         query = tuple((key, value) for key, value in (("fieldSelector", field_selector),
                                                       ("labelSelector", label_selector)) if value)
-        response = self._read(KINDS[kind], None if all_namespaces else namespace or self.incident_namespace,
-                              query=query)
-        return response.json().get("items") or []
+        document = self._read(READABLE[kind], None if all_namespaces else namespace or self.namespace, query=query)
+        return document.get("items") or []
+
+    def chaos(self, namespace: str) -> builtins.list[Obj]:  # `list` here is Kube.list
+        """Every Chaos Mesh experiment and schedule in the namespace (none when Chaos Mesh is not installed)."""
+        items: builtins.list[Obj] = []
+        for kind in chaosmesh.PLURALS:
+            try:
+                items.extend(self.list(kind, namespace))
+            except KubeError as exc:
+                if exc.status != 404:
+                    raise
+        return items
+
+    def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        data = (self.find("secret", name, namespace) or {}).get("data") or {}
+        return base64.b64decode(data[key]).decode("utf-8", "replace") if key in data else None
 
     def logs(self, pod: str, namespace: str, container: str | None, tail: int, previous: bool) -> str:
         query = (*((("container", container),) if container else ()), *((("previous", True),) if previous else ()),
                  ("tailLines", tail))  # the typed read_namespaced_pod_log's order
-        response = self._answer(lambda: kubeget.get(self._api, "/api/v1/namespaces/{namespace}/pods/{name}/log",
-                                                    query, namespace=namespace, name=pod))
+        response = self._answer(lambda: rest.get(self.api, "/api/v1/namespaces/{namespace}/pods/{name}/log",
+                                                 query, namespace=namespace, name=pod))
         return response.data.decode("utf-8", "replace")
 
-    def metrics(self, kind: str, namespace: str) -> builtins.list[Obj]:  # `list` here is Kube.list
+    def metrics(self, kind: str, namespace: str) -> builtins.list[Obj]:
         """`metrics.k8s.io` usage: `kind` is "pods" (in `namespace`) or "nodes"."""
         metrics = Kind("custom", kind, f"{kind}.metrics.k8s.io", group="metrics.k8s.io", version="v1beta1")
-        return self._read(metrics, None if kind == "nodes" else namespace).json().get("items") or []
+        return self._read(metrics, None if kind == "nodes" else namespace).get("items") or []
 
-    # --- writes (always in the incident's namespace, always through the guardrail) -------------------------
+    def now_rfc3339(self) -> str:
+        """The cluster's clock (the simulator runs on simulated time), as kubectl stamps a restart."""
+        if self.server_time is None:
+            self._answer(lambda: rest.get(self.api, "/api/v1/nodes", (("limit", 1),)))
+        return rfc3339(int(self.server_time or datetime.now(UTC).timestamp()))
+
+    # --- writes by kind name (in the client's namespace, through the guard) --------------------------------
     # The key also travels as a header: a real apiserver ignores it, the simulator's audit log records it
     # (a delete leaves no annotation behind to read it from).
     def patch(self, kind: str, name: str, body: Any, patch_type: str, idempotency_key: str) -> Obj:
-        guardrails.check_write("patch", kind, name, self.incident_namespace, body)
+        if self.guard is not None:
+            self.guard.check("patch", kind, name, self.namespace, body)
 
         def send(**dry_run: str) -> Obj:
-            return self._call(KINDS[kind], "patch", name, self.incident_namespace, body, **dry_run,
+            return self._call(KINDS[kind], "patch", name, self.namespace, body, **dry_run,
                               _content_type=CONTENT_TYPES[patch_type],
                               _headers={IDEMPOTENCY_HEADER: idempotency_key}).json()
 
-        self._judge(kind, self.get(kind, name), send(dry_run="All"))
+        if self.guard is not None:
+            self.guard.judge(self, kind, self.get(kind, name), send(dry_run="All"))
         return send()
 
     def delete(self, kind: str, name: str, idempotency_key: str) -> None:
-        guardrails.check_write("delete", kind, name, self.incident_namespace, None)
-        self._judge(kind, self.get(kind, name), None)
-        self._call(KINDS[kind], "delete", name, self.incident_namespace,
-                   _headers={IDEMPOTENCY_HEADER: idempotency_key})
+        if self.guard is not None:
+            self.guard.check("delete", kind, name, self.namespace, None)
+            self.guard.judge(self, kind, self.get(kind, name), None)
+        self._call(KINDS[kind], "delete", name, self.namespace, _headers={IDEMPOTENCY_HEADER: idempotency_key})
 
-    def _judge(self, kind: str, before: Obj, after: Obj | None) -> None:
-        """Raise `Refusal` for a write the rules forbid, `NeedsApproval` for a high-risk one not yet approved."""
-        findings = write_rules.judge(kind, before, after, self._surroundings(kind, before, after), self.rules)
-        guardrails.enforce(findings, self.approved)
+    # --- typed writes (fault injection: any namespace, no guard) -------------------------------------------
+    def _write(self, kind: str, verb: str, name: str | None, namespace: str, *body: Any,
+               patch_type: str | None = None) -> Obj:
+        content = {"_content_type": CONTENT_TYPES[patch_type]} if patch_type else {}
+        return self._document(self._call(KINDS[kind], verb, name, namespace, *body, **content))
 
-    def _surroundings(self, kind: str, before: Obj, after: Obj | None) -> Surroundings:
-        """What the rules must know of the namespace: for a new pod template, the images, services and revisions
-        it may use; for a service, the ports of the pods it selects. Nothing is read for other writes."""
-        namespace = self.incident_namespace
-        template = (after or {}).get("spec", {}).get("template")
-        if kind == "service" and after is not None:
-            selector = (after.get("spec") or {}).get("selector") or {}
-            ports = {port[key] for spec in self._pod_specs(self.list("deployment"), selector)
-                     for container in write_rules.containers(spec).values() for port in container.get("ports") or []
-                     for key in ("containerPort", "name") if key in port}
-            return Surroundings(namespace=namespace, container_ports=frozenset(ports))
-        if kind != "deployment" or template is None or template == before.get("spec", {}).get("template"):
-            return Surroundings(namespace=namespace)
-        replicasets = self.list("replicaset")
-        uid = before["metadata"].get("uid")
-        revisions = tuple(rs["spec"]["template"] for rs in replicasets
-                          if any(o.get("uid") == uid for o in rs["metadata"].get("ownerReferences") or []))
-        images = {container["image"] for spec in self._pod_specs([*self.list("deployment"), *replicasets])
-                  for container in write_rules.containers(spec).values() if container.get("image")}
-        return Surroundings(namespace=namespace, image_sources=frozenset(map(write_rules.image_source, images)),
-                            services=frozenset(s["metadata"]["name"] for s in self.list("service")),
-                            revisions=revisions)
+    def patch_deployment(self, ns: str, name: str, body: Any, patch_type: str = "strategic",
+                         cause: str | None = None) -> Obj:
+        """Patch a deployment; a template change is a normal rollout (a new revision), annotated with its cause in
+        the same request, as `kubectl set image --record` does (annotating first would stamp the cause on the
+        current revision too: the controller copies a deployment's annotations to its newest ReplicaSet)."""
+        if cause is not None:
+            if patch_type == "json":
+                raise ValueError("a change-cause goes with an object patch, not a JSON patch")
+            metadata = dict(body.get("metadata") or {})
+            metadata["annotations"] = {**(metadata.get("annotations") or {}), CHANGE_CAUSE: cause}
+            body = {**body, "metadata": metadata}
+        return self._write("deployment", "patch", name, ns, body, patch_type=patch_type)
 
-    @staticmethod
-    def _pod_specs(owners: builtins.list[Obj], selector: dict[str, str] | None = None) -> builtins.list[Obj]:
-        """The pod specs of deployments' or replica sets' templates, only those whose labels `selector` matches
-        when one is given (an empty selector matches none)."""
-        templates = [(o.get("spec") or {}).get("template") or {} for o in owners]
-        return [t.get("spec") or {} for t in templates if selector is None or selector and
-                selector.items() <= ((t.get("metadata") or {}).get("labels") or {}).items()]
+    def patch_container(self, ns: str, deployment: str, container: str, fields: Obj, cause: str | None = None,
+                        group: str = "containers") -> Obj:
+        body = {"spec": {"template": {"spec": {group: [{"name": container, **fields}]}}}}
+        return self.patch_deployment(ns, deployment, body, "strategic", cause)
+
+    def rollout_restart(self, ns: str, name: str) -> Obj:
+        body = {"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: self.now_rfc3339()}}}}}
+        return self.patch_deployment(ns, name, body, "strategic")
+
+    def scale(self, ns: str, name: str, replicas: int) -> Obj:
+        return self._document(self._answer(lambda: self._apis["apps"].patch_namespaced_deployment_scale(
+            name, ns, {"spec": {"replicas": replicas}}, _content_type=CONTENT_TYPES["merge"],
+            _preload_content=False)))
+
+    def patch_service(self, ns: str, name: str, body: Any, patch_type: str = "merge") -> Obj:
+        return self._write("service", "patch", name, ns, body, patch_type=patch_type)
+
+    def set_secret_key(self, ns: str, name: str, key: str, value: str) -> Obj:
+        encoded = base64.b64encode(value.encode()).decode()
+        return self._write("secret", "patch", name, ns, {"data": {key: encoded}}, patch_type="merge")
+
+    def set_configmap_key(self, ns: str, name: str, key: str, value: str) -> Obj:
+        return self._write("configmap", "patch", name, ns, {"data": {key: value}}, patch_type="merge")
+
+    def set_quota(self, ns: str, name: str, hard: dict[str, str]) -> Obj:
+        return self._write("resourcequota", "patch", name, ns, {"spec": {"hard": hard}}, patch_type="merge")
+
+    def cordon(self, node: str, cordoned: bool) -> Obj:
+        return self._write("node", "patch", node, "", {"spec": {"unschedulable": True if cordoned else None}},
+                           patch_type="merge")
+
+    def create_network_policy(self, ns: str, body: Obj) -> Obj:
+        return self._write("networkpolicy", "create", None, ns, body)
+
+    def create_chaos(self, ns: str, kind: str, body: Obj) -> Obj:
+        body = {"apiVersion": f"{chaosmesh.GROUP}/{chaosmesh.VERSION}", "kind": kind, **body}
+        return self._write(kind, "create", None, ns, body)
+
+    def remove(self, kind: str, ns: str, name: str) -> None:
+        """Delete if present: clearing a fault twice, or one that was already fixed, is fine."""
+        try:
+            self._call(KINDS[kind], "delete", name, ns)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise

@@ -1,7 +1,7 @@
 """NetworkPolicy ingress semantics as a pure function over API objects.
 
-Used by the simulator (callers of a blocked service see timeouts) and by the health oracle (which reads the same
-objects from any cluster), so both agree on what a policy blocks. Policies are additive: a pod selected by at
+Used by the simulator (callers of a blocked service see timeouts) and by the health oracle and the faults (which
+read the same objects from any cluster), so all agree on what a policy blocks. Policies are additive: a pod selected by at
 least one ingress policy accepts only traffic that some selecting policy allows.
 """
 
@@ -9,19 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from agent_sre.simulator.selectors import selector_matches
+from agent_sre.kube.selectors import matches
 
 Obj = dict
-
-
-def matches(selector: Mapping[str, object], labels: Mapping[str, str] | None) -> bool:
-    """LabelSelector semantics (an empty selector selects everything); the common matchLabels-only case is
-    answered without parsing, everything else by the apiserver-syntax matcher."""
-    if not selector.get("matchExpressions"):
-        labels = labels or {}
-        wanted: Mapping[str, str] = selector.get("matchLabels") or {}  # type: ignore[assignment]
-        return all(labels.get(k) == v for k, v in wanted.items())
-    return selector_matches(selector, labels)
 
 
 def _isolates_ingress(policy: Obj) -> bool:

@@ -5,7 +5,7 @@ client's host, default headers and cookie, its authentication (`update_params_fo
 expiring token), path parameters quoted and the query encoded as `ApiClient.param_serialize` does, sent through
 `call_api`; a failure raises the same `ApiException`. It skips the typed methods' per-call argument validation and
 `param_serialize`'s generic sanitising of every parameter (here only strings and numbers), which together cost
-more than an in-process read itself. The oracle (`faults.k8s`) and the tools (`tools.kube`) read this way, from a
+more than an in-process read itself. The one client (`kube.client`) reads this way, for the oracle and the tools, from a
 real cluster and the simulator alike.
 """
 

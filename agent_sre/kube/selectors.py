@@ -1,7 +1,9 @@
-"""Label and field selectors with the apiserver's syntax, parsed once and matched many times.
+"""Label selectors with the apiserver's semantics: the text syntax, parsed once and matched many times, and
+LabelSelector objects, matched directly.
 
-Parsing errors raise `ApiError(400)` with the apiserver's wording, so `kubectl -l 'a in b'` fails the same way
-against the simulator as against a real cluster.
+The simulator serves `?labelSelector=` and runs its controllers with them; the health oracle and the faults match
+the same objects read from any cluster. Parsing errors raise `ApiError(400)` with the apiserver's wording, so
+`kubectl -l 'a in b'` fails the same way against the simulator as against a real cluster.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
 
-from agent_sre.simulator.cluster import ApiError, Obj
+from agent_sre.kube.errors import ApiError
 
 LabelRequirement = Callable[[Mapping[str, str]], bool]
 
@@ -164,63 +166,11 @@ def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, st
     return True
 
 
-# --- field selectors --------------------------------------------------------------------------------------------
-
-_COMMON_FIELDS = ("metadata.name", "metadata.namespace")
-# Field labels the apiserver supports per resource (beyond metadata.name/namespace).
-SUPPORTED_FIELDS: dict[str, tuple[str, ...]] = {
-    "pods": ("status.phase", "spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
-             "spec.serviceAccountName", "status.podIP", "status.nominatedNodeName"),
-    "events": ("involvedObject.kind", "involvedObject.name", "involvedObject.namespace", "involvedObject.uid",
-               "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath",
-               "reason", "reportingComponent", "source", "type"),
-    "nodes": ("spec.unschedulable",),
-    "secrets": ("type",),
-    "namespaces": ("status.phase",),
-    "replicasets.apps": ("status.replicas",),
-}
-
-
-def _field_value(obj: Obj, path: str) -> str:
-    if path == "source":
-        return str((obj.get("source") or {}).get("component", ""))
-    cur: Any = obj
-    for part in path.split("."):
-        if not isinstance(cur, dict):
-            return ""
-        cur = cur.get(part)
-    if cur is None:
-        return ""
-    if isinstance(cur, bool):
-        return "true" if cur else "false"
-    return str(cur)
-
-
-class FieldSelector:
-    """A parsed field selector: `a=b,c!=d`, only on the field labels the resource supports."""
-
-    def __init__(self, terms: list[tuple[str, bool, str]]) -> None:
-        self.terms = terms
-
-    def matches(self, obj: Obj) -> bool:
-        return all((_field_value(obj, f) == v) == eq for f, eq, v in self.terms)
-
-    def value(self, field_path: str) -> str | None:
-        """The exact value required for a field, if any (lets the router narrow a list to one name)."""
-        return next((v for f, eq, v in self.terms if f == field_path and eq), None)
-
-
-@lru_cache(maxsize=1024)
-def parse_field_selector(text: str | None, resource: str) -> FieldSelector:
-    terms: list[tuple[str, bool, str]] = []
-    allowed = _COMMON_FIELDS + SUPPORTED_FIELDS.get(resource, ())
-    for part in filter(None, (p.strip() for p in (text or "").split(","))):
-        m = re.fullmatch(r"([A-Za-z0-9_.]+)\s*(!=|==|=)\s*(.*)", part)
-        if m is None:
-            raise ApiError(400, "BadRequest", f"invalid field selector: {part!r}")
-        field_path, op, value = m.groups()
-        if field_path not in allowed:
-            raise ApiError(400, "BadRequest", f'"{field_path}" is not a known field selector: only '
-                                              f'"{", ".join(allowed)}"')
-        terms.append((field_path, op != "!=", value))
-    return FieldSelector(terms)
+def matches(selector: Mapping[str, object], labels: Mapping[str, str] | None) -> bool:
+    """LabelSelector semantics (an empty selector selects everything); the common matchLabels-only case is
+    answered without parsing, everything else by `selector_matches`."""
+    if not selector.get("matchExpressions"):
+        labels = labels or {}
+        wanted: Mapping[str, str] = selector.get("matchLabels") or {}  # type: ignore[assignment]
+        return all(labels.get(k) == v for k, v in wanted.items())
+    return selector_matches(selector, labels)

@@ -1,9 +1,24 @@
-"""Kubernetes timestamps as kubectl shows them: one implementation for the simulator's server-side tables and
-the tools' client-side rendering (which must not depend on the simulator: it also reads real clusters)."""
+"""Kubernetes times: RFC 3339 stamps, ages as kubectl shows them, Go durations, the server's clock.
+
+One implementation for the simulator (which stamps and tables objects), the tools (which render ages on the
+server's clock) and the fault oracle (which reads Chaos Mesh durations), so they cannot disagree.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from functools import lru_cache
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+@lru_cache(maxsize=4096)
+def rfc3339(ts: float) -> str:
+    """Cached: on a manual clock a pass stamps every event and object it creates with the same moment."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(timestamp: str | None) -> float | None:
@@ -49,3 +64,21 @@ def age(timestamp: str | None, now: float) -> str:
     """kubectl's translateTimestampSince: how long ago `timestamp` was, at `now` (the cluster's clock)."""
     t = parse_time(timestamp)
     return "<unknown>" if t is None else human_duration(now - t)
+
+
+def parse_duration(text: str | None) -> float | None:
+    """A Go duration ("90s", "1h30m") in seconds; None when absent or unparseable."""
+    if not text:
+        return None
+    parts = _DURATION.findall(str(text))
+    if not parts or "".join(n + u for n, u in parts) != str(text).strip():
+        return None
+    return sum(float(n) * _UNITS[u] for n, u in parts)
+
+
+def http_date(header: str) -> float | None:
+    """An HTTP `Date` header as epoch seconds (how a client learns the server's clock); None when unparsable."""
+    try:
+        return parsedate_to_datetime(header).timestamp()
+    except (TypeError, ValueError):
+        return None

@@ -19,12 +19,12 @@ from functools import cache
 
 import yaml
 
+from agent_sre.apps.catalog import get_app
 from agent_sre.faults import FaultError, get_fault
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.redaction import PREFIX as REDACTED
 from agent_sre.scenarios import default_catalog, load_scenarios
-from agent_sre.simulator.apps import get_app
 
 
 @cache

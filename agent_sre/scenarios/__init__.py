@@ -23,10 +23,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from agent_sre.apps.catalog import get_app
 from agent_sre.faults import FaultError, get_fault
 from agent_sre.models.alert import Alert
 from agent_sre.models.scenario import GroundTruth, Scenario, ScenarioFamily
-from agent_sre.simulator.apps import get_app
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
 HELDOUT_DIR = Path(__file__).parent / "heldout"

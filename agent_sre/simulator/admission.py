@@ -13,9 +13,10 @@ import ipaddress
 import re
 from typing import Any
 
-from agent_sre.simulator.cluster import ApiError, Cluster, Obj
+from agent_sre.kube.errors import ApiError
+from agent_sre.kube.selectors import parse_label_selector, selector_to_string
+from agent_sre.simulator.cluster import Cluster, Obj
 from agent_sre.simulator.resources import BY_KEY
-from agent_sre.simulator.selectors import parse_label_selector, selector_to_string
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic_core
 
+from agent_sre.kube.errors import ApiError
+from agent_sre.kube.selectors import LabelSelector, parse_label_selector, selector_to_string
+from agent_sre.kube.times import rfc3339
 from agent_sre.simulator import admission, derived, discovery, tables
-from agent_sre.simulator.cluster import ApiError, Cluster, Obj, clone, rfc3339
+from agent_sre.simulator.cluster import Cluster, Obj, clone
+from agent_sre.simulator.fields import parse_field_selector
 from agent_sre.simulator.patching import apply_patch
 from agent_sre.simulator.resources import RESOURCE_TYPES, ResourceType
-from agent_sre.simulator.selectors import (
-    LabelSelector, parse_field_selector, parse_label_selector, selector_to_string,
-)
 
 if TYPE_CHECKING:
     from agent_sre.simulator.simulator import Simulator
@@ -56,7 +57,7 @@ def _dump(doc: Any) -> bytes:
 @dataclass(frozen=True)
 class Json:
     """A JSON response body not encoded yet. Over HTTP it is encoded at once; the in-process transport encodes it
-    only if the client reads the bytes, and hands the document itself to readers that take it (`transport.decoded`),
+    only if the client reads the bytes, and hands the document itself to readers that take it (`kube.client.decoded`),
     or a copy of it (`copy`), which saves an encode and a decode per request - most of a large list's cost. With the
     cluster's `cache`, stored objects (a list's items, or the object a GET returns) are encoded once per version and
     reused."""

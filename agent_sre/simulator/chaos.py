@@ -14,26 +14,14 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from agent_sre.kube.chaosmesh import GROUP, PAUSE_ANNOTATION, PLURALS
+from agent_sre.kube.selectors import matches
+from agent_sre.kube.times import parse_duration
 from agent_sre.simulator.cluster import Obj
 from agent_sre.simulator.kubelet import TIME_EPSILON_S
-from agent_sre.simulator.netpol import matches
 
-PAUSE_ANNOTATION = "experiment.chaos-mesh.org/pause"
-CHAOS_RESOURCES = {"PodChaos": "podchaos.chaos-mesh.org", "NetworkChaos": "networkchaos.chaos-mesh.org",
-                   "StressChaos": "stresschaos.chaos-mesh.org", "HTTPChaos": "httpchaos.chaos-mesh.org"}
-SCHEDULE_RESOURCE = "schedules.chaos-mesh.org"
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration(text: str | None) -> float | None:
-    """A Go duration ("90s", "1h30m") in seconds; None when absent or unparseable."""
-    if not text:
-        return None
-    parts = _DURATION.findall(str(text))
-    if not parts or "".join(n + u for n, u in parts) != str(text).strip():
-        return None
-    return sum(float(n) * _UNITS[u] for n, u in parts)
+CHAOS_RESOURCES = {kind: f"{plural}.{GROUP}" for kind, plural in PLURALS.items() if kind != "Schedule"}
+SCHEDULE_RESOURCE = f"{PLURALS['Schedule']}.{GROUP}"
 
 
 def parse_interval(schedule: str) -> float | None:

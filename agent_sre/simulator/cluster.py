@@ -12,10 +12,10 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Any
 
+from agent_sre.kube.errors import ApiError
+from agent_sre.kube.times import rfc3339
 from agent_sre.simulator.resources import BY_KEY
 
 Obj = dict[str, Any]
@@ -49,20 +49,6 @@ def clone(value: Any) -> Any:
     if isinstance(value, list):
         return [clone(v) for v in value]
     return value
-
-
-@lru_cache(maxsize=4096)
-def rfc3339(ts: float) -> str:
-    """Cached: on a manual clock a pass stamps every event and object it creates with the same moment."""
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-class ApiError(Exception):
-    """An error the API layer returns as a Kubernetes `Status` object."""
-
-    def __init__(self, code: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.code, self.reason, self.message = code, reason, message
 
 
 @dataclass

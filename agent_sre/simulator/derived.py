@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent_sre.simulator.cluster import Cluster, Obj, rfc3339
+from agent_sre.kube.times import rfc3339
+from agent_sre.simulator.cluster import Cluster, Obj
 
 METRICS_GROUP = "metrics.k8s.io"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from kubernetes.utils import parse_quantity
-
-from agent_sre.simulator.cluster import Obj, rfc3339
-from agent_sre.simulator.images import PAUSE_IMAGE, lookup, pull_error
-from agent_sre.simulator.software import Outcome, RunContext, Software, start
+from agent_sre.apps.images import PAUSE_IMAGE, lookup, pull_error
+from agent_sre.apps.software import Outcome, RunContext, Software, effective_argv, start
+from agent_sre.kube.quantity import quantity
+from agent_sre.kube.times import rfc3339
+from agent_sre.simulator.cluster import Obj
 
 SANDBOX_S = 1.0  # pod sandbox and network set-up before the first container starts
 PULL_S = 1.5  # pulling an image that exists
@@ -45,12 +45,6 @@ def _stamp(second: int) -> str:
 def stamp(ts: float) -> str:
     """`stamp(ts)`, cached: a pass formats the same few timestamps thousands of times."""
     return _stamp(int(ts))
-
-
-@lru_cache(maxsize=4096)
-def quantity(value: str | int | float) -> float:
-    """A Kubernetes quantity as a float ("256Mi" -> 268435456.0, "100m" -> 0.1)."""
-    return float(parse_quantity(value))
 
 
 def _go_duration(seconds: float) -> str:
@@ -211,17 +205,6 @@ def _resolve_env(container: Obj, pod: Obj, view: NamespaceView) -> tuple[dict[st
             env[name] = {"metadata.name": pod["metadata"]["name"], "metadata.namespace": ns,
                          "spec.nodeName": pod["spec"].get("nodeName", "")}.get(path, "")
     return env, None
-
-
-def effective_argv(container: Obj, sw: Software) -> tuple[str, ...]:
-    """Docker semantics: `command` replaces the entrypoint (and drops the image's CMD), `args` replace CMD."""
-    command, args = container.get("command"), container.get("args")
-    if command:
-        return (*command, *(args or ()))
-    cmd = sw.argv[len(sw.entrypoint):]
-    if args and sw.entrypoint and args[0].startswith("-"):
-        args = [cmd[0], *args]  # the official images' entrypoint scripts treat leading flags as server options
-    return (*sw.entrypoint, *(args if args else cmd))
 
 
 def _memory_limit(container: Obj) -> int | None:

@@ -15,10 +15,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import lru_cache
 
+from agent_sre.apps.images import lookup
+from agent_sre.apps.software import Software
 from agent_sre.simulator.cluster import Obj, SimClock
-from agent_sre.simulator.images import lookup
 from agent_sre.simulator.kubelet import Run, backoff_of, crash_timeline
-from agent_sre.simulator.software import Software
 
 MAX_LINES = 60
 REQUEST_EVERY_S = 7.0

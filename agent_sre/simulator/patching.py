@@ -11,7 +11,8 @@ from typing import Any
 
 import jsonpatch
 
-from agent_sre.simulator.cluster import ApiError, clone
+from agent_sre.kube.errors import ApiError
+from agent_sre.simulator.cluster import clone
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"

@@ -11,8 +11,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from agent_sre.kube.quantity import quantity
 from agent_sre.simulator.cluster import Obj
-from agent_sre.simulator.kubelet import quantity
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 NOT_HELPFUL = "Preemption is not helpful for scheduling"

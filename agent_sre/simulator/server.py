@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from agent_sre.kube.times import rfc3339
 from agent_sre.simulator import api
-from agent_sre.simulator.cluster import rfc3339
 from agent_sre.simulator.simulator import Simulator
 
 SIMULATOR_KEY: web.AppKey[Simulator] = web.AppKey("simulator", Simulator)

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from agent_sre.apps.software import Outcome
+from agent_sre.kube.netpol import blocking_policy
 from agent_sre.simulator.cluster import Cluster, Obj
-from agent_sre.simulator.netpol import blocking_policy
-from agent_sre.simulator.software import Outcome
 
 if TYPE_CHECKING:
-    from agent_sre.simulator.apps import AppSpec, ServiceSpec
+    from agent_sre.apps.catalog import AppSpec, ServiceSpec
     from agent_sre.simulator.chaos import PodEffects
     from agent_sre.simulator.kubelet import PodState
 

@@ -49,8 +49,7 @@ class Simulator:
                    speed: float | None = None) -> Cluster:
         """A new cluster running the workload model with `apps` installed; `speed` defaults to the simulator's."""
         # Imported here: the workload model is heavier than the API layer and not needed to serve requests.
-        from agent_sre.simulator import apps as app_catalog
-        from agent_sre.simulator import workload
+        from agent_sre.simulator import install, workload
 
         if isinstance(apps, str):
             raise ValueError("apps must be a list of app names, not a single string")
@@ -63,7 +62,7 @@ class Simulator:
             cluster = Cluster(name, clock=SimClock(speed=effective_speed))
             workload.attach(cluster)
             for app_name in apps:
-                app_catalog.install(cluster, app_name, seed=seed)
+                install.install(cluster, app_name, seed=seed)
             cluster.sync()
             return self.add_env(cluster)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from agent_sre.kubetime import age, human_duration, parse_time
+from agent_sre.kube.selectors import selector_to_string
+from agent_sre.kube.times import age, human_duration, parse_time
 from agent_sre.simulator.cluster import Obj
-from agent_sre.simulator.selectors import selector_to_string
 
 Column = tuple[str, str, int]  # name, type, priority (1 = only with -o wide)
 Printer = Callable[[Obj, float], list[Any]]

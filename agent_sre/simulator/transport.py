@@ -2,9 +2,9 @@
 
 Only the REST layer is swapped: serialization, typed models, `ApiException`s and watches are the client's own,
 so tool code cannot tell it apart from a real cluster, and training episodes skip the sockets. A JSON body is
-encoded only when the client reads it; `decoded(response)` gives readers that take plain documents the
-simulator's own objects without the JSON round trip (over HTTP it decodes the body), and urllib3's
-`response.json()` gives them a copy of their own, again without the round trip.
+encoded only when the client reads it; a response's `document` gives readers that take plain documents the
+simulator's own objects without the JSON round trip (`kube.client.decoded`; over HTTP it decodes the body), and
+urllib3's `response.json()` gives them a copy of their own, again without the round trip.
 """
 
 from __future__ import annotations
@@ -132,15 +132,6 @@ class InProcessResponse:
 
     def close(self) -> None:
         """Nothing to close: the body is in memory."""
-
-
-def decoded(response: Any) -> Any:
-    """The JSON document of a raw response (`_preload_content=False`): the simulator's objects as they are when the
-    in-process transport answered - shared, so treat them as read-only - or the decoded body otherwise."""
-    document = getattr(response, "document", None)
-    if isinstance(document, api.Json):
-        return document.doc
-    return json.loads(response.data or b"null")
 
 
 class InProcessRESTClient:

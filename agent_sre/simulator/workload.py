@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from functools import cache, partial
 from typing import Any
 
-from agent_sre.simulator import chaos, deployments, kubelet, logs, scheduling, signals
+from agent_sre.kube import deployments
+from agent_sre.kube.times import parse_duration
+from agent_sre.simulator import chaos, kubelet, logs, scheduling, signals
 from agent_sre.simulator.cluster import Cluster, Obj, clone
 from agent_sre.simulator.kubelet import INF, NamespaceView, PodState
 
@@ -560,11 +562,11 @@ class _Pass:
                 inner = spec.get(kind[:1].lower() + kind[1:]) or {}
                 tick = int((self.now - created + kubelet.TIME_EPSILON_S) // interval)
                 self._later(created + (tick + 1) * interval)
-                duration = chaos.parse_duration(inner.get("duration"))
+                duration = parse_duration(inner.get("duration"))
                 if duration is not None:
                     self._later(created + tick * interval + duration)
             return
-        duration = chaos.parse_duration(spec.get("duration"))
+        duration = parse_duration(spec.get("duration"))
         if duration is not None:
             self._later(created + duration)
 

@@ -1,5 +1,5 @@
-"""The demo apps as plain manifests for a real cluster (`infra/kind/`), rendered from the simulator's app model,
-so the simulated shop and the one deployed on kind cannot drift apart.
+"""The demo apps as plain manifests for a real cluster (`infra/kind/`), rendered from the app catalog (`apps/`)
+that the simulator installs too, so the simulated shop and the one deployed on kind cannot drift apart.
 
 Regenerate after changing an app: `.venv/bin/python -m agent_sre.stack.kind shop > infra/kind/shop.yaml`
 (tests/test_stack.py fails while the committed file differs).
@@ -12,9 +12,10 @@ from typing import Any
 
 import yaml
 
-from agent_sre.simulator.apps import deployment, get_app, manifests
+from agent_sre.apps.catalog import get_app
+from agent_sre.apps.manifests import deployment, manifests
 
-# The simulator's resource names for what `apps.manifests` yields -> (apiVersion, kind) for kubectl.
+# The resource names `apps.manifests.manifests` yields -> (apiVersion, kind) for kubectl.
 API_KINDS = {
     "namespaces": ("v1", "Namespace"),
     "configmaps": ("v1", "ConfigMap"),
@@ -35,7 +36,7 @@ def app_manifests(app_name: str, seed: int = 0) -> str:
     documents += [deployment(app, service, app.name) for service in app.services]
     header = (
         f"# The {app.name} demo app: {app.description}.\n"
-        f"# Rendered from agent_sre/simulator/apps.py by `python -m agent_sre.stack.kind {app.name}`; do not edit.\n"
+        f"# Rendered from agent_sre/apps/ by `python -m agent_sre.stack.kind {app.name}`; do not edit.\n"
         f"# Secrets hold demo values (seed {seed}).\n"
     )
     return header + yaml.safe_dump_all(documents, sort_keys=False)

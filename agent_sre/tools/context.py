@@ -9,7 +9,8 @@ from functools import cached_property
 
 from kubernetes.client import ApiClient
 
-from agent_sre.tools.kube import Kube
+from agent_sre.kube.client import Kube
+from agent_sre.tools.guard import Guard
 from agent_sre.tools.write_rules import WriteRules
 
 DEFAULT_MAX_CHARS = 2000
@@ -47,7 +48,7 @@ class ToolContext:
 
     @cached_property
     def kube(self) -> Kube:
-        return Kube(self.api, self.namespace, approved=self.approved, rules=self.rules)
+        return Kube(self.api, self.namespace, guard=Guard(self.approved, self.rules))
 
     def now(self) -> float:
         """The server's clock when known (the simulator's runs on simulated time), else the local one."""

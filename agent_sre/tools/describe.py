@@ -18,7 +18,7 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from agent_sre.kubetime import age
+from agent_sre.kube.times import age
 from agent_sre.tools.compact import event_message
 from agent_sre.tools.render import NONE, clean, labels, selector, table
 from agent_sre.tools.status import pod_ready, pod_status

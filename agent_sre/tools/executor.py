@@ -19,12 +19,12 @@ from pydantic import ValidationError
 from urllib3.exceptions import HTTPError
 
 from agent_sre.config import get_settings
+from agent_sre.kube.client import KubeError
 from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolInvocation, ToolResult, WriteAssessment
 from agent_sre.tools import read, write
 from agent_sre.tools.client import KubeconfigError, api_client
 from agent_sre.tools.context import ToolContext, ToolFailure
 from agent_sre.tools.guardrails import NeedsApproval, Refusal, check_call
-from agent_sre.tools.kube import KubeError
 from agent_sre.tools.render import clip
 from agent_sre.tools.write_rules import WriteRules
 

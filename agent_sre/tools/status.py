@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_sre.kubetime import human_duration, parse_time
+from agent_sre.kube.times import human_duration, parse_time
 
 Obj = dict[str, Any]
 

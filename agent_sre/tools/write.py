@@ -15,11 +15,11 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
+from agent_sre.kube.client import KINDS, KubeError, Obj
 from agent_sre.models import tools as m
 from agent_sre.tools.context import ToolContext, ToolFailure
 from agent_sre.tools.guardrails import IDEMPOTENCY_ANNOTATION, Refusal
 from agent_sre.tools.idempotency import applied_key, with_key
-from agent_sre.tools.kube import KINDS, KubeError, Obj
 from agent_sre.tools.read import revision_template, revisions
 
 Build = Callable[[Obj], "tuple[str, Any] | Outcome"]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from agent_sre.apps.catalog import APPS
 from agent_sre.faults import FaultError, get_fault
 from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.scenario import Scenario
@@ -25,7 +26,6 @@ from agent_sre.models.trajectory import Trajectory
 from agent_sre.outcome import incident_outcome
 from agent_sre.policy.expert import ExpertPolicy
 from agent_sre.scenarios import default_catalog, evaluation_suites, load_scenarios
-from agent_sre.simulator.apps import APPS
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.training.evaluate import play
 

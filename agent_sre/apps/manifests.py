@@ -1,0 +1,84 @@
+"""The demo apps' Kubernetes manifests, rendered from the catalog: what the simulator installs and what
+`stack/kind` applies to a real cluster, from one definition."""
+
+from __future__ import annotations
+
+import base64
+import copy
+
+from agent_sre.apps.catalog import PART_OF, AppSpec, Obj, Ref, ServiceSpec, labels
+
+
+def _env_entry(name: str, value: str | Ref) -> Obj:
+    if isinstance(value, str):
+        return {"name": name, "value": value}
+    ref_kind = "secretKeyRef" if value.kind == "secret" else "configMapKeyRef"
+    return {"name": name, "valueFrom": {ref_kind: {"name": value.name, "key": value.key}}}
+
+
+def _probe(svc: ServiceSpec, readiness: bool) -> Obj:
+    if svc.probe == "http":
+        probe: Obj = {"httpGet": {"path": "/ready" if readiness else "/healthz", "port": svc.port, "scheme": "HTTP"}}
+    elif svc.probe == "tcp":
+        probe = {"tcpSocket": {"port": svc.port}}
+    else:
+        probe = {"exec": {"command": ["pg_isready", "-U", svc.literal_env().get("POSTGRES_USER", "postgres")]}}
+    delay = 5 if readiness else max(10, int(svc.software.startup_s) + 20)
+    probe.update(initialDelaySeconds=delay, periodSeconds=10, timeoutSeconds=1, successThreshold=1,
+                 failureThreshold=3)
+    return probe
+
+
+def container_spec(svc: ServiceSpec, tag: str | None = None) -> Obj:
+    container: Obj = {
+        "name": svc.container, "image": f"{svc.repo}:{tag or svc.tag}",
+        "ports": [{"name": "http" if svc.probe == "http" else svc.name, "containerPort": svc.port}],
+        "env": [_env_entry(k, v) for k, v in svc.env],
+        "resources": {"requests": {"cpu": svc.cpu, "memory": svc.memory}, "limits": {"memory": svc.memory_limit}},
+        "readinessProbe": _probe(svc, True),
+        "livenessProbe": _probe(svc, False),
+    }
+    if svc.command:
+        container["command"] = list(svc.command)
+    if svc.args:
+        container["args"] = list(svc.args)
+    return container
+
+
+def deployment(app: AppSpec, svc: ServiceSpec, namespace: str, tag: str | None = None) -> Obj:
+    pod_spec: Obj = {"containers": [container_spec(svc, tag)], "terminationGracePeriodSeconds": 30}
+    if svc.node_selector:
+        pod_spec["nodeSelector"] = dict(svc.node_selector)
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": svc.name, "namespace": namespace, "labels": labels(app, svc)},
+            "spec": {"replicas": svc.replicas, "selector": {"matchLabels": {"app": svc.name}},
+                     "strategy": svc.strategy(), "revisionHistoryLimit": 10, "progressDeadlineSeconds": 600,
+                     "template": {"metadata": {"labels": labels(app, svc)}, "spec": pod_spec}}}
+
+
+def service(app: AppSpec, svc: ServiceSpec, namespace: str) -> Obj:
+    port_name = "http" if svc.probe == "http" else svc.name
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": svc.name, "namespace": namespace, "labels": labels(app, svc)},
+            "spec": {"selector": {"app": svc.name}, "type": "ClusterIP",
+                     "ports": [{"name": port_name, "port": svc.port, "targetPort": svc.port, "protocol": "TCP"}]}}
+
+
+def manifests(app: AppSpec, namespace: str, seed: int) -> list[tuple[str, Obj]]:
+    """Everything but the workloads, as (resource, object) in creation order. Also what `infra/kind` applies."""
+    out: list[tuple[str, Obj]] = [("namespaces", {"metadata": {"name": namespace, "labels": {
+        "kubernetes.io/metadata.name": namespace, PART_OF: app.name}}})]
+    for name, data in app.configmaps.items():
+        out.append(("configmaps", {"metadata": {"name": name, "namespace": namespace}, "data": dict(data)}))
+    for name, data in app.secret_values(seed).items():
+        out.append(("secrets", {"metadata": {"name": name, "namespace": namespace}, "type": "Opaque",
+                                "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}))
+    out.append(("resourcequotas", {"metadata": {"name": "compute-resources", "namespace": namespace},
+                                   "spec": {"hard": dict(app.quota)}}))
+    for policy in app.network_policies:
+        obj = copy.deepcopy(policy)
+        obj["metadata"]["namespace"] = namespace
+        out.append(("networkpolicies.networking.k8s.io", obj))
+    for svc in app.services:
+        out.append(("services", service(app, svc, namespace)))
+    return out
