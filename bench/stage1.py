@@ -109,6 +109,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1, help="conversations per optimizer step")
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="one SFT model per seed (data order)")
+    parser.add_argument("--lora-r", type=int, help="train LoRA adapters of this rank instead of every weight (the "
+                                                  "adapter is kept beside the merged model: a few MB that can ship)")
+    parser.add_argument("--lora-alpha", type=int, default=32)
     parser.add_argument("--dagger-per-family", type=int, default=0,
                         help="a DAgger round after each SFT model: the student plays this many other training "
                              "scenarios per family, the expert labels every state it reached, and it trains on them")
@@ -149,7 +152,8 @@ def main() -> None:
             base, demos.trajectories, out / f"{name}-model",
             SFTConfig(expert_policies=["expert"], max_steps=steps, learning_rate=args.lr, lr_scheduler="cosine",
                       warmup_steps=max(1, steps // 20), batch_size=args.batch, max_length=4096,
-                      device=args.device, precision=args.precision, seed=seed, logging_steps=10)))
+                      device=args.device, precision=args.precision, seed=seed, logging_steps=10,
+                      lora_r=args.lora_r, lora_alpha=args.lora_alpha)))
 
     trained = dict(sft)
     if args.dagger_per_family:

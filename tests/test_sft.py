@@ -20,7 +20,7 @@ from agent_sre.models.tools import ToolCall
 from agent_sre.models.training import SFTConfig
 from agent_sre.policy.llm import (LLMPolicy, LocalModels, chat_messages, load_policy_model, local_version_dir,
                                   prompt_token_ids)
-from agent_sre.policy.llm.checkpoint import train_in_bf16
+from agent_sre.policy.llm.checkpoint import ModelDirError, merge_adapter, train_in_bf16
 from agent_sre.storage import ensure_bucket, object_store
 from agent_sre.training.sft import build_sft_trainer, expert_conversations, is_expert_episode, train_sft
 from agent_sre.trajectory_store import iter_trajectories, write_trajectory
@@ -124,6 +124,13 @@ def test_lora_sft_saves_a_merged_plain_model_and_reports_truncation(tiny_model_d
     assert type(tuned) is type(base)
     changed = [name for name, w in tuned.state_dict().items() if not torch.equal(w, base.state_dict()[name])]
     assert changed and all("proj" in name for name in changed)  # LoRA touched the linear layers only
+    # The adapter alone, beside it: a few files that can ship, and the base plus it is the same model again.
+    assert result.adapter_dir == str(tmp_path / "lora-adapter")
+    assert (tmp_path / "lora-adapter" / "adapter_config.json").is_file()
+    rebuilt = load_policy_model(merge_adapter(tiny_model_dir, tmp_path / "lora-adapter", tmp_path / "rebuilt")).model
+    assert all(torch.allclose(w, rebuilt.state_dict()[name], atol=1e-6) for name, w in tuned.state_dict().items())
+    with pytest.raises(ModelDirError, match="not a LoRA adapter"):
+        merge_adapter(tiny_model_dir, tmp_path / "rebuilt", tmp_path / "other")
 
 
 def test_training_precision_is_fp32_on_a_cpu_unless_bf16_is_asked(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -54,6 +54,7 @@ class SFTConfig(BaseModel):
 
 class SFTResult(BaseModel):
     output_dir: str = Field(description="the trained model directory: safetensors weights + tokenizer")
+    adapter_dir: str | None = Field(default=None, description="with lora_r: the LoRA adapter alone (peft format)")
     base_model: str
     examples: int = Field(description="distinct expert conversations trained on")
     truncated: int = Field(description="conversations longer than max_length, whose later turns were cut off")

@@ -144,8 +144,9 @@ def _train(model_dir: Path, rows: list[dict[str, Any]], output_dir: Path, config
         losses = [float(entry["loss"]) for entry in logs if "loss" in entry]
         if not all(math.isfinite(loss) for loss in losses):
             raise FloatingPointError(f"SFT diverged (losses {losses}); try a lower learning rate")
-        save_trained(trainer, output_dir)
-    return SFTResult(output_dir=str(output_dir), base_model=str(model_dir), examples=len(rows),
+        adapter = save_trained(trainer, output_dir)
+    return SFTResult(output_dir=str(output_dir), adapter_dir=str(adapter) if adapter else None,
+                     base_model=str(model_dir), examples=len(rows),
                      truncated=truncated,
                      steps=trainer.state.global_step, losses=losses, train_runtime_s=output.metrics["train_runtime"],
                      train_tokens=int(max((entry.get("num_tokens", 0) for entry in logs), default=0)),

@@ -111,13 +111,36 @@ def save_model_dir(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, o
         shutil.rmtree(tmp, ignore_errors=True)  # another process finished the same directory first
 
 
-def save_trained(trainer: Trainer, out_dir: Path) -> None:
+def merge_adapter(base_dir: Path, adapter_dir: Path, out_dir: Path) -> Path:
+    """A model directory from a base model and a LoRA adapter trained on it (peft format): how a student that ships
+    as a few MB of adapter becomes a model the policy serves. Idempotent: an existing `out_dir` is kept."""
+    if (out_dir / "config.json").is_file():
+        return out_dir
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    check_model_dir(base_dir)
+    if not (adapter_dir / "adapter_config.json").is_file():
+        raise ModelDirError(f"{adapter_dir} is not a LoRA adapter (no adapter_config.json)")
+    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32, local_files_only=True)
+    merged = PeftModel.from_pretrained(base, adapter_dir, local_files_only=True).merge_and_unload()
+    save_model_dir(merged, AutoTokenizer.from_pretrained(base_dir, local_files_only=True), out_dir)
+    return out_dir
+
+
+def save_trained(trainer: Trainer, out_dir: Path) -> Path | None:
     """Save what a trainer trained as a model directory: the model unwrapped from accelerate, LoRA adapters merged
-    into its weights, with the tokenizer it was given."""
+    into its weights, with the tokenizer it was given. LoRA adapters are also kept on their own beside it
+    (`<out_dir>-adapter`, a few MB: what can ship in a repository); their directory is returned."""
     model: Any = trainer.accelerator.unwrap_model(trainer.model)
+    adapter = None
     if hasattr(model, "merge_and_unload"):  # a peft model
+        adapter = out_dir.with_name(f"{out_dir.name}-adapter")
+        model.save_pretrained(adapter)
         model = model.merge_and_unload()
     save_model_dir(model, trainer.processing_class, out_dir)  # type: ignore[arg-type]  # our trainers get one
+    return adapter
 
 
 # The SDPA kernels generation may use. Not cuDNN, which PyTorch prefers on Hopper GPUs: on an H100, PyTorch's own
