@@ -128,11 +128,11 @@ def test_a_registered_version_on_a_suite_and_each_scenario_of_it(monkeypatch: py
     monkeypatch.setattr(train_cli, "registry_call", lambda action: action(versions))
     first = invoke("--version", "runbook-v1", "--suite", str(suite_dir))
     assert first.exit_code == 0, first.output
-    # the runbook fixes the bad image and "fixes" the false alarm with a restart
-    assert "stored with the version" in first.output and "success 1/2 = 50 % (95 % CI 9–91 %)" in first.output
+    # the runbook fixes the bad image and finishes the false alarm without a write
+    assert "stored with the version" in first.output and "success 2/2 = 100 % (95 % CI 34–100 %)" in first.output
     assert list(versions.stored) == [next(iter(versions.stored))] and "mine-bad-image" not in first.output
     again = invoke("--version", "runbook-v1", "--suite", str(suite_dir))
-    assert "reused stored results" in again.output and "success 1/2 = 50 %" in again.output  # from the stored row
+    assert "reused stored results" in again.output and "success 2/2 = 100 %" in again.output  # from the stored row
     # the registry keeps only the rows: each scenario's outcome means playing the suite again
     detailed = invoke("--version", "runbook-v1", "--suite", str(suite_dir), "--per-scenario")
     assert detailed.exit_code == 0 and "reused" not in detailed.output, detailed.output
