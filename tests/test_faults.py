@@ -201,8 +201,8 @@ def test_the_oracle_reads_what_the_typed_api_reads(served: Served, transport: st
         return json.loads(response.data)  # type: ignore[attr-defined]
 
     assert k8s.list("pod", NS) == typed(core.list_namespaced_pod(NS, _preload_content=False))["items"] != []
-    assert k8s.list("pod", NS, label_selector="app=cart") == typed(core.list_namespaced_pod(NS, label_selector="app=cart",
-                                                                    _preload_content=False))["items"]
+    assert k8s.list("pod", NS, label_selector="app=cart") == typed(core.list_namespaced_pod(
+        NS, label_selector="app=cart", _preload_content=False))["items"]
     assert k8s.list("deployment", NS) == typed(AppsV1Api(api).list_namespaced_deployment(NS, _preload_content=False))[
         "items"]
     assert k8s.get("namespace", NS) == typed(core.read_namespace(NS, _preload_content=False))

@@ -16,6 +16,8 @@ from agent_sre.models.tools import ToolCall
 from agent_sre.simulator import workload
 from agent_sre.simulator.install import install as install_app
 from agent_sre.simulator.cluster import SIM_EPOCH, Cluster, SimClock
+from agent_sre.simulator.controllers.context import Pass
+from agent_sre.simulator.controllers.state import Index, WorkloadState
 from agent_sre.simulator.kubelet import crash_timeline
 from agent_sre.simulator.signals import golden_signals, render_prometheus
 from agent_sre.simulator.simulator import Simulator
@@ -150,8 +152,8 @@ def test_an_install_into_an_empty_cluster_carries_on_from_the_template() -> None
     one, two = Cluster("one", clock=SimClock(speed=0.0)), Cluster("two", clock=SimClock(speed=0.0))
     for cluster in (one, two):
         install_app(cluster, "shop", seed=3)  # the template's index, forked: as if built from the objects
-        assert index(cluster) == index(Cluster("x", objects=cluster.objects, model={"workload": workload.WorkloadState(
-            index=workload.Index.of(cluster.objects))}))
+        assert index(cluster) == index(Cluster("x", objects=cluster.objects, model={"workload": WorkloadState(
+            index=Index.of(cluster.objects))}))
     assert one.model["workload"].index.pods_of is not two.model["workload"].index.pods_of
 
 
@@ -211,13 +213,13 @@ def test_api_writes_are_looked_at_again_as_a_pass_that_looks_at_everything_would
         targeted = episode(scenario, everything=False)
         assert targeted == episode(scenario, everything=True), scenario.name
         with pytest.MonkeyPatch.context() as patch:  # every Service's endpoints re-checked whenever a pod changed
-            init = workload._Pass.__init__
+            init = Pass.__init__
 
-            def every_app(self: workload._Pass, *args: object) -> None:
+            def every_app(self: Pass, *args: object) -> None:
                 init(self, *args)  # type: ignore[arg-type]
-                self._touched_apps = Everything()
+                self.touched_apps = Everything()
 
-            patch.setattr(workload._Pass, "__init__", every_app)
+            patch.setattr(Pass, "__init__", every_app)
             assert targeted == episode(scenario, everything=False), scenario.name
 
 

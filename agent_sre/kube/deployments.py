@@ -1,11 +1,12 @@
 """The deployment controller's arithmetic, as kube-controller-manager does it (pkg/controller/deployment).
 
-Pure functions over ReplicaSet figures, so the rules can be read (and tested) apart from the store plumbing in
-`workload.py`: how far a rolling update may surge and how much availability it may give up (`maxSurge` rounded
-up, `maxUnavailable` rounded down, 25% each by default), how many pods the new ReplicaSet gets, which old
-ReplicaSets shrink and by how much (unhealthy replicas first, never below `replicas - maxUnavailable` available),
-proportional scaling when the replica count changes mid-rollout, and the status the deployment reports.
-The fault catalog uses `rollout_impact` to know whether a broken rollout of a service takes it down.
+Pure functions over ReplicaSet figures, so the rules can be read (and tested) apart from the simulator's
+controller (`simulator/controllers/deployment.py`): how far a rolling update may surge and how much availability
+it may give up (`maxSurge` rounded up, `maxUnavailable` rounded down, 25% each by default), how many pods the new
+ReplicaSet gets, which old ReplicaSets shrink and by how much (unhealthy replicas first, never below
+`replicas - maxUnavailable` available), proportional scaling when the replica count changes mid-rollout, and the
+status the deployment reports. The fault catalog uses `rollout_impact` to know whether a broken rollout of a
+service takes it down.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """NetworkPolicy ingress semantics as a pure function over API objects.
 
 Used by the simulator (callers of a blocked service see timeouts) and by the health oracle and the faults (which
-read the same objects from any cluster), so all agree on what a policy blocks. Policies are additive: a pod selected by at
-least one ingress policy accepts only traffic that some selecting policy allows.
+read the same objects from any cluster), so all agree on what a policy blocks. Policies are additive: a pod
+selected by at least one ingress policy accepts only traffic that some selecting policy allows.
 """
 
 from __future__ import annotations

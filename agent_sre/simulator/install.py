@@ -20,6 +20,7 @@ from agent_sre.apps.manifests import deployment, manifests
 from agent_sre.kube.times import rfc3339
 from agent_sre.simulator import admission, noise, workload
 from agent_sre.simulator.cluster import SIM_EPOCH, Cluster, Obj, SimClock
+from agent_sre.simulator.controllers.state import Index, WorkloadState, stable_uid
 
 FIRST_DEPLOY_AT = SIM_EPOCH - 7 * 86400  # the apps' first release; the current one went out 2 days ago
 CURRENT_RELEASE_AT = SIM_EPOCH - 2 * 86400
@@ -44,7 +45,7 @@ class AppInstance:
 
 def _node(name: str, zone: str, extra: dict[str, str], index: int) -> Obj:
     return {
-        "metadata": {"name": name, "uid": workload.stable_uid("node", name), "labels": {
+        "metadata": {"name": name, "uid": stable_uid("node", name), "labels": {
             "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
             "node.kubernetes.io/instance-type": "m6i.xlarge", "topology.kubernetes.io/zone": zone,
             "node-role.kubernetes.io/worker": "", **extra}},
@@ -65,9 +66,9 @@ def _node(name: str, zone: str, extra: dict[str, str], index: int) -> Obj:
                   "lastTransitionTime": rfc3339(FIRST_DEPLOY_AT - 86400)}],
             "addresses": [{"type": "InternalIP", "address": f"10.0.1.{10 + index}"},
                           {"type": "Hostname", "address": name}],
-            "nodeInfo": {"machineID": workload.stable_uid("machine", name).replace("-", ""),
-                         "systemUUID": workload.stable_uid("system", name).upper(),
-                         "bootID": workload.stable_uid("boot", name),
+            "nodeInfo": {"machineID": stable_uid("machine", name).replace("-", ""),
+                         "systemUUID": stable_uid("system", name).upper(),
+                         "bootID": stable_uid("boot", name),
                          "kubeletVersion": "v1.32.0", "kubeProxyVersion": "v1.32.0",
                          "containerRuntimeVersion": "containerd://1.7.22", "osImage": "Ubuntu 22.04.5 LTS",
                          "kernelVersion": "6.8.0-1019-aws", "architecture": "amd64", "operatingSystem": "linux"},
@@ -79,7 +80,7 @@ def _create(cluster: Cluster, resource: str, obj: Obj, *uid_parts: object) -> Ob
     """Create as the API would (defaulting and validation), with a uid derived from the install's identity."""
     admission.apply_defaults(cluster, resource, obj)
     admission.validate(resource, obj)
-    obj["metadata"].setdefault("uid", workload.stable_uid(*uid_parts, resource, obj["metadata"]["name"]))
+    obj["metadata"].setdefault("uid", stable_uid(*uid_parts, resource, obj["metadata"]["name"]))
     return cluster.create(resource, obj)
 
 
@@ -119,7 +120,7 @@ def _build(app: AppSpec, namespace: str, seed: int) -> _Template:
     objects, logs = pickle.loads(pickle.dumps((cluster.objects, cluster.logs), protocol=pickle.HIGHEST_PROTOCOL))
     highest = max(int(o["metadata"].get("resourceVersion", 0)) for items in objects.values() for o in items.values())
     return _Template(objects, logs, highest, workload.export(cluster, namespace).fork(), instance,
-                     workload.Index.of(objects))
+                     Index.of(objects))
 
 
 @dataclass(frozen=True)
@@ -131,9 +132,9 @@ class _Template:
     objects: dict[str, dict[tuple[str, str], Obj]]
     logs: dict[tuple[str, str, str], Any]
     highest: int  # the highest resourceVersion among the objects
-    state: workload.WorkloadState
+    state: WorkloadState
     instance: AppInstance
-    index: workload.Index  # of its ReplicaSets and pods: an install into an empty cluster forks it
+    index: Index  # of its ReplicaSets and pods: an install into an empty cluster forks it
 
 
 _templates: OrderedDict[tuple[str, str, int], _Template] = OrderedDict()

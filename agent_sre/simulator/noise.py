@@ -12,7 +12,7 @@ import hashlib
 from agent_sre.apps.catalog import AppSpec
 from agent_sre.kube.times import rfc3339
 from agent_sre.simulator.cluster import SIM_EPOCH, Cluster, Obj
-from agent_sre.simulator.workload import WorkloadState, stable_suffix, stable_uid
+from agent_sre.simulator.controllers.state import WorkloadState, stable_suffix, stable_uid
 
 # per app: the service with a day-old OOMKill, the one with a flaky probe blip, and the database backup job
 NOISE = {
