@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client, WorkflowHandle
@@ -16,9 +16,15 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agent_sre.codec import payload_codec
 from agent_sre.config import Settings, get_settings
-from agent_sre.models.alert import Alert
 from agent_sre.models.incident import Incident
-from agent_sre.models.remediation import IncidentOutcome, PolicyRef, RemediationRequest, TaskQueues
+from agent_sre.models.remediation import (
+    ALERT_RESOLVED,
+    ALERTS_FIRED,
+    IncidentOutcome,
+    PolicyRef,
+    RemediationRequest,
+    TaskQueues,
+)
 from agent_sre.stack.temporal import SEARCH_ATTRIBUTES
 
 
@@ -54,10 +60,20 @@ def task_queues(settings: Settings) -> TaskQueues:
     return TaskQueues(tools=settings.queue_tools, policy=settings.queue_policy, tool_execution=settings.tool_execution)
 
 
+StartHandling = Literal["started", "attached", "finished"]
+
+
 @dataclass(frozen=True)
 class StartedIncident:
     handle: WorkflowHandle[Any, Any]
-    attached: bool  # True: a remediation for this alert was already running; the caller got that one
+    # started: a new remediation. attached: one for this firing was running; it got the alerts. finished: one for
+    # this firing has finished; nothing was started.
+    handling: StartHandling = "started"
+
+    @property
+    def attached(self) -> bool:
+        """A remediation for this firing already existed; the caller got that one."""
+        return self.handling != "started"
 
     @property
     def workflow_id(self) -> str:
@@ -66,9 +82,11 @@ class StartedIncident:
 
 async def start_incident(client: Client, incident: Incident, *, policy: PolicyRef | None = None,
                          settings: Settings | None = None, **request: Any) -> StartedIncident:
-    """Start a remediation, or attach to the one already running for the same alert identity.
+    """Start a remediation, or attach to the one of the same firing episode (`Incident.workflow_id`).
 
-    A finished remediation does not block a new one: if the alert fires again later, it is a new incident.
+    A running one gets the incident's alerts (`alerts_fired`); a finished one is left finished and nothing starts:
+    Alertmanager re-sends a firing alert every `repeat_interval`, and a second remediation of a problem the first
+    fixed can only undo or ratchet the fix. A new firing (a new `startsAt`) is a new id, a new incident.
     An escalation is POSTed to `settings.escalation_url` unless the request names its own. In the namespaces of
     `settings.auto_approve_namespaces` high-risk writes run without waiting for a human.
     """
@@ -81,22 +99,28 @@ async def start_incident(client: Client, incident: Incident, *, policy: PolicyRe
     try:
         handle = await client.start_workflow(
             "IncidentRemediationWorkflow", req, id=incident.workflow_id, task_queue=settings.queue_agent,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL, id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL, id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             result_type=IncidentOutcome)
-        return StartedIncident(handle, attached=False)
+        return StartedIncident(handle)
     except WorkflowAlreadyStartedError:
-        return StartedIncident(client.get_workflow_handle(incident.workflow_id, result_type=IncidentOutcome),
-                               attached=True)
+        handle = client.get_workflow_handle(incident.workflow_id, result_type=IncidentOutcome)
+    running = await _signal_if_running(handle, ALERTS_FIRED, incident.all_alerts)
+    return StartedIncident(handle, "attached" if running else "finished")
 
 
-async def signal_alert_resolved(client: Client, alert: Alert) -> str | None:
-    """Tell the running remediation for this alert that it stopped firing. Returns its workflow id, if any."""
-    incident = Incident.from_alert(alert)
-    handle = client.get_workflow_handle(incident.workflow_id)
+async def _signal_if_running(handle: WorkflowHandle[Any, Any], signal: str, *args: Any) -> bool:
+    """Whether the workflow was running to receive the signal (a closed one answers NOT_FOUND)."""
     try:
-        await handle.signal("alert_resolved")
+        await handle.signal(signal, *args)
     except RPCError as e:
-        if e.status == RPCStatusCode.NOT_FOUND:  # nothing is running for this alert (any more)
-            return None
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return False
         raise
-    return handle.id
+    return True
+
+
+async def signal_alert_resolved(client: Client, incident: Incident) -> str | None:
+    """Tell the running remediation of this incident that its alerts stopped firing. Returns its workflow id, if
+    one was running."""
+    handle = client.get_workflow_handle(incident.workflow_id)
+    return handle.id if await _signal_if_running(handle, ALERT_RESOLVED) else None

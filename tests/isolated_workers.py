@@ -28,10 +28,17 @@ def isolated_queues(settings: Settings) -> Settings:
 async def running_workers(client: Client, settings: Settings) -> AsyncIterator[Settings]:
     """Run every queue's worker until the block ends; yields the settings naming their queues."""
     isolated = isolated_queues(settings)
-    async with AsyncExitStack() as stack:
-        for worker in build_workers(client, isolated):
-            await stack.enter_async_context(worker)
+    async with serving(client, isolated):
         yield isolated
+
+
+@asynccontextmanager
+async def serving(client: Client, settings: Settings) -> AsyncIterator[None]:
+    """Workers on exactly the queues `settings` names (from `isolated_queues`), until the block ends."""
+    async with AsyncExitStack() as stack:
+        for worker in build_workers(client, settings):
+            await stack.enter_async_context(worker)
+        yield
 
 
 async def terminate_running(client: Client, workflow_ids: Iterable[str]) -> None:

@@ -18,16 +18,17 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
-from isolated_workers import running_workers, terminate_running
+from isolated_workers import isolated_queues, running_workers, serving, terminate_running
 from prometheus_client import REGISTRY
 from store_fixtures import settings_with_own_bucket
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent_sre.alerts.receiver import ROLLOUT_LABEL, create_app
 from agent_sre.config import Settings
 from agent_sre.models.alert import Alert
+from agent_sre.models.incident import Incident
 from agent_sre.models.remediation import RemediationStatus
 from agent_sre.models.rollout import (
     AnalyzeStep,
@@ -43,6 +44,7 @@ from agent_sre.registry import Registry
 from agent_sre.rollout.client import ROLLOUT_WORKFLOW_ID, start_rollout
 from agent_sre.rollout.routing import read_table
 from agent_sre.stack.ports import pick_free_ports
+from agent_sre.policy.conversation import incident_message
 from agent_sre.temporal import connect
 
 TOKEN = "test-token-7f3a"
@@ -123,12 +125,15 @@ async def test_missing_or_wrong_token_is_401_and_starts_nothing(receiver: Receiv
     assert resp.status == 401
     assert resp.headers["WWW-Authenticate"].startswith("Bearer")
     assert "bearer token" in (await resp.json())["error"]
-    wf = f"incident-{body['alerts'][0]['labels']['namespace']}-"
-    assert not await exists(receiver.temporal, wf + _fingerprint(body["alerts"][0]))
+    assert not await exists(receiver.temporal, _workflow_id(body["alerts"][0]))
 
 
-def _fingerprint(a: dict[str, Any]) -> str:
-    return Alert.model_validate(a).stable_fingerprint()
+def _episode(a: dict[str, Any]) -> str:
+    return Alert.model_validate(a).episode_id()
+
+
+def _workflow_id(a: dict[str, Any]) -> str:
+    return f"incident-{a['labels']['namespace']}-{_episode(a)}"
 
 
 MALFORMED: dict[str, tuple[bytes, str]] = {
@@ -168,7 +173,7 @@ async def test_one_bad_alert_rejects_the_whole_delivery_before_anything_starts(r
     assert "alerts[1] (KubePodCrashLooping): alert KubePodCrashLooping has no 'namespace' label" in reply["error"]
     assert "alerts[2]" in reply["error"] and "namespace" in reply["error"]
     # The valid alert came first, and still nothing was started.
-    assert not await exists(receiver.temporal, f"incident-{good['labels']['namespace']}-{_fingerprint(good)}")
+    assert not await exists(receiver.temporal, _workflow_id(good))
 
 
 async def test_firing_starts_then_attaches_and_resolved_signals(receiver: Receiver) -> None:
@@ -179,7 +184,7 @@ async def test_firing_starts_then_attaches_and_resolved_signals(receiver: Receiv
     assert status == 200, reply
     [first] = reply["receipts"]
     assert first["handling"] == "started"
-    assert first["workflow_id"] == f"incident-{a['labels']['namespace']}-{_fingerprint(a)}"
+    assert first["workflow_id"] == _workflow_id(a)
     handle = receiver.temporal.get_workflow_handle(first["workflow_id"])
     desc = await handle.describe()
     assert desc.workflow_type == "IncidentRemediationWorkflow"
@@ -199,10 +204,10 @@ async def test_firing_starts_then_attaches_and_resolved_signals(receiver: Receiv
                                     "workflow_id": first["workflow_id"], "status": "resolved"}
     st = await _eventually(lambda: handle.query("status", result_type=RemediationStatus),
                            lambda s: s.alert_resolved)
-    assert st.incident_id == _fingerprint(a)
+    assert st.incident_id == _episode(a)
 
 
-async def test_each_alert_of_a_delivery_gets_its_own_remediation(receiver: Receiver) -> None:
+async def test_alerts_of_a_delivery_in_two_namespaces_are_two_incidents(receiver: Receiver) -> None:
     a, b = alert(), alert()
     status, reply = await receiver.post(webhook(a, b))
     assert status == 200, reply
@@ -212,12 +217,65 @@ async def test_each_alert_of_a_delivery_gets_its_own_remediation(receiver: Recei
         assert await exists(receiver.temporal, r["workflow_id"])
 
 
-async def test_resolved_alert_without_a_remediation_is_reported_not_running(receiver: Receiver) -> None:
-    a = alert(status="resolved")
-    status, reply = await receiver.post(webhook(a, status="resolved"))
+async def test_a_resent_firing_after_its_remediation_finished_starts_nothing(receiver: Receiver) -> None:
+    """Alertmanager re-sends a firing alert every repeat_interval: the remediation of that firing has run."""
+    a = alert()
+    status, reply = await receiver.post(webhook(a))
+    assert status == 200 and reply["receipts"][0]["handling"] == "started", reply
+    handle = receiver.temporal.get_workflow_handle(_workflow_id(a))
+    first_run = (await handle.describe()).run_id
+    await handle.terminate(reason="finished, as far as this test goes")
+
+    status, reply = await receiver.post(webhook(a))
     assert status == 200, reply
-    assert reply["receipts"][0]["handling"] == "not_running"
-    assert not await exists(receiver.temporal, reply["receipts"][0]["workflow_id"])
+    [again] = reply["receipts"]
+    assert again == {**again, "handling": "finished", "workflow_id": _workflow_id(a)}
+    assert "a new firing (a new startsAt) starts a new one" in again["detail"]
+    described = await handle.describe()
+    assert (described.run_id, described.status) == (first_run, WorkflowExecutionStatus.TERMINATED)
+
+
+async def test_a_new_firing_of_the_same_alert_starts_a_new_remediation(receiver: Receiver) -> None:
+    a = alert()
+    status, reply = await receiver.post(webhook(a))
+    assert status == 200 and reply["receipts"][0]["handling"] == "started", reply
+    refired = {**a, "startsAt": "2025-01-01T06:00:00Z"}  # resolved in between; Alertmanager's new episode
+    status, reply = await receiver.post(webhook(refired))
+    assert status == 200, reply
+    assert reply["receipts"][0]["handling"] == "started"
+    assert reply["receipts"][0]["workflow_id"] == _workflow_id(refired) != _workflow_id(a)
+    assert await exists(receiver.temporal, _workflow_id(a)) and await exists(receiver.temporal, _workflow_id(refired))
+
+
+async def test_a_group_is_one_incident_and_a_later_delivery_attaches_its_new_alert(receiver: Receiver) -> None:
+    """Three alerts of one group (one database down) are one incident, led by the first to fire; the group's next
+    delivery, with a fourth alert, reaches that incident. No worker serves it until both deliveries are in, so it
+    is still running when the second comes (in this test's cluster its namespace does not exist: it would fail)."""
+    namespace = f"alerts-{uuid.uuid4().hex[:8]}"
+    db = {**alert(namespace, alertname="PostgresDown", service="postgres"), "startsAt": "2024-12-31T23:58:00Z"}
+    errors = [alert(namespace, alertname="HighErrorRate", service=s) for s in ("cart", "checkout")]
+    late = alert(namespace, alertname="HighErrorRate", service="payment")
+    unserved = isolated_queues(receiver.settings)
+    async with TestClient(TestServer(create_app(receiver.temporal, unserved, TOKEN))) as http:
+        group = Receiver(http, receiver.temporal, unserved)
+        try:
+            status, reply = await group.post(webhook(*errors, db))
+            assert status == 200, reply
+            assert {r["workflow_id"] for r in reply["receipts"]} == {_workflow_id(db)}
+            assert [r["handling"] for r in reply["receipts"]] == ["started"] * 3
+            status, reply = await group.post(webhook(*errors, db, late))
+            assert status == 200, reply
+            assert {r["workflow_id"] for r in reply["receipts"]} == {_workflow_id(db)}
+            assert [r["handling"] for r in reply["receipts"]] == ["attached"] * 4
+            async with serving(receiver.temporal, unserved):
+                handle = receiver.temporal.get_workflow_handle(_workflow_id(db))
+                incident = await handle.query("incident", result_type=Incident)
+        finally:
+            await terminate_running(receiver.temporal, group.started)
+    assert incident.id == _episode(db) and incident.alert is not None and incident.alert.labels["service"] == "postgres"
+    services = [a.labels["service"] for a in incident.alerts]  # the group's by when they fired, then the newcomer
+    assert services[0] == "postgres" and set(services[1:3]) == {"cart", "checkout"} and services[3] == "payment"
+    assert "4 alerts of one group" in incident_message(incident)
 
 
 HOUR = timedelta(hours=1)
@@ -366,7 +424,7 @@ async def test_an_alert_outside_the_allowed_namespaces_is_acknowledged_and_not_a
     refused, started = reply["receipts"]
     assert refused["handling"] == "out_of_scope" and refused["code"] == 403
     assert "namespace 'kube-system' is outside the agent's scope" in refused["detail"]
-    assert not await exists(receiver.temporal, f"incident-kube-system-{_fingerprint(system)}")
+    assert not await exists(receiver.temporal, _workflow_id(system))
     assert started["handling"] == "started"
     assert received("firing", "out_of_scope") == before + 1
 
@@ -380,12 +438,12 @@ async def test_a_delivery_of_300_alerts_starts_at_most_the_cap(receiver: Receive
     async with TestClient(TestServer(create_app(receiver.temporal, settings, TOKEN))) as http:
         capped = Receiver(http, receiver.temporal, settings)
         try:
-            status, reply = await capped.post(webhook(*(alert(namespace, pod=f"cart-{i}") for i in range(300))))
+            status, reply = await capped.post(webhook(*(alert(f"{namespace}-{i}") for i in range(300))))
             assert status == 200
             handled = [r["handling"] for r in reply["receipts"]]
             assert handled.count("started") == 3 and handled.count("rate_limited") == 297
             assert "AGENT_SRE_ALERTS_MAX_STARTS_PER_DELIVERY" in reply["receipts"][-1]["detail"]
-            status, reply = await capped.post(webhook(alert(namespace, pod="late-1"), alert(namespace, pod="late-2")))
+            status, reply = await capped.post(webhook(alert(f"{namespace}-late-1"), alert(f"{namespace}-late-2")))
             assert [r["handling"] for r in reply["receipts"]] == ["started", "rate_limited"]
             assert "AGENT_SRE_ALERTS_MAX_STARTS_PER_MINUTE" in reply["receipts"][1]["detail"]
         finally:

@@ -3,8 +3,9 @@
 A workflow resumes by replaying its history: after a worker restart, on another worker, after a deploy. Code that
 no longer makes the commands its history recorded fails that replay, and every remediation in flight would stall.
 tests/histories/ holds one episode as it ran (the runbook policy, tool execution `local`, a 2 s settle window):
-SimulatedIncidentWorkflow and its child IncidentRemediationWorkflow. These tests replay both with `Replayer`, no
-server involved.
+SimulatedIncidentWorkflow and its child IncidentRemediationWorkflow; and, recorded later, the NamespaceLockWorkflow
+that lent its namespace to such a remediation's write (still running: it waits for the next request). These tests
+replay each with `Replayer`, no server involved.
 
 When a replay fails, the change alters what the workflow does at some point of its history:
 
@@ -16,8 +17,9 @@ When a replay fails, the change alters what the workflow does at some point of i
 
       .venv/bin/python tests/test_replay.py
 
-  which runs one episode on a throwaway embedded stack and rewrites tests/histories/. Commit the new files with
-  the change, saying why the old histories no longer apply.
+  which runs one episode on a throwaway embedded stack and rewrites tests/histories/ (or only the histories of
+  the workflow types named after it). Commit the new files with the change, saying why the old histories no
+  longer apply.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 import tempfile
 import uuid
 from contextlib import AsyncExitStack
@@ -39,17 +42,21 @@ from temporalio.worker import Replayer
 from agent_sre import stack
 from agent_sre.config import get_settings
 from agent_sre.episodes import run_episode
+from agent_sre.models.lock import lock_id
 from agent_sre.models.remediation import PolicyRef, RemediationRequest
+from agent_sre.models.trajectory import Trajectory
 from agent_sre.scenarios import load_scenarios
 from agent_sre.stack.isolated import isolated_env
 from agent_sre.temporal import connect
 from agent_sre.workers.main import build_workers
 from agent_sre.workflows.incident import IncidentRemediationWorkflow
+from agent_sre.workflows.lock import NamespaceLockWorkflow
 from agent_sre.workflows.simulated import SimulatedIncidentWorkflow
 
 HISTORIES = Path(__file__).with_name("histories")
 RECORDED = {"SimulatedIncidentWorkflow": HISTORIES / "simulated-incident.json",
-            "IncidentRemediationWorkflow": HISTORIES / "incident-remediation.json"}
+            "IncidentRemediationWorkflow": HISTORIES / "incident-remediation.json",
+            "NamespaceLockWorkflow": HISTORIES / "namespace-lock.json"}
 SCENARIO_FAULT = "bad_image"
 
 
@@ -67,7 +74,8 @@ def replayer(*workflows: type) -> Replayer:
 async def test_recorded_history_replays_on_the_current_code(workflow_type: str) -> None:
     history = recorded(workflow_type)
     assert history.events[0].workflow_execution_started_event_attributes.workflow_type.name == workflow_type
-    await replayer(IncidentRemediationWorkflow, SimulatedIncidentWorkflow).replay_workflow(history)  # raises if not
+    await replayer(IncidentRemediationWorkflow, SimulatedIncidentWorkflow, NamespaceLockWorkflow).replay_workflow(
+        history)  # raises if not
 
 
 @workflow.defn(name="IncidentRemediationWorkflow", sandboxed=False)
@@ -84,8 +92,8 @@ async def test_a_workflow_that_acts_differently_fails_to_replay() -> None:
         await replayer(RemediationThatSkipsItsWork).replay_workflow(recorded("IncidentRemediationWorkflow"))
 
 
-async def record(directory: Path) -> None:
-    """Run one episode on a throwaway embedded stack and write its histories to `directory`."""
+async def record(directory: Path, workflow_types: list[str]) -> None:
+    """Run one episode on a throwaway embedded stack and write the histories of `workflow_types` to `directory`."""
     with tempfile.TemporaryDirectory() as data_dir:
         os.environ.update(isolated_env(Path(data_dir)))
         get_settings.cache_clear()
@@ -99,8 +107,12 @@ async def record(directory: Path) -> None:
                 scenario = next(s for s in load_scenarios() if s.fault == SCENARIO_FAULT)
                 episode_id = f"replay-{uuid.uuid4().hex[:8]}"
                 result = await run_episode(client, settings, scenario, PolicyRef(name="runbook"), episode_id)
-            for workflow_type, workflow_id in (("SimulatedIncidentWorkflow", episode_id),
-                                               ("IncidentRemediationWorkflow", result.outcome.workflow_id)):
+                remediation = client.get_workflow_handle(result.outcome.workflow_id)
+                incident = (await remediation.query("trajectory", result_type=Trajectory)).incident
+            recorded_ids = {"SimulatedIncidentWorkflow": episode_id, "IncidentRemediationWorkflow": remediation.id,
+                            "NamespaceLockWorkflow": lock_id(incident.namespace, incident.kubeconfig)}
+            for workflow_type in workflow_types:
+                workflow_id = recorded_ids[workflow_type]
                 history = await client.get_workflow_handle(workflow_id).fetch_history()
                 path = directory / RECORDED[workflow_type].name
                 saved = {"workflow_id": workflow_id, "history": json.loads(history.to_json())}
@@ -112,4 +124,4 @@ async def record(directory: Path) -> None:
 
 if __name__ == "__main__":
     HISTORIES.mkdir(exist_ok=True)
-    asyncio.run(record(HISTORIES))
+    asyncio.run(record(HISTORIES, sys.argv[1:] or sorted(RECORDED)))

@@ -1,9 +1,11 @@
 """Alertmanager webhook receiver (`agent-sre alerts serve`): firing alerts start remediations, resolved ones
 signal them, and alerts labelled `agent_sre_rollout` roll the running model rollout back.
 
-Every alert of a delivery is validated before any workflow starts, so a bad delivery starts nothing. Alertmanager
-retries a delivery that got a 5xx; because a remediation's workflow id derives from the alert's fingerprint, a
-redelivery attaches to the workflows the first attempt started instead of starting them twice.
+A delivery is one Alertmanager group (`groupKey`): its alerts in one namespace are one incident, named after the
+firing episode (fingerprint and `startsAt`) of the first of them to fire. So a re-sent notification, a retried
+delivery, or the same group with one alert more, names the incident already there: a running one gets the
+alerts, a finished one is acknowledged (`finished`) and nothing starts. Every alert of a delivery is validated
+before any workflow starts, so a bad delivery starts nothing.
 
 An alert whose namespace is outside `AGENT_SRE_ALLOWED_NAMESPACES`, or one beyond the remediations a delivery
 (`alerts_max_starts_per_delivery`) or a minute (`alerts_max_starts_per_minute`) may start, is acknowledged and
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -31,7 +34,7 @@ from agent_sre.models.incident import Incident
 from agent_sre.models.rollout import FINISHED, RolloutStatus
 from agent_sre.rollout.client import ROLLOUT_WORKFLOW_ID
 from agent_sre.scope import out_of_scope
-from agent_sre.temporal import connect, signal_alert_resolved, start_incident
+from agent_sre.temporal import StartHandling, connect, signal_alert_resolved, start_incident
 from agent_sre.validation import explain
 
 log = logging.getLogger(__name__)
@@ -84,42 +87,57 @@ async def receive_alerts(request: web.Request) -> web.Response:
         return _reply(WebhookReply(error=f"malformed Alertmanager webhook, nothing was started: {_reason(e)}"), 400)
 
     client, settings = request.app[CLIENT], request.app[SETTINGS]
-    reply = WebhookReply()
     starts = DeliveryStarts(request.app[STARTS], settings.alerts_max_starts_per_delivery)
+    receipts: dict[int, AlertReceipt] = {}
+    error = None
     try:
-        for alert, incident in plan:
-            receipt = await handle_alert(client, settings, alert, incident, starts)
-            ALERTS_RECEIVED.labels(alert.status, receipt.handling).inc()
-            reply.receipts.append(receipt)
+        for unit in plan:
+            handled = await handle_unit(client, settings, unit, starts)
+            for i, receipt in zip(unit.positions, handled, strict=True):
+                ALERTS_RECEIVED.labels(receipt.status, receipt.handling).inc()
+                receipts[i] = receipt
     except Exception as e:  # Temporal unreachable or refusing: ask Alertmanager to retry the whole delivery
         log.exception("could not hand alerts to Temporal")
-        reply.error = f"Temporal did not accept the alerts ({type(e).__name__}: {e}); Alertmanager will retry"
-        return _reply(reply, 503)
-    return _reply(reply, 200)
+        error = f"Temporal did not accept the alerts ({type(e).__name__}: {e}); Alertmanager will retry"
+    reply = WebhookReply(receipts=[receipts[i] for i in sorted(receipts)], error=error)
+    return _reply(reply, 200 if error is None else 503)
 
 
-def plan_delivery(webhook: AlertmanagerWebhook) -> list[tuple[Alert, Incident | None]]:
-    """Each alert with the incident it becomes (None: a rollout alert, which signals the rollout instead).
+@dataclass(frozen=True)
+class Unit:
+    """What one delivery's alerts become: a rollout alert alone (`incident` None), or an incident of the
+    delivery's alerts in one namespace. `positions`: where its alerts are in the delivery."""
+
+    positions: list[int]
+    alerts: list[Alert]
+    incident: Incident | None
+
+
+def plan_delivery(webhook: AlertmanagerWebhook) -> list[Unit]:
+    """The delivery's units, in the order of their first alerts.
 
     Raises ValueError naming every alert that cannot become an incident (or names no rollout), before anything
     has been started.
     """
-    plan: list[tuple[Alert, Incident | None]] = []
+    rollouts: list[Unit] = []
+    by_namespace: dict[str, list[tuple[int, Alert]]] = {}
     problems: list[str] = []
     for i, alert in enumerate(webhook.alerts):
         if ROLLOUT_LABEL in alert.labels:
             if not alert.labels[ROLLOUT_LABEL].strip():
                 problems.append(f"alerts[{i}] ({alert.labels.get('alertname', '?')}): label {ROLLOUT_LABEL} is "
                                 f"empty; use '{ANY_ROLLOUT}' or the candidate version (or rollout id) it is about")
-            plan.append((alert, None))
+            rollouts.append(Unit([i], [alert], None))
             continue
         try:
-            plan.append((alert, Incident.from_alert(alert)))
+            by_namespace.setdefault(Incident.from_alert(alert).namespace, []).append((i, alert))
         except ValueError as e:
             problems.append(f"alerts[{i}] ({alert.labels.get('alertname', '?')}): {_reason(e)}")
     if problems:
         raise ValueError("; ".join(problems))
-    return plan
+    incidents = [Unit([i for i, _ in group], [a for _, a in group], Incident.from_alerts([a for _, a in group]))
+                 for group in by_namespace.values()]
+    return sorted(rollouts + incidents, key=lambda unit: unit.positions[0])
 
 
 class DeliveryStarts:
@@ -143,24 +161,38 @@ class DeliveryStarts:
         self.bucket.give_back()
 
 
-async def handle_alert(client: Client, settings: Settings, alert: Alert, incident: Incident | None,
-                       starts: DeliveryStarts) -> AlertReceipt:
+async def handle_unit(client: Client, settings: Settings, unit: Unit, starts: DeliveryStarts) -> list[AlertReceipt]:
+    """A receipt for each alert of the unit, in its order."""
+    incident = unit.incident
     if incident is None:
-        return await roll_back_rollout(client, alert)
+        return [await roll_back_rollout(client, alert) for alert in unit.alerts]
     if (why := out_of_scope(incident.namespace, settings)) is not None:
-        return _not_acted_on(alert, "out_of_scope", 403, f"{why}; not acted on")
+        return [_not_acted_on(alert, "out_of_scope", 403, f"{why}; not acted on") for alert in unit.alerts]
+    if all(alert.status == "resolved" for alert in unit.alerts):
+        workflow_id = await signal_alert_resolved(client, incident)
+        if workflow_id is None:
+            return [_receipt(alert, "not_running", workflow_id=incident.workflow_id,
+                             detail="no remediation is running for this alert") for alert in unit.alerts]
+        return [_receipt(alert, "signalled", workflow_id=workflow_id) for alert in unit.alerts]
+    if (why := starts.take()) is not None:
+        return [_not_acted_on(alert, "rate_limited", 429, f"{why}; not acted on (Alertmanager resends it)")
+                for alert in unit.alerts]
+    started = await start_incident(client, incident, settings=settings)
+    if started.attached:
+        starts.give_back()
+    detail = FINISHED_DETAIL if started.handling == "finished" else ""
+    return [_receipt(alert, _handling(alert, started.handling), workflow_id=started.workflow_id, detail=detail)
+            for alert in unit.alerts]
+
+
+FINISHED_DETAIL = "the remediation of this firing has finished; a new firing (a new startsAt) starts a new one"
+
+
+def _handling(alert: Alert, started: StartHandling) -> AlertHandling:
+    """A resolved alert among firing ones was handed to the incident with them: signalled, if it runs."""
     if alert.status == "firing":
-        if (why := starts.take()) is not None:
-            return _not_acted_on(alert, "rate_limited", 429, f"{why}; not acted on (Alertmanager resends it)")
-        started = await start_incident(client, incident, settings=settings)
-        if started.attached:
-            starts.give_back()
-        return _receipt(alert, "attached" if started.attached else "started", workflow_id=started.workflow_id)
-    workflow_id = await signal_alert_resolved(client, alert)
-    if workflow_id is None:
-        return _receipt(alert, "not_running", workflow_id=incident.workflow_id,
-                        detail="no remediation is running for this alert")
-    return _receipt(alert, "signalled", workflow_id=workflow_id)
+        return started
+    return "not_running" if started == "finished" else "signalled"
 
 
 async def roll_back_rollout(client: Client, alert: Alert) -> AlertReceipt:

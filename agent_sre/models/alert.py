@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,6 +27,21 @@ class Alert(BaseModel):
         canon = ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
         return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
+    def episode_id(self) -> str:
+        """One firing of this alert: its fingerprint and `startsAt`. Alertmanager re-sends a firing alert (every
+        `repeat_interval`, and when a delivery is retried) with the same `startsAt`; a new firing after `resolved`
+        has a new one. Without `startsAt` the fingerprint alone."""
+        if self.startsAt is None:
+            return self.stable_fingerprint()
+        at = self.startsAt.astimezone(UTC) if self.startsAt.tzinfo else self.startsAt
+        fraction = f".{at.microsecond:06d}" if at.microsecond else ""
+        return f"{self.stable_fingerprint()}-{at:%Y%m%dT%H%M%S}{fraction}Z"
+
+    def first_key(self) -> tuple[datetime, str]:
+        """Orders a group's alerts: the first to fire leads it (its episode names the incident)."""
+        at = self.startsAt or datetime.min.replace(tzinfo=UTC)
+        return (at if at.tzinfo else at.replace(tzinfo=UTC)), self.stable_fingerprint()
+
 
 class AlertmanagerWebhook(BaseModel):
     """The body Alertmanager POSTs to a webhook receiver."""
@@ -45,7 +60,7 @@ class AlertmanagerWebhook(BaseModel):
     alerts: list[Alert] = Field(min_length=1)
 
 
-AlertHandling = Literal["started", "attached", "signalled", "not_running", "rollback_signalled", "no_rollout_running",
+AlertHandling = Literal["started", "attached", "finished", "signalled", "not_running", "rollback_signalled", "no_rollout_running",
                         "ignored", "out_of_scope", "rate_limited"]
 
 

@@ -14,6 +14,7 @@ from agent_sre.models.tools import Risk
 
 IncidentSource = Literal["alertmanager", "sdk", "cli", "user_report", "simulation"]
 MAX_WORKFLOW_ID = 1000  # the Temporal server's limit.maxIDLength, by default
+LEASE_MARGIN_S = 120.0  # a lease's time beyond the incident's limits: its observation, retried activities
 
 
 class RemediationLimits(BaseModel):
@@ -29,14 +30,27 @@ class RemediationLimits(BaseModel):
         default="human", description="who approves a write the rules judge high-risk (agent_sre.tools.write_rules): "
                                      "a human, as approval_risk's writes are, or nobody (simulated incidents, "
                                      "AGENT_SRE_AUTO_APPROVE_NAMESPACES); a forbidden write never runs")
+    namespace_lease_s: float | None = Field(
+        default=None, gt=0, description="how long the incident may hold its namespace's write lease before the lock "
+                                        "takes it back; None: as long as the incident may act, wait and settle")
+
+    @property
+    def namespace_lease_seconds(self) -> float:
+        """A live holder releases long before this; a dead one (terminated) blocks the namespace this long."""
+        if self.namespace_lease_s is not None:
+            return self.namespace_lease_s
+        return self.deadline_s + self.approval_timeout_s + self.settle_s + LEASE_MARGIN_S
 
 
 class Incident(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(default="", description="stable identity; derived from the alert fingerprint when empty")
+    id: str = Field(default="", description="stable identity; derived from the alert's firing episode (fingerprint "
+                                            "and startsAt, `Alert.episode_id`) when empty")
     source: IncidentSource = "sdk"
-    alert: Alert | None = None
+    alert: Alert | None = Field(default=None, description="the alert that leads `alerts`: the first to fire")
+    alerts: list[Alert] = Field(default_factory=list, description="every alert of the Alertmanager group this "
+                                "incident answers, `alert` first; empty (older incidents): `alert` alone")
     report: str | None = Field(default=None, max_length=4000, description="a user's own words")
     namespace: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
     service: str | None = None
@@ -52,11 +66,13 @@ class Incident(BaseModel):
 
     @model_validator(mode="after")
     def _identity(self) -> Incident:
+        if self.alert is None and self.alerts:
+            self.alert = self.alerts[0]
         if self.alert is None and not self.report:
             raise ValueError("an incident needs an alert or a report")
         if not self.id:
             if self.alert is not None:
-                self.id = self.alert.stable_fingerprint()
+                self.id = self.alert.episode_id()
             else:
                 self.id = hashlib.sha256(f"{self.namespace}\n{self.report}".encode()).hexdigest()[:16]
         if len(self.workflow_id) > MAX_WORKFLOW_ID:
@@ -68,8 +84,19 @@ class Incident(BaseModel):
 
     @property
     def workflow_id(self) -> str:
-        """One remediation per alert identity: a repeated firing attaches to the running workflow."""
+        """One remediation per firing episode: a re-sent alert attaches to the workflow of its episode."""
         return f"incident-{self.namespace}-{self.id}"
+
+    @property
+    def all_alerts(self) -> list[Alert]:
+        return self.alerts or ([self.alert] if self.alert is not None else [])
+
+    def with_alerts(self, alerts: list[Alert]) -> Incident:
+        """The incident with the latest version of each alert (by fingerprint), new ones appended; `alert` and the
+        identity stay: the incident is the one its first alert started."""
+        latest = {a.stable_fingerprint(): a for a in (*self.all_alerts, *alerts)}
+        return self.model_copy(update={"alerts": list(latest.values()),
+                                       "alert": latest[self.alert.stable_fingerprint()] if self.alert else None})
 
     @property
     def fault_class(self) -> str:
@@ -81,3 +108,11 @@ class Incident(BaseModel):
         if not namespace:
             raise ValueError(f"alert {alert.labels.get('alertname', '?')} has no 'namespace' label")
         return cls(source=source, alert=alert, namespace=namespace, **kw)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_alerts(cls, alerts: list[Alert], source: IncidentSource = "alertmanager", **kw: object) -> Incident:
+        """One incident for the alerts of one Alertmanager group in one namespace: led, and named, by the first to
+        fire, so that every delivery of the group while that alert fires names the same incident."""
+        ordered = sorted(alerts, key=Alert.first_key)
+        incident = cls.from_alert(ordered[0], source, **kw)
+        return incident.model_copy(update={"alerts": ordered}) if len(ordered) > 1 else incident

@@ -13,6 +13,9 @@ from agent_sre.models.tools import ToolCall, WriteAssessment
 from agent_sre.models.trajectory import Termination, Trajectory
 from agent_sre.models.verdict import HealthSnapshot
 
+# The incident workflow's signals from outside Python (`alerts serve` does not import the workflow): their names.
+ALERTS_FIRED = "alerts_fired"
+ALERT_RESOLVED = "alert_resolved"
 PolicyName = Literal["runbook", "expert", "scripted", "llm"]
 ToolExecution = Literal["queue", "local"]
 
@@ -50,8 +53,8 @@ class RemediationRequest(BaseModel):
                                                          "(chat, paging); None: the escalation is only recorded")
 
 
-Phase = Literal["routing", "investigating", "awaiting_approval", "settling", "observing", "rewarding",
-                "awaiting_feedback", "storing", "done"]
+Phase = Literal["routing", "investigating", "awaiting_approval", "awaiting_lease", "settling", "observing",
+                "rewarding", "awaiting_feedback", "storing", "done"]
 
 
 class RemediationStatus(BaseModel):

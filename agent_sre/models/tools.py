@@ -282,6 +282,8 @@ class ToolResult(BaseModel):
     duration_ms: float = 0.0
     needs_approval: WriteAssessment | None = Field(
         default=None, description="a write the rules judged high-risk, not sent: it runs once re-invoked approved")
+    stale: bool = Field(default=False, description="a write not sent: another remediation wrote to the namespace "
+                                                   "since the agent read it, so what it read before is stale")
 
 
 class ToolInvocation(BaseModel):

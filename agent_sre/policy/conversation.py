@@ -16,6 +16,7 @@ from typing import get_args
 
 from pydantic import ValidationError
 
+from agent_sre.models.alert import Alert
 from agent_sre.models.incident import Incident
 from agent_sre.models.policy import ChatMessage
 from agent_sre.models.tools import TOOL_SPECS, ReadableKind, ToolCall
@@ -66,16 +67,26 @@ UNREAD_ANNOTATIONS = frozenset({"runbook_url", "dashboard_url"})
 
 
 def incident_message(incident: Incident) -> str:
+    """The user turn. An incident of several alerts (one Alertmanager group) lists each, numbered; one alert reads
+    as it always has, the prompt the models were trained on."""
     parts = [f"Namespace: {incident.namespace}"]
-    if incident.alert is not None:
-        labels = incident.alert.labels
-        parts.append(f"Alert: {labels.get('alertname', 'unnamed')} ({incident.alert.status})")
-        parts.append("Labels: " + ", ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "alertname"))
-        parts.extend(f"{k.capitalize()}: {v}" for k, v in sorted(incident.alert.annotations.items())
-                     if k not in UNREAD_ANNOTATIONS)
+    alerts = incident.all_alerts
+    if len(alerts) == 1:
+        parts.extend(alert_lines(alerts[0]))
+    elif alerts:
+        parts.append(f"{len(alerts)} alerts of one group, likely one root cause:")
+        for i, alert in enumerate(alerts, 1):
+            parts.extend(f"[{i}] {line}" for line in alert_lines(alert))
     if incident.report:
         parts.append(f"User report: {incident.report}")
     return "\n".join(parts)
+
+
+def alert_lines(alert: Alert) -> list[str]:
+    labels = alert.labels
+    return [f"Alert: {labels.get('alertname', 'unnamed')} ({alert.status})",
+            "Labels: " + ", ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "alertname"),
+            *(f"{k.capitalize()}: {v}" for k, v in sorted(alert.annotations.items()) if k not in UNREAD_ANNOTATIONS)]
 
 
 def pending_messages(trajectory: Trajectory) -> list[ChatMessage]:

@@ -58,6 +58,13 @@ class Evidence:
         return next((out for c, out in self.reads if c.tool == tool and c.args == args), "")
 
 
+def fresh(steps: list[Step]) -> list[Step]:
+    """The steps since the namespace last changed under the agent (a write of it found stale, `ToolResult.stale`):
+    the runbook reads again from there, as an engineer would after another one's fix."""
+    last = max((i for i, s in enumerate(steps) if s.result is not None and s.result.stale), default=-1)
+    return steps[last + 1:]
+
+
 class Remedy(NamedTuple):
     """The runbook's fix and, in words, the fault it answers: the diagnosis the episode ends with."""
 
@@ -67,16 +74,20 @@ class Remedy(NamedTuple):
 
 class RunbookPolicy(ActionPolicy):
     def choose(self, ref: PolicyRef, trajectory: Trajectory) -> ToolCall:
-        ev = Evidence.of(trajectory.steps)
+        steps = fresh(trajectory.steps)
+        ev = Evidence.of(steps)
         service = trajectory.incident.service
         for call in self._investigation(ev, service):
             if not ev.did(call.tool, **call.args):
                 return call
-        writes = [s for s in trajectory.steps if s.action is not None and TOOL_SPECS[s.action.tool].write]
+        writes = [s for s in steps if s.action is not None and TOOL_SPECS[s.action.tool].write]
         if fixes := [s.action for s in writes if s.action is not None and s.result is not None and s.result.ok]:
             return self._after_fix(trajectory, ev, service, fixes[-1])
         if writes:
             return self._hand_over(trajectory, writes[-1], service)
+        if len(steps) < len(trajectory.steps) and _worst_pod(ev.output("list_pods"), service) is None:
+            return _finish("no fault left: another remediation of the namespace fixed it meanwhile",
+                           "read the namespace again after another remediation's write; nothing is unhealthy")
         remedy = self._remediation(ev, service)
         return remedy.call if remedy is not None else _finish(
             "no fault found", "no actionable fault found; likely a false alarm")
@@ -112,7 +123,8 @@ class RunbookPolicy(ActionPolicy):
 
     def _diagnosis(self, trajectory: Trajectory, service: str | None, fix: ToolCall) -> str:
         """The fault the fix answered, in words: the remediation rules re-read on what was known before it."""
-        before = trajectory.steps[:next(i for i, s in enumerate(trajectory.steps) if s.action == fix)]
+        steps = fresh(trajectory.steps)
+        before = steps[:next(i for i, s in enumerate(steps) if s.action == fix)]
         remedy = self._remediation(Evidence.of(before), service)
         return remedy.diagnosis if remedy is not None and remedy.call == fix else f"{fix.tool} {fix.args}"
 

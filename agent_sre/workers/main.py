@@ -19,13 +19,14 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from agent_sre.activities import (escalation, learning, observer, policy, rewards, rollout, routing, simulation,
-                                  tools, training, trajectories)
+from agent_sre.activities import (escalation, learning, locks, observer, policy, rewards, rollout, routing,
+                                  simulation, tools, training, trajectories)
 from agent_sre.config import Settings
 from agent_sre.redaction import install_log_redaction
 from agent_sre.workers.signals import SignalArgumentsInterceptor
 from agent_sre.workflows.incident import IncidentRemediationWorkflow
 from agent_sre.workflows.learning import ContinuousLearningWorkflow
+from agent_sre.workflows.lock import NamespaceLockWorkflow
 from agent_sre.workflows.rollout import ModelRolloutWorkflow
 from agent_sre.workflows.simulated import SimulatedIncidentWorkflow
 from agent_sre.workflows.training import TrainingCycleWorkflow
@@ -44,9 +45,10 @@ def queue_contents(settings: Settings) -> dict[str, tuple[list[type], list[Calla
     cluster: list[Callable[..., Any]] = [tools.run_tool, observer.snapshot_cluster, observer.observe,
                                          simulation.create_and_inject, simulation.delete_environment]
     return _merged([
-        (settings.queue_agent, [IncidentRemediationWorkflow, SimulatedIncidentWorkflow, ModelRolloutWorkflow],
+        (settings.queue_agent, [IncidentRemediationWorkflow, SimulatedIncidentWorkflow, ModelRolloutWorkflow,
+                                NamespaceLockWorkflow],
                                [routing.route_model, rewards.compute_reward, trajectories.store_trajectory,
-                                escalation.notify_escalation,
+                                escalation.notify_escalation, locks.request_lease,
                                 policy.decide_next_action, *cluster,
                                 rollout.update_stages, rollout.set_routing, rollout.analyze_rollout,
                                 rollout.check_guardrails, rollout.record_rollback, rollout.notify_rollback]),

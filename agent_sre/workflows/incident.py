@@ -17,18 +17,22 @@ tests/test_replay.py replays recorded histories of both against the current code
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, FailureError
 
-from agent_sre.activities import escalation, observer, policy, rewards, routing, tools, trajectories
+from agent_sre.activities import escalation, locks, observer, policy, rewards, routing, tools, trajectories
+from agent_sre.models.alert import Alert
 from agent_sre.models.incident import Incident
+from agent_sre.models.lock import LEASE_GRANTED, AcquireRequest, LeaseGrant, LeaseRequest, lock_id
 from agent_sre.models.policy import ChatMessage, PolicyDecision
 from agent_sre.models.remediation import (
+    ALERTS_FIRED,
     ApprovalDecision,
     IncidentOutcome,
     ObserveRequest,
@@ -46,6 +50,7 @@ from agent_sre.models.trajectory import Step, Termination, Trajectory
 from agent_sre.outcome import escalation_notice, incident_outcome
 from agent_sre.webhooks import NOTIFY_RETRY
 from agent_sre.workflows import BAD_INPUT
+from agent_sre.workflows.lock import NamespaceLockWorkflow
 
 FAULT_CLASS = SearchAttributeKey.for_keyword("FaultClass")
 SERVICE = SearchAttributeKey.for_keyword("Service")
@@ -56,6 +61,9 @@ ENDING = SearchAttributeKey.for_keyword("Ending")  # how the agent stopped: "esc
 QUICK = timedelta(seconds=30)
 # A write the rules judge high-risk waits for a human and runs again approved (histories before it never did).
 WRITE_ASSESSMENT_PATCH = "write-assessment"
+# An incident holds its namespace's lease (NamespaceLockWorkflow) from its first write until it has observed the
+# outcome (histories before it wrote without one).
+NAMESPACE_LEASE_PATCH = "namespace-lease"
 RULE_BASED_POLICIES = frozenset({"runbook", "expert", "scripted"})
 STORE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
                           maximum_interval=timedelta(minutes=2))  # unlimited attempts: the trajectory must land
@@ -106,10 +114,19 @@ class IncidentRemediationWorkflow:
         self._feedback_open = False
         self._outcome: str | None = None
         self._escalation: str | None = None
+        self._lock_id: str | None = None  # the namespace lock asked for a lease, until released
+        self._lease: LeaseGrant | None = None
 
     # --- the state machine ------------------------------------------------------------------------------------
     @workflow.run
     async def run(self, request: RemediationRequest) -> IncidentOutcome:
+        try:
+            return await self._remediate(request)
+        except (Exception, asyncio.CancelledError):  # failed or cancelled (not evicted from a worker's cache): the
+            await self._release_namespace()  # next remediation of the namespace need not wait for the lease to run out
+            raise
+
+    async def _remediate(self, request: RemediationRequest) -> IncidentOutcome:
         incident = request.incident
         info = workflow.info()
         policy_ref = request.policy
@@ -127,7 +144,7 @@ class IncidentRemediationWorkflow:
             baseline = await near_cluster(self._queues, observer.snapshot_cluster, incident)
 
         self._trajectory = trajectory = Trajectory(
-            incident=incident, workflow_id=info.workflow_id, run_id=info.run_id, policy=policy_ref.name,
+            incident=self._incident, workflow_id=info.workflow_id, run_id=info.run_id, policy=policy_ref.name,
             model_version=policy_ref.version, started_at=workflow.now())
         trajectory.termination = await self._investigate(policy_ref, trajectory)
         trajectory.mitigated_at = workflow.now()
@@ -143,6 +160,7 @@ class IncidentRemediationWorkflow:
                                                     termination=trajectory.termination,
                                                     writes=len(trajectory.writes)))
         trajectory.verdict, self._outcome = verdict, verdict.outcome
+        await self._release_namespace()  # the fix is observed: the next writer reads a settled namespace
         workflow.upsert_search_attributes([OUTCOME.value_set(verdict.outcome),  # one event, as above
                                            ENDING.value_set(trajectory.termination)])
 
@@ -224,6 +242,9 @@ class IncidentRemediationWorkflow:
         """Run the step's tool call; a write held for approval (`needs_approval`) runs again once a human approves
         it, under a key of its own. A human who approved the call at `approval_risk` has approved its writes."""
         spec = TOOL_SPECS.get(action.tool)
+        if spec is not None and spec.write and workflow.patched(NAMESPACE_LEASE_PATCH):
+            if (stale := await self._hold_namespace(incident)) is not None:
+                return ToolResult(tool=action.tool, ok=False, stale=True, output=stale)
         limits = incident.limits
         threshold = limits.approval_risk
         approved = limits.approve_high_risk == "auto"
@@ -281,6 +302,52 @@ class IncidentRemediationWorkflow:
             return f"rejected by {self._approval.by or 'a human'}: {self._approval.reason or 'no reason given'}"
         return None
 
+    async def _hold_namespace(self, incident: Incident) -> str | None:
+        """Hold the namespace's lease before the first write, waiting behind other remediations of the namespace.
+
+        Returns why this write must not run: another remediation wrote to the namespace since this one began
+        reading it (its fix may have cured this incident too, or changed what is to be fixed: a second rollback
+        undoes the first, a second memory bump doubles it), or the namespace stayed busy. The agent reads again and
+        decides anew; its next write runs under the lease it now holds.
+        """
+        if self._lease is not None:
+            return None
+        info = workflow.info()
+        if self._lock_id is None:
+            self._lock_id = lock_id(incident.namespace, incident.kubeconfig)
+            lease = LeaseRequest(holder=info.workflow_id, lease_s=incident.limits.namespace_lease_seconds)
+            await workflow.execute_activity(locks.request_lease, AcquireRequest(
+                lock_id=self._lock_id, task_queue=info.task_queue, lease=lease), start_to_close_timeout=QUICK)
+        self._set_phase("awaiting_lease")
+        try:
+            await workflow.wait_condition(lambda: self._lease is not None or self._cancelled,
+                                          timeout=timedelta(seconds=incident.limits.deadline_s))
+        except TimeoutError:
+            return (f"not run: another remediation has been writing to namespace {incident.namespace} for "
+                    f"{incident.limits.deadline_s:.0f}s ({self._lock_id})")
+        finally:
+            self._set_phase("investigating")
+        grant = self._lease
+        if grant is None:
+            return "not run: the incident was cancelled"
+        began = self._trajectory.started_at if self._trajectory else info.start_time
+        if grant.previous_released_at is not None and grant.previous_released_at > began:
+            return (f"not run: another remediation ({grant.previous}) wrote to namespace {incident.namespace} after "
+                    "this incident began reading it. Read the namespace again before writing: the problem may be "
+                    "fixed already, or look different now.")
+        return None
+
+    async def _release_namespace(self) -> None:
+        """Let the next remediation of the namespace have the lease (or leave the queue, if still waiting)."""
+        if self._lock_id is None:
+            return
+        lock, self._lock_id = self._lock_id, None
+        try:
+            await workflow.get_external_workflow_handle_for(NamespaceLockWorkflow.run, lock).signal(
+                NamespaceLockWorkflow.release, workflow.info().workflow_id)
+        except FailureError:  # the lock has ended (it took the lease back long ago and went idle)
+            pass
+
     def _set_phase(self, phase: Phase, last_action: str | None = None) -> None:
         self._phase = phase
         steps = len(self._trajectory.steps) if self._trajectory else 0
@@ -290,6 +357,19 @@ class IncidentRemediationWorkflow:
         workflow.set_current_details(detail)
 
     # --- signals and queries ----------------------------------------------------------------------------------
+    @workflow.signal(name=ALERTS_FIRED)
+    def alerts_fired(self, alerts: list[Alert]) -> None:
+        """Alertmanager sent the incident's alerts again, maybe one more of its group: the incident keeps the latest
+        of each, and its trajectory records them."""
+        self._incident = self._incident.with_alerts(alerts)
+        if self._trajectory is not None:
+            self._trajectory.incident = self._incident
+
+    @workflow.signal(name=LEASE_GRANTED)
+    def lease_granted(self, grant: LeaseGrant) -> None:
+        """The namespace's lock lets this incident write."""
+        self._lease = grant
+
     @workflow.signal
     def alert_resolved(self) -> None:
         """Alertmanager says the alert stopped firing; recorded for the reward, the agent carries on."""
@@ -329,3 +409,8 @@ class IncidentRemediationWorkflow:
     @workflow.query
     def trajectory(self) -> Trajectory | None:
         return self._trajectory
+
+    @workflow.query
+    def incident(self) -> Incident:
+        """The incident with every alert Alertmanager has sent it so far (`alerts_fired`)."""
+        return self._incident
