@@ -28,7 +28,7 @@ def test_a_firing_episode_is_its_fingerprint_and_start() -> None:
     first = _alert()
     assert first.episode_id() == f"{first.stable_fingerprint()}-20250301T100000Z"
     assert _alert(status="resolved").episode_id() == first.episode_id()  # its resolution names the same incident
-    assert _alert(at="2025-03-01T10:00:00.25+01:00").episode_id().endswith("-20250301T090000.250000Z")
+    assert _alert(at="2025-03-01T10:00:00.25+01:00").episode_id().endswith("-20250301T090000Z")
     refired = Incident.from_alert(_alert(at="2025-03-01T14:00:00Z"))
     assert refired.workflow_id != Incident.from_alert(first).workflow_id
     assert Alert(labels={"alertname": "x"}).episode_id() == Alert(labels={"alertname": "x"}).stable_fingerprint()

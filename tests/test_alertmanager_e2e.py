@@ -23,6 +23,7 @@ from temporalio.service import RPCError
 
 from agent_sre.alerts.receiver import create_app
 from agent_sre.config import Settings
+from agent_sre.models.alert import Alert
 from agent_sre.models.remediation import RemediationStatus
 from agent_sre.stack.ports import pick_free_ports
 from agent_sre.temporal import connect
@@ -128,12 +129,16 @@ async def test_alertmanager_delivers_firing_and_resolved(receiver: tuple[Client,
         await wait_ready(http, alertmanager)
         await post_alert(http, alertmanager, labels, ends_at=None)
 
-        async def fingerprint() -> str | None:
+        async def episode() -> str | None:
+            """The alert's firing episode as Alertmanager holds it: its fingerprint and startsAt."""
             async with http.get(f"{alertmanager}/api/v2/alerts", params={"filter": f'test_run="{run}"'}) as r:
                 alerts = await r.json()
-            return alerts[0]["fingerprint"] if alerts else None
+            if not alerts:
+                return None
+            held = alerts[0]  # the API's alert: its status is an object, not the webhook's word
+            return Alert(labels=held["labels"], fingerprint=held["fingerprint"], startsAt=held["startsAt"]).episode_id()
 
-        workflow_id = f"incident-{namespace}-{await poll(fingerprint)}"
+        workflow_id = f"incident-{namespace}-{await poll(episode)}"
         handle = client.get_workflow_handle(workflow_id)
 
         async def started() -> bool:

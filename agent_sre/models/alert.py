@@ -30,12 +30,13 @@ class Alert(BaseModel):
     def episode_id(self) -> str:
         """One firing of this alert: its fingerprint and `startsAt`. Alertmanager re-sends a firing alert (every
         `repeat_interval`, and when a delivery is retried) with the same `startsAt`; a new firing after `resolved`
-        has a new one. Without `startsAt` the fingerprint alone."""
+        has a new one. Whole seconds: Alertmanager's API and its webhook write the same start to different
+        precisions, and one alert cannot resolve and fire again within a second. Without `startsAt` the
+        fingerprint alone."""
         if self.startsAt is None:
             return self.stable_fingerprint()
         at = self.startsAt.astimezone(UTC) if self.startsAt.tzinfo else self.startsAt
-        fraction = f".{at.microsecond:06d}" if at.microsecond else ""
-        return f"{self.stable_fingerprint()}-{at:%Y%m%dT%H%M%S}{fraction}Z"
+        return f"{self.stable_fingerprint()}-{at:%Y%m%dT%H%M%SZ}"
 
     def first_key(self) -> tuple[datetime, str]:
         """Orders a group's alerts: the first to fire leads it (its episode names the incident)."""
