@@ -110,3 +110,13 @@ def test_an_oom_kill_is_fixed_from_the_limit_of_the_pod_that_was_killed() -> Non
                      and s.action.args.get("kind") == "pod" and s.result)
     limit = described.split("Limits: memory=")[1].split("Mi")[0]
     assert fix.tool == "set_resources" and fix.args["memory_limit"] == f"{max(int(limit) * 4, 512)}Mi"
+
+
+def test_a_service_label_that_names_no_object_is_not_read_again_and_again() -> None:
+    """An alert labelled `service=Cart_Service` cannot name a deployment; describing it would be an invalid action,
+    and the runbook used to make it again at every turn until the step limit."""
+    scenario = next(s for s in load_scenarios() if s.fault == "oom_limit")
+    alert = scenario.alert.model_copy(update={"labels": {**scenario.alert.labels, "service": "Cart_Service"}})
+    t = play(RunbookPolicy(), RUNBOOK, scenario.model_copy(update={"alert": alert}), Simulator(speed=0))
+    assert all(s.action is not None for s in t.steps), [s.decision.invalid_reason for s in t.steps]
+    assert t.termination == "finished" and t.verdict is not None and t.verdict.outcome == "resolved"

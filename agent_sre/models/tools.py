@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Name = Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=253)
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"  # an object name (DNS-1123 subdomain)
+Name = Field(pattern=NAME_PATTERN, max_length=253)
 ReadableKind = Literal["pod", "deployment", "replicaset", "service", "node", "configmap", "secret", "networkpolicy",
                        "resourcequota", "endpoints", "namespace"]
 ChaosKind = Literal["PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "Schedule"]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from agent_sre.models.tools import NAME_PATTERN
+
 POD_ROW = re.compile(r"^(?P<name>[a-z0-9][-a-z0-9.]*)\s+(?P<ready>\d+/\d+)\s+(?P<status>\S+)\s+"
                      r"(?P<restarts>\d+(?: \([^)]*\))?)\s+(?P<age>\S+)", re.MULTILINE)
 RECENT = re.compile(r"\((?:\d+s|\d+m\d*s?|\d+m)\s+ago\)")  # a restart minutes ago, not the benign one of yesterday
@@ -26,6 +28,12 @@ SCALED_FROM = re.compile(r"Scaled down replica set \S+ (?:to 0 from (?P<a>\d+)|f
 _DURATION_PART = re.compile(r"(?P<n>\d+)(?P<unit>[dhms])")
 _SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 HEALTHY_STATUSES = ("Running", "Completed")
+
+
+def object_name(label: str | None) -> str | None:
+    """An alert's service label when it can name an object to read; None when it cannot (`Cart_Service`): a call
+    built from it would be an invalid action, made again at every turn."""
+    return label if label and len(label) <= 253 and re.match(NAME_PATTERN, label) else None
 
 
 def deployment_of(pod: str) -> str:

@@ -25,7 +25,7 @@ from agent_sre.models.tools import TOOL_SPECS, ToolCall
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.policy.base import ActionPolicy
 from agent_sre.policy.evidence import (CHAOS_KIND_CASE, CHAOS_ROW, MEMORY_LIMIT, MIB, REPLICAS, ROLLED_OUT,
-                                       SCALED_FROM, Pod, scaled_from)
+                                       SCALED_FROM, Pod, object_name, scaled_from)
 from agent_sre.policy.evidence import pods as _pods
 
 MAX_ERROR_CHARS = 80  # of a failed fix's error, quoted in the escalation
@@ -146,7 +146,7 @@ class ExpertPolicy(ActionPolicy):
             if not TOOL_SPECS[action.tool].write:
                 reads.outputs.setdefault(_key(action.tool, action.args), result.output)
         try:
-            remedy = self.diagnose(reads, trajectory.incident.service)
+            remedy = self.diagnose(reads, object_name(trajectory.incident.service))
         except _Need as need:
             return need.call
         if remedy is None:
