@@ -82,8 +82,10 @@ class Settings(BaseSettings):
     # (tools on machines of their own) set `queue`.
     tool_execution: ToolExecution = "local"
 
-    otel_exporter: str = Field(default="none", pattern="^(none|console|otlp|file)$")
-    otel_endpoint: str = "http://127.0.0.1:4318"
+    # Traces (agent_sre/telemetry.py, docs/monitoring.md). Unset, OpenTelemetry's own variables decide
+    # (OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT, ...); set, these override them. The endpoint is a base URL.
+    otel_exporter: str | None = Field(default=None, pattern="^(none|console|otlp|file)$")
+    otel_endpoint: str | None = None
     metrics_port: Port = 9464
 
     # Alertmanager webhook receiver (`agent-sre alerts serve`). With a token set, requests must carry it as a bearer.

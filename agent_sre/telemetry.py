@@ -2,7 +2,9 @@
 
 Tracing: `temporal.connect()` puts Temporal's tracing interceptor on every client, and workers built from that
 client inherit it; the tool and policy activities add a span per call with its attributes. `setup_tracing()`
-decides where the spans go (Settings.otel_exporter).
+decides where the spans go: our settings (AGENT_SRE_OTEL_EXPORTER, AGENT_SRE_OTEL_ENDPOINT) first, then
+OpenTelemetry's standard variables (OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_*, OTEL_SERVICE_NAME,
+OTEL_RESOURCE_ATTRIBUTES).
 
 Metrics are recorded on the worker by `MetricsInterceptor`, from activity results rather than workflow code:
 workflow code replays, activities complete once. An incident counts as finished when its reward is computed,
@@ -11,6 +13,8 @@ the one step every remediation runs exactly once (storing the trajectory is opti
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,8 +22,8 @@ from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from opentelemetry import trace
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector, Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter, SpanExportResult
 from prometheus_client import Counter, Histogram, start_http_server
 from temporalio import activity, client, worker
@@ -29,6 +33,8 @@ from agent_sre.models.remediation import PolicyRequest, RewardRequest
 from agent_sre.models.reward import RewardRecord
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.rewards.base import EpisodeFacts
+
+log = logging.getLogger(__name__)
 
 # --- traces -----------------------------------------------------------------------------------------------------
 
@@ -50,34 +56,77 @@ class JsonLinesSpanExporter(SpanExporter):
         pass
 
 
-def span_exporter(settings: Settings) -> SpanExporter | None:
-    """The exporter Settings.otel_exporter names; None for "none"."""
-    match settings.otel_exporter:
+OTLP_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+def exporter_names(settings: Settings) -> list[str]:
+    """Which exporters to use: AGENT_SRE_OTEL_EXPORTER; else OTEL_TRACES_EXPORTER (a comma-separated list); else
+    otlp when an OTLP endpoint is set (ours or OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT); else none. Not the SDK's
+    default (otlp): the dev stack runs no collector, and a process would keep failing to reach one."""
+    if settings.otel_exporter is not None:
+        return [settings.otel_exporter]
+    if listed := os.environ.get("OTEL_TRACES_EXPORTER", "").strip():
+        return [name.strip() for name in listed.split(",") if name.strip()]
+    if settings.otel_endpoint or any(os.environ.get(name) for name in OTLP_ENDPOINT_VARIABLES):
+        return ["otlp"]
+    return []
+
+
+def span_exporter(name: str, settings: Settings) -> SpanExporter | None:
+    """The exporter `name` names; None for "none", and for a name we do not know (logged: OTEL_TRACES_EXPORTER may
+    name exporters of other setups, jaeger or zipkin, that a typo in our own setting cannot)."""
+    match name:
         case "console":
             return ConsoleSpanExporter()
         case "otlp":
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-            endpoint = settings.otel_endpoint.rstrip("/")
-            return OTLPSpanExporter(endpoint=endpoint if endpoint.endswith("/v1/traces") else f"{endpoint}/v1/traces")
+            return otlp_exporter(settings.otel_endpoint)
         case "file":
             return JsonLinesSpanExporter(settings.data_dir / "traces.jsonl")
+        case "none":
+            return None
         case _:
+            log.warning("OTEL_TRACES_EXPORTER names %r, which is not one of otlp, console, file, none: ignored", name)
             return None
 
 
+def otlp_exporter(endpoint: str | None) -> SpanExporter:
+    """OTLP over HTTP to AGENT_SRE_OTEL_ENDPOINT, a base URL (/v1/traces is appended), when set. Otherwise the
+    exporter reads the standard variables itself: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as it is, else
+    OTEL_EXPORTER_OTLP_ENDPOINT plus /v1/traces, else http://localhost:4318/v1/traces; and their headers,
+    timeout and certificate variables in every case."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    if not endpoint:
+        return OTLPSpanExporter()
+    endpoint = endpoint.rstrip("/")
+    return OTLPSpanExporter(endpoint=endpoint if endpoint.endswith("/v1/traces") else f"{endpoint}/v1/traces")
+
+
+def tracing_resource(service_name: str) -> Resource:
+    """OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME (read by the SDK), with `service_name` (the process's role:
+    agent-sre-worker, agent-sre-alerts, agent-sre-cli) where they name no service."""
+    named = SERVICE_NAME in OTELResourceDetector().detect().attributes
+    return Resource.create({} if named else {SERVICE_NAME: service_name})
+
+
 def setup_tracing(settings: Settings, service_name: str = "agent-sre") -> SpanProcessor | None:
-    """Send this process's spans to the configured exporter. Returns the processor (flush it before reading a
-    file export), or None when tracing is off. The process keeps one tracer provider; calling this again adds
-    an exporter to it rather than replacing it, since OpenTelemetry allows setting the provider only once."""
-    exporter = span_exporter(settings)
-    if exporter is None:
-        return None
+    """Send this process's spans to the configured exporters (`exporter_names`). Returns their processor (flush it
+    before reading a file export), or None when nothing is exported.
+
+    The process keeps one tracer provider, installed even when nothing is exported: a starter that exports nothing
+    still gives the workflow it starts a trace context, so that the workers' spans of one incident share one trace
+    (without one, every activity's span is a trace of its own). Calling this again adds exporters to the provider
+    rather than replacing it, since OpenTelemetry allows setting the provider only once."""
     provider = trace.get_tracer_provider()
     if not isinstance(provider, TracerProvider):
-        provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+        provider = TracerProvider(resource=tracing_resource(service_name))
         trace.set_tracer_provider(provider)
-    processor = BatchSpanProcessor(exporter)
+    exporters = [e for name in exporter_names(settings) if (e := span_exporter(name, settings)) is not None]
+    if not exporters:
+        return None
+    processor = SynchronousMultiSpanProcessor()
+    for exporter in exporters:
+        processor.add_span_processor(BatchSpanProcessor(exporter))
     provider.add_span_processor(processor)
     return processor
 

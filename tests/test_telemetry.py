@@ -60,16 +60,48 @@ def test_file_exporter_writes_one_json_span_per_line(tmp_path: Path) -> None:
     assert inner["attributes"] == {"tool": "top"}
 
 
-def test_exporter_follows_settings(tmp_path: Path) -> None:
-    def exporter(kind: str, **kw: Any) -> Any:
-        return telemetry.span_exporter(Settings(otel_exporter=kind, data_dir=tmp_path, **kw))
+@pytest.fixture
+def no_otel_variables(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in ("OTEL_TRACES_EXPORTER", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES",
+                 *telemetry.OTLP_ENDPOINT_VARIABLES):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
 
-    assert exporter("none") is None
-    assert isinstance(exporter("console"), ConsoleSpanExporter)
-    assert exporter("file").path == tmp_path / "traces.jsonl"
-    assert exporter("otlp", otel_endpoint="http://collector:4318/")._endpoint == "http://collector:4318/v1/traces"
+
+def test_exporters_follow_our_settings_then_the_standard_variables(tmp_path: Path,
+                                                                   no_otel_variables: pytest.MonkeyPatch) -> None:
+    def exporters(**kw: Any) -> list[Any]:
+        settings = Settings(data_dir=tmp_path, **kw)
+        return [telemetry.span_exporter(name, settings) for name in telemetry.exporter_names(settings)]
+
+    assert exporters() == []  # nothing set: nothing exported (no collector to fail to reach)
+    no_otel_variables.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
+    [otlp] = exporters()  # an endpoint alone turns OTLP on; the SDK appends the signal's path
+    assert otlp._endpoint == "http://collector:4318/v1/traces"
+    no_otel_variables.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://traces:4318/custom")
+    assert exporters()[0]._endpoint == "http://traces:4318/custom"  # the signal's own variable, as it is
+    assert exporters(otel_endpoint="http://ours:4318/")[0]._endpoint == "http://ours:4318/v1/traces"  # ours wins
+    no_otel_variables.setenv("OTEL_TRACES_EXPORTER", "console, jaeger")
+    console, unknown = exporters()
+    assert isinstance(console, ConsoleSpanExporter) and unknown is None
+    assert exporters(otel_exporter="none") == [None]  # ours overrides the standard list
+    assert exporters(otel_exporter="file")[0].path == tmp_path / "traces.jsonl"
     with pytest.raises(ValidationError, match="otel_exporter"):
         Settings(otel_exporter="jaeger")
+
+
+def test_the_standard_variables_name_the_service_before_the_process_does(no_otel_variables: pytest.MonkeyPatch,
+                                                                         ) -> None:
+    def service() -> Any:
+        return telemetry.tracing_resource("agent-sre-worker").attributes["service.name"]
+
+    no_otel_variables.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=prod")
+    assert service() == "agent-sre-worker"
+    assert telemetry.tracing_resource("x").attributes["deployment.environment.name"] == "prod"
+    no_otel_variables.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attributes")
+    assert service() == "from-attributes"
+    no_otel_variables.setenv("OTEL_SERVICE_NAME", "sre-east")
+    assert service() == "sre-east"
 
 
 async def test_otlp_exporter_posts_spans_to_the_configured_endpoint(tmp_path: Path) -> None:
@@ -87,7 +119,7 @@ async def test_otlp_exporter_posts_spans_to_the_configured_endpoint(tmp_path: Pa
     [port] = pick_free_ports(1, "127.0.0.1")
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
-        exporter = telemetry.span_exporter(Settings(otel_exporter="otlp", otel_endpoint=f"http://127.0.0.1:{port}"))
+        exporter = telemetry.otlp_exporter(f"http://127.0.0.1:{port}")
         assert isinstance(exporter, OTLPSpanExporter)
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(exporter))

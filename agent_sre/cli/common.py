@@ -97,7 +97,10 @@ def run_with_client(action: Callable[[Client, Settings], Awaitable[None]], not_f
     own terms."""
     from temporalio.service import RPCError, RPCStatusCode
 
+    from agent_sre.telemetry import setup_tracing
+
     settings = get_settings()
+    setup_tracing(settings, service_name="agent-sre-cli")  # what the command starts joins its trace
 
     async def go() -> None:
         await action(await connect_or_fail(settings), settings)
