@@ -1,10 +1,10 @@
 """Observability: OpenTelemetry traces and Prometheus metrics.
 
 Tracing: `temporal.connect()` puts Temporal's tracing interceptor on every client, and workers built from that
-client inherit it; the tool and policy activities add a span per call with its attributes. `setup_tracing()`
-decides where the spans go: our settings (AGENT_SRE_OTEL_EXPORTER, AGENT_SRE_OTEL_ENDPOINT) first, then
-OpenTelemetry's standard variables (OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_*, OTEL_SERVICE_NAME,
-OTEL_RESOURCE_ATTRIBUTES).
+client inherit it; the starters (the alert receiver, the CLI) open a span around starting an incident, and the
+tool and policy activities add a span per call (`agent_sre.spans`: what the spans say). `setup_tracing()` decides
+where the spans go: our settings (AGENT_SRE_OTEL_EXPORTER, AGENT_SRE_OTEL_ENDPOINT) first, then OpenTelemetry's
+standard variables (OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_*, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES).
 
 Metrics are recorded on the worker by `MetricsInterceptor`, from activity results rather than workflow code:
 workflow code replays, activities complete once. An incident counts as finished when its reward is computed,

@@ -1,5 +1,6 @@
-"""Traces and metrics: the file exporter on a real workflow run, the OTLP exporter against an HTTP endpoint, and
-the worker's Prometheus endpoint counting an incident exactly once."""
+"""Traces and metrics: one incident as one trace rooted at the alert receiver, with the semantic conventions' names
+and errors; the exporters and the variables that choose them; the worker's Prometheus endpoint counting an
+incident exactly once."""
 
 from __future__ import annotations
 
@@ -8,30 +9,38 @@ import json
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 from isolated_workers import running_workers, terminate_running
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 from temporalio.activity import _Definition as ActivityDefinition
+from temporalio.client import Client
 from trajectory_factory import escalate, make_trajectory, read, write
 
-from agent_sre import telemetry
+from agent_sre import spans, telemetry
+from agent_sre.alerts.receiver import create_app
 from agent_sre.config import Settings
 from agent_sre.faults import oracle
 from agent_sre.models.incident import Incident, RemediationLimits
+from agent_sre.models.policy import PolicyDecision
 from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, PolicyRef, RemediationStatus
 from agent_sre.models.reward import RewardConfig
-from agent_sre.models.tools import Risk, ToolCall
+from agent_sre.models.tools import Risk, ToolCall, ToolResult, WriteAssessment
 from agent_sre.stack.ports import pick_free_ports
 from agent_sre.simulator.client import SimulatorClient
 from agent_sre.rewards import compute_reward
@@ -131,6 +140,141 @@ async def test_otlp_exporter_posts_spans_to_the_configured_endpoint(tmp_path: Pa
     assert names == ["shipped"]
 
 
+def test_a_refused_or_failed_tool_call_is_an_error_of_its_span_and_a_held_write_is_not() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    results = {
+        "ok": ToolResult(tool="list_pods", ok=True, output="NAME READY"),
+        "refused": ToolResult(tool="scale", ok=False, refused=True, error="replicas 50 above the limit of 20",
+                              output="refused: replicas 50 above the limit of 20"),
+        "failed": ToolResult(tool="get_logs", ok=False, error="error: connect failed, password=hunter2", output=""),
+        "held": ToolResult(tool="set_image", ok=False, refused=True, error="needs approval: a new registry",
+                           output="needs approval", needs_approval=WriteAssessment(risk="high")),
+    }
+    for name, result in results.items():
+        with provider.get_tracer("test").start_as_current_span(name) as span:
+            spans.record_tool_result(span, result)
+    got = {span.name: span for span in exporter.get_finished_spans()}
+    assert {name: got[name].status.status_code for name in results} == {
+        "ok": StatusCode.UNSET, "refused": StatusCode.ERROR, "failed": StatusCode.ERROR, "held": StatusCode.UNSET}
+    assert got["refused"].status.description == "replicas 50 above the limit of 20"
+    assert {name: (got[name].attributes or {}).get("error.type") for name in results} == {
+        "ok": None, "refused": "refused", "failed": "tool_error", "held": None}
+    assert "hunter2" not in (got["failed"].status.description or "")  # descriptions leave the process: redacted
+    assert (got["held"].attributes or {})["agent_sre.tool.needs_approval"] is True
+
+
+def test_a_decision_reports_its_output_tokens_when_the_policy_counts_them() -> None:
+    def output_tokens(**kw: Any) -> Any:
+        decision = PolicyDecision(action=ToolCall(tool="list_pods"), model_version="m-1", **kw)
+        return spans.decision_attributes(decision).get("gen_ai.usage.output_tokens")
+
+    assert output_tokens(completion_token_ids=[5, 6, 7]) == 3
+    assert output_tokens(completion_logprobs=[-0.1, -0.5]) == 2  # an endpoint without token ids: one per token
+    assert output_tokens() is None  # the rule-based policies generate no tokens
+
+
+@pytest.fixture
+def exported() -> Iterator[InMemorySpanExporter]:
+    """The spans this process finishes during the test, as an exporter receives them. The test process is the
+    receiver's and the workers' at once, as the processes of a deployment are each exporting their own."""
+    telemetry.setup_tracing(Settings(otel_exporter="none"))  # the process's tracer provider, exporting nothing
+    provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider)
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield exporter
+    exporter.shutdown()  # later tests' spans are dropped, quietly (a processor shut down would warn of each)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def post_alert(stack: Settings) -> AsyncIterator[Callable[[str], Any]]:
+    """POST one firing alert in a namespace to the receiver, with workers for what it starts; returns the workflow
+    id. The receiver accepts alerts-* namespaces, which the workers (the session's settings) refuse to act in."""
+    client = await connect(stack)
+    started: list[str] = []
+    async with running_workers(client, stack) as settings:
+        settings = settings.model_copy(update={"allowed_namespaces": (*settings.allowed_namespaces, "alerts-*")})
+        async with TestClient(TestServer(create_app(client, settings))) as http:
+            async def post(namespace: str) -> str:
+                labels = {"alertname": "KubePodCrashLooping", "namespace": namespace, "deployment": "cart",
+                          "test_run": uuid.uuid4().hex}  # a new fingerprint: a new incident
+                alert = {"status": "firing", "labels": labels, "annotations": {}, "startsAt": "2025-01-01T00:00:00Z",
+                         "endsAt": "0001-01-01T00:00:00Z", "generatorURL": "", "fingerprint": ""}
+                body = {"version": "4", "groupKey": "{}", "truncatedAlerts": 0, "status": "firing",
+                        "receiver": "agent-sre", "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {},
+                        "externalURL": "http://alertmanager:9093", "alerts": [alert]}
+                resp = await http.post("/alerts", json=body)
+                [receipt] = (await resp.json())["receipts"]
+                assert receipt["handling"] == "started", receipt
+                started.append(receipt["workflow_id"])
+                return str(receipt["workflow_id"])
+
+            try:
+                yield post
+            finally:
+                await terminate_running(client, started)
+
+
+async def spans_until(exporter: InMemorySpanExporter, done: Callable[[Sequence[ReadableSpan]], bool],
+                      timeout_s: float = 60) -> Sequence[ReadableSpan]:
+    deadline = time.monotonic() + timeout_s
+    while not done(finished := exporter.get_finished_spans()):
+        assert time.monotonic() < deadline, sorted(s.name for s in finished)
+        await asyncio.sleep(0.2)
+    return finished
+
+
+def one_trace(finished: Sequence[ReadableSpan], workflow_id: str) -> list[ReadableSpan]:
+    """The spans of the incident's trace, after checking that it is the only one: every span that names the
+    workflow is in it, and it has one root, the receiver's, with every other span below it."""
+    ids = {s.context.trace_id for s in finished if (s.attributes or {}).get("temporalWorkflowID") == workflow_id}
+    assert len(ids) == 1, f"{len(ids)} traces for one incident"
+    spans_of = [s for s in finished if s.context.trace_id in ids]
+    by_id = {s.context.span_id: s for s in spans_of}
+    [root] = [s for s in spans_of if s.parent is None]
+    assert root.name == "alert received"
+    assert all(s.parent.span_id in by_id for s in spans_of if s is not root and s.parent is not None)
+    return spans_of
+
+
+async def test_an_incident_is_one_trace_rooted_at_the_alert(exported: InMemorySpanExporter,
+                                                            post_alert: Callable[[str], Any]) -> None:
+    """The runbook on the shop namespace of the simulator's default environment (read-only: it lists the pods
+    first), up to its first tool call: one trace, from the receiver through the workflow to the tool."""
+    workflow_id = await post_alert("shop")
+    finished = await spans_until(exported, lambda spans: any(s.name == "execute_tool list_pods" for s in spans))
+    spans_of = {s.name: s for s in one_trace(finished, workflow_id)}
+    assert spans_of.keys() >= {"alert received", "StartWorkflow:IncidentRemediationWorkflow",
+                               "RunWorkflow:IncidentRemediationWorkflow", "RunActivity:decide_next_action",
+                               "RunActivity:run_tool", "chat runbook-v1", "execute_tool list_pods"}
+    assert (spans_of["alert received"].attributes or {}).items() >= {
+        "k8s.namespace.name": "shop", "k8s.deployment.name": "cart", "temporalWorkflowID": workflow_id,
+        "agent_sre.alert.handling": "started"}.items()
+    assert (spans_of["chat runbook-v1"].attributes or {}).items() >= {
+        "gen_ai.operation.name": "chat", "gen_ai.provider.name": "runbook", "gen_ai.request.model": "runbook-v1",
+        "gen_ai.response.model": "runbook-v1", "k8s.namespace.name": "shop"}.items()
+    assert (spans_of["execute_tool list_pods"].attributes or {}).items() >= {
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "list_pods", "gen_ai.tool.type": "function",
+        "k8s.namespace.name": "shop"}.items()
+
+
+async def test_a_failing_activity_is_an_error_in_the_incidents_trace(exported: InMemorySpanExporter,
+                                                                     post_alert: Callable[[str], Any]) -> None:
+    """A namespace the receiver accepts but the cluster lacks (and the workers may not act in): the first read
+    of the cluster, the baseline's, fails."""
+    workflow_id = await post_alert(f"alerts-{uuid.uuid4().hex[:8]}")
+
+    def failed(span: ReadableSpan) -> bool:
+        return span.name == "RunActivity:snapshot_cluster" and span.status.status_code == StatusCode.ERROR
+
+    finished = await spans_until(exported, lambda spans: any(failed(s) for s in spans))
+    [first, *_retries] = [s for s in one_trace(finished, workflow_id) if failed(s)]
+    assert first.status.description and first.status.description.startswith("ApplicationError: ")
+    assert [event.name for event in first.events] == ["exception"]
+
+
 def test_metrics_hooks_match_registered_activity_names(settings: Settings) -> None:
     registered = {ActivityDefinition.must_from_callable(fn).name
                   for _, activities in queue_contents(settings).values() for fn in activities}
@@ -225,19 +369,21 @@ async def test_workflow_run_is_traced_and_counted_once(stack: Settings, healthy_
         by_name.setdefault(span["name"], []).append(span)
     [start] = by_name["StartWorkflow:IncidentRemediationWorkflow"]
     trace_id = start["context"]["trace_id"]
-    assert "tool scale" not in by_name  # the rejected write never reached the tool activity
+    assert "execute_tool scale" not in by_name  # the rejected write never reached the tool activity
     run_tool_spans = {s["context"]["span_id"]: s for s in by_name["RunActivity:run_tool"]}
-    for name in ("tool list_pods", "tool rollout_restart"):
+    for name in ("execute_tool list_pods", "execute_tool rollout_restart"):
         [tool] = by_name[name]
         assert tool["context"]["trace_id"] == trace_id
         assert tool["parent_id"] in run_tool_spans
-        attributes = tool["attributes"]
-        assert attributes["tool"] == name.removeprefix("tool ") and attributes["namespace"] == "shop"
-        assert (attributes["ok"], attributes["refused"]) == (True, False)
-        assert attributes["duration_ms"] > 0
-    policy_calls = [s for s in by_name["policy.decide"] if s["context"]["trace_id"] == trace_id]
-    assert len(policy_calls) == 4
-    assert {s["attributes"]["model_version"] for s in policy_calls} == {version}
+        assert tool["status"]["status_code"] == "UNSET"
+        assert tool["attributes"].items() >= {"gen_ai.operation.name": "execute_tool", "k8s.namespace.name": "shop",
+                                              "gen_ai.tool.name": name.removeprefix("execute_tool "),
+                                              "agent_sre.tool.refused": False}.items()
+    assert by_name["execute_tool rollout_restart"][0]["attributes"]["k8s.deployment.name"] == "cart"
+    decisions = [s for s in by_name[f"chat {version}"] if s["context"]["trace_id"] == trace_id]
+    assert [s["attributes"]["agent_sre.step"] for s in decisions] == [0, 1, 2, 3]
+    assert all(s["attributes"].items() >= {"gen_ai.provider.name": "scripted", "gen_ai.request.model": version,
+                                           "k8s.namespace.name": "shop"}.items() for s in decisions)
 
 
 async def run_rejected_then_executed_write(settings: Settings, kubeconfig: str, version: str) -> IncidentOutcome:

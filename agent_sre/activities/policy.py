@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from opentelemetry import trace
 from temporalio import activity
 
+from agent_sre import spans
 from agent_sre.config import get_settings
 from agent_sre.models.policy import PolicyDecision
 from agent_sre.models.remediation import PolicyName, PolicyRequest
@@ -25,7 +25,6 @@ def registered_model_dir(version: str) -> Path:
 
 POLICIES: dict[PolicyName, Policy] = {"runbook": RunbookPolicy(), "expert": ExpertPolicy(), "scripted": ScriptedPolicy(),
                                       "llm": LLMPolicy(registry=registered_model_dir)}
-tracer = trace.get_tracer("agent_sre.policy")
 
 
 @activity.defn
@@ -33,9 +32,8 @@ def decide_next_action(req: PolicyRequest) -> PolicyDecision:
     policy = POLICIES.get(req.policy.name)
     if policy is None:
         raise ValueError(f"policy {req.policy.name!r} is not served by this worker (serves: {', '.join(POLICIES)})")
-    with tracer.start_as_current_span("policy.decide") as span:
+    with spans.tracer.start_as_current_span(f"chat {req.policy.version}",
+                                            attributes=spans.decision_request_attributes(req)) as span:
         decision = policy.decide(req.policy, req.trajectory)
-        span.set_attributes({"policy": req.policy.name, "model_version": req.policy.version,
-                             "step": len(req.trajectory.steps), "valid": decision.action is not None,
-                             "tool": decision.action.tool if decision.action else "", "latency_ms": decision.latency_ms})
+        span.set_attributes(spans.decision_attributes(decision))
     return decision

@@ -3,26 +3,24 @@ scope (which namespaces, which cluster) comes from this worker's settings, whate
 
 from __future__ import annotations
 
-from opentelemetry import trace
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from agent_sre import spans
 from agent_sre.config import get_settings
 from agent_sre.models.tools import ToolInvocation, ToolResult
 from agent_sre.scope import ForeignCluster, out_of_scope, worker_cluster
 from agent_sre.tools.executor import execute_invocation
 
-tracer = trace.get_tracer("agent_sre.tools")
-
 
 @activity.defn
 def run_tool(invocation: ToolInvocation) -> ToolResult:
-    invocation = in_scope(invocation)
-    with tracer.start_as_current_span(f"tool {invocation.call.tool}") as span:
-        result = execute_invocation(invocation, attempt=activity.info().attempt)
-        span.set_attributes({"tool": invocation.call.tool, "namespace": invocation.namespace, "ok": result.ok,
-                             "refused": result.refused, "idempotent_replay": result.idempotent_replay,
-                             "duration_ms": result.duration_ms})
+    """The span covers the scope check too: a call out of scope fails its tool span (status ERROR, the exception
+    recorded) as well as the activity."""
+    with spans.tracer.start_as_current_span(f"execute_tool {invocation.call.tool}",
+                                            attributes=spans.tool_attributes(invocation)) as span:
+        result = execute_invocation(in_scope(invocation), attempt=activity.info().attempt)
+        spans.record_tool_result(span, result)
     return result
 
 

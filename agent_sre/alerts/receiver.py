@@ -34,6 +34,7 @@ from agent_sre.models.incident import Incident
 from agent_sre.models.rollout import FINISHED, RolloutStatus
 from agent_sre.rollout.client import ROLLOUT_WORKFLOW_ID
 from agent_sre.scope import out_of_scope
+from agent_sre.spans import starting
 from agent_sre.temporal import StartHandling, connect, signal_alert_resolved, start_incident
 from agent_sre.validation import explain
 
@@ -177,7 +178,9 @@ async def handle_unit(client: Client, settings: Settings, unit: Unit, starts: De
     if (why := starts.take()) is not None:
         return [_not_acted_on(alert, "rate_limited", 429, f"{why}; not acted on (Alertmanager resends it)")
                 for alert in unit.alerts]
-    started = await start_incident(client, incident, settings=settings)
+    with starting("alert received", incident) as span:
+        started = await start_incident(client, incident, settings=settings)
+        span.set_attribute("agent_sre.alert.handling", started.handling)  # a re-sent alert starts nothing
     if started.attached:
         starts.give_back()
     detail = FINISHED_DETAIL if started.handling == "finished" else ""
