@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from typing import TypeVar
+
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
@@ -15,6 +19,8 @@ from agent_sre.models.verdict import HealthSnapshot, Verdict
 from agent_sre.scope import worker_cluster
 from agent_sre.tools.client import KubeconfigError, api_client
 
+T = TypeVar("T")
+
 
 def _cluster(incident: Incident) -> ApiClient:
     """The incident's cluster, if it is the worker's own (`scope.worker_cluster`). A kubeconfig that is missing,
@@ -25,19 +31,34 @@ def _cluster(incident: Incident) -> ApiClient:
         raise ApplicationError(str(e), type="KubeconfigError", non_retryable=True) from e
 
 
+def _read(incident: Incident, read: Callable[[ApiClient], T]) -> T:
+    """`read` the incident's cluster. A 404 (its namespace deleted, its simulator environment gone with a restart)
+    will not mend on a retry: fail at once, saying which."""
+    try:
+        return read(_cluster(incident))
+    except ApiException as e:
+        if e.status == 404:
+            raise ApplicationError(f"namespace {incident.namespace!r} is not in the incident's cluster (any more): "
+                                   f"{_message(e)}", type="NamespaceNotFound", non_retryable=True) from e
+        raise
+
+
+def _message(e: ApiException) -> str:
+    """The API server's own words (its Status' message), else the HTTP reason."""
+    try:
+        return str(json.loads(e.body or "")["message"])
+    except (TypeError, ValueError, KeyError):
+        return str(e.reason)
+
+
 @activity.defn
 def snapshot_cluster(incident: Incident) -> HealthSnapshot:
     """The baseline. A namespace that does not exist is a bad incident, not a passing fault: fail, don't retry."""
     app = incident.scenario.app if incident.scenario else None
-    try:
-        return oracle.snapshot(_cluster(incident), incident.namespace, app)
-    except ApiException as e:
-        if e.status == 404:
-            raise ApplicationError(f"namespace {incident.namespace!r} not found in the cluster: {e.reason}",
-                                   type="NamespaceNotFound", non_retryable=True) from e
-        raise
+    return _read(incident, lambda cluster: oracle.snapshot(cluster, incident.namespace, app))
 
 
 @activity.defn
 def observe(req: ObserveRequest) -> Verdict:
-    return oracle.observe_incident(_cluster(req.incident), req.incident, req.baseline, req.termination, req.writes)
+    return _read(req.incident, lambda cluster: oracle.observe_incident(cluster, req.incident, req.baseline,
+                                                                       req.termination, req.writes))

@@ -23,6 +23,9 @@ class RemediationLimits(BaseModel):
     max_steps: int = Field(default=15, ge=1, le=100)
     deadline_s: float = Field(default=900.0, gt=0)
     settle_s: float = Field(default=30.0, ge=0, description="wait after the last action before judging")
+    cluster_timeout_s: float = Field(
+        default=300.0, gt=0, description="how long a read of the namespace's health (the baseline, the verdict) may "
+                                         "keep failing before the incident gives up on its cluster")
     feedback_window_s: float = Field(default=0.0, ge=0, description="how long human feedback is accepted")
     approval_risk: Risk | None = Field(default=None, description="writes at or above this risk wait for a human")
     approval_timeout_s: float = Field(default=600.0, gt=0)

@@ -57,6 +57,14 @@ Phase = Literal["routing", "investigating", "awaiting_approval", "awaiting_lease
                 "rewarding", "awaiting_feedback", "storing", "done"]
 
 
+class Waiting(BaseModel):
+    """What a running remediation waits on: the `incident status` answer to "why is nothing happening?"."""
+
+    on: str = Field(description="an activity (`activity observe`), a timer (`timer settle`) or a human")
+    since: datetime
+    until: datetime | None = Field(default=None, description="when the wait times out, if it does")
+
+
 class RemediationStatus(BaseModel):
     incident_id: str
     phase: Phase
@@ -70,6 +78,7 @@ class RemediationStatus(BaseModel):
     outcome: str | None = None
     alert_resolved: bool = False
     escalation: str | None = Field(default=None, description="whether the escalation notice reached its webhook")
+    waiting: Waiting | None = None
 
 
 class IncidentOutcome(BaseModel):

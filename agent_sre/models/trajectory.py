@@ -13,7 +13,8 @@ from agent_sre.models.reward import HumanFeedback, RewardRecord
 from agent_sre.models.tools import ToolCall, ToolResult
 from agent_sre.models.verdict import Verdict
 
-Termination = Literal["finished", "escalated", "step_limit", "deadline", "cancelled"]
+# `cluster_lost`: the cluster or namespace went away before the outcome could be observed; the episode is unjudged.
+Termination = Literal["finished", "escalated", "step_limit", "deadline", "cancelled", "cluster_lost"]
 # The actions that end an episode: `finish` presents the agent's work as done (a claimed fix, when it wrote),
 # `escalate` hands the incident to a human as not fixed, so it claims nothing.
 ENDINGS: dict[str, Termination] = {"finish": "finished", "escalate": "escalated"}

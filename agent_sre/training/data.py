@@ -68,6 +68,8 @@ def incomplete_reasons(t: Trajectory) -> list[str]:
         reasons.append("incomplete: the episode never ended")
     elif t.termination == "cancelled":
         reasons.append("incomplete: the episode was cancelled")
+    elif t.termination == "cluster_lost":
+        reasons.append("incomplete: the episode lost its cluster before it was judged")
     if t.verdict is None:
         reasons.append("incomplete: no verdict (the outcome was never judged)")
     if not t.conversation:
