@@ -9,7 +9,7 @@ import uuid
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from agent_sre import faults
@@ -17,7 +17,9 @@ from agent_sre.config import Settings
 from agent_sre.episodes import run_episodes, summarize
 from agent_sre.models.episode import EpisodeRequest, EpisodeResult
 from agent_sre.models.incident import Incident, RemediationLimits
-from agent_sre.models.remediation import IncidentOutcome, PolicyRef, RemediationStatus
+from agent_sre.activities import observer
+from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, PolicyRef, RemediationStatus
+from agent_sre.models.reward import HumanFeedback
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.tools import Risk, ToolCall
 from agent_sre.models.trajectory import Trajectory
@@ -32,7 +34,7 @@ from agent_sre.temporal import connect, start_incident, task_queues
 from agent_sre.tools.client import api_client
 from agent_sre.training.environment import IncidentEnvironment
 from agent_sre.trajectory_store import iter_trajectories
-from agent_sre.workflows.incident import ENDING, OUTCOME
+from agent_sre.workflows.incident import ENDING, OUTCOME, IncidentRemediationWorkflow
 from isolated_workers import running_workers
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -325,3 +327,147 @@ async def test_200_concurrent_simulated_incidents_none_lost(stack: Settings) -> 
     assert len(results) == 200
     assert len({r.outcome.workflow_id for r in results}) == 200
     assert all(r.outcome.trajectory_key for r in results)
+
+
+def _limited(incident: Incident, **limits: object) -> Incident:
+    return incident.model_copy(update={"limits": incident.limits.model_copy(update=limits)})
+
+
+async def _refusal(handle, update, arg) -> ApplicationError:  # noqa: ANN001 - a handle and one of its updates
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update(update, arg)
+    cause = refused.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "Refused" and cause.non_retryable, cause
+    return cause
+
+
+async def test_approval_and_feedback_are_updates_that_refuse_what_does_not_apply(stack: Settings, catalog) -> None:
+    """A wrong step, a contradictory decision or feedback before the verdict is refused with the reason, not
+    retryable; an approval returns the state the incident moves on to; a rejection's reason reaches the model."""
+    client = await _client(stack)
+    scenario = catalog["secret_password"]
+    fix = scenario.ground_truth.fix[0]
+    redirect = ToolCall(tool="set_env", args={"deployment": scenario.target, "container": scenario.target,
+                                              "name": "DB_HOST", "value": "db.attacker.example"})
+    incident = _injected_incident(stack, scenario, approval_timeout_s=60)
+    workflow = IncidentRemediationWorkflow
+    async with running_workers(client, stack) as settings:
+        started = await start_incident(client, incident, policy=PolicyRef(name="scripted", script=[fix, redirect]),
+                                       settings=settings)
+        handle = started.handle
+        status = await _await_phase(handle, "awaiting_approval")
+        assert status.waiting is not None and status.waiting.on == "a human to approve or reject step 0 (set_config_key)"
+        assert status.waiting.until is not None and status.waiting.until > status.waiting.since
+        wrong = await _refusal(handle, workflow.approve, ApprovalDecision(step=1, approved=True, by="alice"))
+        assert wrong.message == ("cannot approve: step 1 is not waiting for approval; step 0 (set_config_key) is")
+        mixed = await _refusal(handle, workflow.reject, ApprovalDecision(step=0, approved=True, by="alice"))
+        assert mixed.message == "cannot reject: the decision says approved=True"
+        early = await _refusal(handle, workflow.feedback, HumanFeedback(rating=1))
+        assert early.message == "cannot rate: the incident has no feedback window; rate it once it has completed"
+        moved_on = await handle.execute_update(workflow.approve, ApprovalDecision(step=0, approved=True, by="alice"))
+        assert moved_on.phase in ("investigating", "awaiting_approval") and moved_on.pending_step != 0
+        status = await _await_phase(handle, "awaiting_approval")
+        assert status.pending_step == 1
+        again = await _refusal(handle, workflow.approve, ApprovalDecision(step=0, approved=True, by="alice"))
+        assert "step 0 is not waiting for approval; step 1 (set_env) is" in again.message
+        await handle.execute_update(workflow.reject, ApprovalDecision(step=1, approved=False, by="bob",
+                                                                      reason="that host is not ours"))
+        outcome: IncidentOutcome = await handle.result()
+        trajectory: Trajectory = await handle.query(workflow.trajectory)
+    assert outcome.writes == 1 and outcome.refused == 1
+    told = [m.content for m in trajectory.conversation if m.role == "tool"]
+    assert any(m.startswith("refused: rejected by bob: that host is not ours") for m in told), told
+
+
+async def test_the_old_approval_signal_still_approves(stack: Settings, catalog) -> None:
+    """Callers from before the updates (`approve_action`) still work; the status names what the incident waits on."""
+    client = await _client(stack)
+    scenario = catalog["bad_image"]
+    incident = _injected_incident(stack, scenario, approval_risk=Risk.LOW, approval_timeout_s=60)
+    async with running_workers(client, stack) as settings:
+        started = await start_incident(client, incident, policy=PolicyRef(name="scripted", script=_restart(scenario)),
+                                       settings=settings)
+        await _await_phase(started.handle, "awaiting_approval")
+        await started.handle.signal(IncidentRemediationWorkflow.approve_action,
+                                    ApprovalDecision(step=0, approved=True, by="alice"))
+        outcome: IncidentOutcome = await started.handle.result()
+    assert outcome.writes == 1 and outcome.refused == 0
+
+
+async def test_a_deleted_environment_ends_the_incident_as_cluster_lost(stack: Settings, catalog) -> None:
+    """The simulator environment goes away while the incident settles: the observer's 404 is final, and the
+    incident ends at once, unjudged, as `cluster_lost`, its trajectory stored saying why."""
+    client = await _client(stack)
+    scenario = catalog["none"]
+    incident = _limited(_injected_incident(stack, scenario), settle_s=3)
+    env_name = incident.kubeconfig.rstrip("/").rsplit("/", 1)[-1]  # type: ignore[union-attr]
+    async with running_workers(client, stack) as settings:
+        started = await start_incident(client, incident, policy=PolicyRef(name="scripted", script=[]),
+                                       settings=settings)
+        status = await _await_phase(started.handle, "settling")
+        assert status.waiting is not None and status.waiting.on == "timer settle"
+        SimulatorClient(stack.sim_url).delete_env(env_name)
+        outcome: IncidentOutcome = await asyncio.wait_for(started.handle.result(), timeout=20)
+        trajectory: Trajectory = await started.handle.query(IncidentRemediationWorkflow.trajectory)
+        listed = (await started.handle.describe()).typed_search_attributes
+    assert (outcome.termination, outcome.outcome) == ("cluster_lost", "unresolved") and outcome.trajectory_key
+    assert listed[ENDING] == "cluster_lost"
+    assert trajectory.verdict is not None
+    [reason] = trajectory.verdict.reasons
+    assert reason.startswith(f"not judged: the cluster could not be observed: namespace '{scenario.namespace}' is "
+                             "not in the incident's cluster (any more)") and env_name in reason, reason
+
+
+@pytest.fixture
+def failing_observer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The observer cannot reach the cluster, the way a simulator that is down looks: retried, never answering."""
+    def unreachable(*args: object) -> None:
+        raise ConnectionRefusedError("the cluster does not answer")
+
+    monkeypatch.setattr(observer.oracle, "observe_incident", unreachable)
+
+
+async def test_an_observer_that_keeps_failing_ends_within_the_cluster_timeout(stack: Settings, catalog,
+                                                                              failing_observer: None) -> None:
+    client = await _client(stack)
+    incident = _limited(_injected_incident(stack, catalog["none"]), cluster_timeout_s=3)
+    async with running_workers(client, stack) as settings:
+        started = await start_incident(client, incident, policy=PolicyRef(name="scripted", script=[]),
+                                       settings=settings)
+        outcome: IncidentOutcome = await asyncio.wait_for(started.handle.result(), timeout=30)
+        trajectory: Trajectory = await started.handle.query(IncidentRemediationWorkflow.trajectory)
+    assert outcome.termination == "cluster_lost" and trajectory.verdict is not None
+    assert trajectory.verdict.reasons == ["not judged: the cluster did not answer the observer for 3s"]
+
+
+async def test_cancel_while_observing_ends_the_incident_promptly(stack: Settings, catalog,
+                                                                 failing_observer: None) -> None:
+    client = await _client(stack)
+    incident = _injected_incident(stack, catalog["none"])  # the observer would retry for 300 s
+    async with running_workers(client, stack) as settings:
+        started = await start_incident(client, incident, policy=PolicyRef(name="scripted", script=[]),
+                                       settings=settings)
+        status = await _await_phase(started.handle, "observing")
+        assert status.waiting is not None and status.waiting.on == "activity observe"
+        await started.handle.signal(IncidentRemediationWorkflow.cancel)
+        outcome: IncidentOutcome = await asyncio.wait_for(started.handle.result(), timeout=10)
+        trajectory: Trajectory = await started.handle.query(IncidentRemediationWorkflow.trajectory)
+    assert (outcome.termination, outcome.outcome) == ("cancelled", "unresolved") and outcome.trajectory_key
+    assert trajectory.verdict is not None
+    assert trajectory.verdict.reasons == ["not judged: the incident was cancelled while it was being observed"]
+
+
+@pytest.mark.parametrize("phase", ["settling", "awaiting_feedback"])
+async def test_cancel_ends_a_wait_at_once(stack: Settings, catalog, phase: str) -> None:
+    """A minute-long settle or feedback window is cut short by a cancel; the incident is judged all the same."""
+    client = await _client(stack)
+    settling = phase == "settling"
+    incident = _limited(_injected_incident(stack, catalog["none"]), settle_s=60 if settling else 0,
+                        feedback_window_s=0 if settling else 60)
+    async with running_workers(client, stack) as settings:
+        started = await start_incident(client, incident, policy=PolicyRef(name="scripted", script=[]),
+                                       settings=settings)
+        await _await_phase(started.handle, phase)
+        await started.handle.signal(IncidentRemediationWorkflow.cancel)
+        outcome: IncidentOutcome = await asyncio.wait_for(started.handle.result(), timeout=10)
+    assert (outcome.termination, outcome.outcome) == ("finished", "resolved")

@@ -43,13 +43,15 @@ from agent_sre.models.remediation import (
     RemediationStatus,
     RewardRequest,
     TaskQueues,
+    Waiting,
 )
 from agent_sre.models.reward import HumanFeedback
 from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolInvocation, ToolResult, WriteAssessment
 from agent_sre.models.trajectory import Step, Termination, Trajectory
+from agent_sre.models.verdict import Verdict
 from agent_sre.outcome import escalation_notice, incident_outcome
 from agent_sre.webhooks import NOTIFY_RETRY
-from agent_sre.workflows import BAD_INPUT
+from agent_sre.workflows import BAD_INPUT, refusal
 from agent_sre.workflows.lock import NamespaceLockWorkflow
 
 FAULT_CLASS = SearchAttributeKey.for_keyword("FaultClass")
@@ -64,6 +66,14 @@ WRITE_ASSESSMENT_PATCH = "write-assessment"
 # An incident holds its namespace's lease (NamespaceLockWorkflow) from its first write until it has observed the
 # outcome (histories before it wrote without one).
 NAMESPACE_LEASE_PATCH = "namespace-lease"
+# A cancel also ends the wait for a model's decision, the settle timer, the observer and the feedback window
+# (histories before it waited them out).
+CANCEL_PATCH = "cancel-any-phase"
+# The observer retries within the incident's `cluster_timeout_s`; failing for good, it ends the incident as
+# `cluster_lost` (histories before it retried forever).
+CLUSTER_LOST_PATCH = "cluster-lost"
+CLUSTER_READ = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+                           maximum_interval=timedelta(seconds=30), maximum_attempts=10)
 RULE_BASED_POLICIES = frozenset({"runbook", "expert", "scripted"})
 STORE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
                           maximum_interval=timedelta(minutes=2))  # unlimited attempts: the trajectory must land
@@ -72,17 +82,26 @@ Result = TypeVar("Result")
 
 
 def near_cluster(queues: TaskQueues, fn: Callable[[Arg], Result], arg: Arg, timeout: timedelta = QUICK,
-                 heartbeat_timeout: timedelta | None = None) -> Awaitable[Result]:
-    """An activity that reads the cluster (or sets up the simulator) and is safe to run again.
+                 heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+                 deadline: timedelta | None = None) -> workflow.ActivityHandle[Result]:
+    """An activity that reads the cluster (or sets up the simulator) and is safe to run again; `deadline` bounds
+    it with its retries (none: the retry policy's attempts, or forever).
 
     `local`: a local activity beside the workflow, no task-queue round trip; a worker that crashes before its
     workflow task completes re-runs it. `queue`: an activity on the tools queue, for workers that cannot reach the
     cluster. (Local activities cannot heartbeat: they are bounded by `timeout` alone.)
     """
     if queues.tool_execution == "local":
-        return workflow.execute_local_activity(fn, arg, start_to_close_timeout=timeout)
-    return workflow.execute_activity(fn, arg, start_to_close_timeout=timeout, heartbeat_timeout=heartbeat_timeout,
-                                     task_queue=queues.tools)
+        return workflow.start_local_activity(fn, arg, start_to_close_timeout=timeout, retry_policy=retry_policy,
+                                             schedule_to_close_timeout=deadline)
+    return workflow.start_activity(fn, arg, start_to_close_timeout=timeout, heartbeat_timeout=heartbeat_timeout,
+                                   retry_policy=retry_policy, schedule_to_close_timeout=deadline,
+                                   task_queue=queues.tools)
+
+
+def unjudged(why: str) -> Verdict:
+    """The verdict of an incident whose outcome was never observed: not known to be resolved."""
+    return Verdict(outcome="unresolved", reasons=[f"not judged: {why}"])
 
 
 def search_attributes(incident: Incident, policy_ref: PolicyRef | None) -> TypedSearchAttributes:
@@ -104,7 +123,8 @@ class IncidentRemediationWorkflow:
         self._phase: Phase = "routing"
         self._trajectory: Trajectory | None = None
         self._model_version: str | None = None
-        self._cancelled = False
+        self._cancels = 0  # cancel signals so far: each one ends what the incident is waiting on then
+        self._waiting: Waiting | None = None
         self._alert_resolved = False
         self._pending: ToolCall | None = None
         self._pending_step: int | None = None
@@ -131,8 +151,8 @@ class IncidentRemediationWorkflow:
         info = workflow.info()
         policy_ref = request.policy
         if policy_ref is None:
-            policy_ref = await workflow.execute_local_activity(  # a read of the routing table
-                routing.route_model, incident, start_to_close_timeout=QUICK)
+            policy_ref = await self._waiting_for("activity route_model", workflow.execute_local_activity(
+                routing.route_model, incident, start_to_close_timeout=QUICK))  # a read of the routing table
         self._model_version = policy_ref.version
         known = info.typed_search_attributes  # as the workflow was started, or upserted since
         unset = [key.value_set(value) for key, value in search_attributes(incident, policy_ref)
@@ -141,7 +161,9 @@ class IncidentRemediationWorkflow:
             workflow.upsert_search_attributes(unset)  # one event, not one per attribute
         baseline = request.baseline
         if baseline is None:
-            baseline = await near_cluster(self._queues, observer.snapshot_cluster, incident)
+            baseline = await self._waiting_for("activity snapshot_cluster", near_cluster(
+                self._queues, observer.snapshot_cluster, incident, retry_policy=CLUSTER_READ,
+                deadline=timedelta(seconds=incident.limits.cluster_timeout_s)))
 
         self._trajectory = trajectory = Trajectory(
             incident=self._incident, workflow_id=info.workflow_id, run_id=info.run_id, policy=policy_ref.name,
@@ -152,13 +174,12 @@ class IncidentRemediationWorkflow:
             await self._page(request.escalation_url, trajectory)
 
         if incident.limits.settle_s > 0:  # a zero-length durable timer still costs a timer-queue round trip
-            self._set_phase("settling")
-            await workflow.sleep(timedelta(seconds=incident.limits.settle_s))
+            self._set_phase("settling")  # a timer either way: histories before CANCEL_PATCH slept it out
+            await self._until("timer settle", self._cancelled_from_now(), timedelta(seconds=incident.limits.settle_s))
         self._set_phase("observing")
-        verdict = await near_cluster(self._queues, observer.observe,
-                                     ObserveRequest(incident=incident, baseline=baseline,
-                                                    termination=trajectory.termination,
-                                                    writes=len(trajectory.writes)))
+        verdict = await self._observe(ObserveRequest(incident=incident, baseline=baseline,
+                                                     termination=trajectory.termination,
+                                                     writes=len(trajectory.writes)), trajectory)
         trajectory.verdict, self._outcome = verdict, verdict.outcome
         await self._release_namespace()  # the fix is observed: the next writer reads a settled namespace
         workflow.upsert_search_attributes([OUTCOME.value_set(verdict.outcome),  # one event, as above
@@ -167,26 +188,27 @@ class IncidentRemediationWorkflow:
         if incident.limits.feedback_window_s > 0:
             self._set_phase("awaiting_feedback")
             self._feedback_open = True
-            try:
-                await workflow.wait_condition(lambda: bool(self._feedback),
-                                              timeout=timedelta(seconds=incident.limits.feedback_window_s))
-            except TimeoutError:
-                pass  # nobody commented: the window closes and the incident is scored without feedback
+            cancelled = self._cancelled_from_now()
+            # Nobody commented by its end: the window closes and the incident is scored without feedback.
+            await self._until("human feedback (agent-sre incident feedback)",
+                              lambda: bool(self._feedback) or cancelled(),
+                              timedelta(seconds=incident.limits.feedback_window_s))
             self._feedback_open = False
         trajectory.feedback = list(self._feedback)
         trajectory.alert_resolved = self._alert_resolved
         trajectory.ended_at = workflow.now()
 
         self._set_phase("rewarding")
-        trajectory.reward = await workflow.execute_local_activity(  # pure computation: no queue round trip
+        trajectory.reward = await self._waiting_for("activity compute_reward", workflow.execute_local_activity(
             rewards.compute_reward, RewardRequest(trajectory=trajectory, config=request.reward),
-            start_to_close_timeout=QUICK)
+            start_to_close_timeout=QUICK))  # pure computation: no queue round trip
 
         key = None
         if request.store_trajectory:
             self._set_phase("storing")
-            stored = await workflow.execute_local_activity(  # re-running it rewrites the same object
-                trajectories.store_trajectory, trajectory, start_to_close_timeout=QUICK, retry_policy=STORE_RETRY)
+            stored = await self._waiting_for("activity store_trajectory", workflow.execute_local_activity(
+                trajectories.store_trajectory, trajectory, start_to_close_timeout=QUICK,
+                retry_policy=STORE_RETRY))  # re-running it rewrites the same object
             key = stored.key
         self._set_phase("done")
         return incident_outcome(trajectory, key)
@@ -204,6 +226,8 @@ class IncidentRemediationWorkflow:
             if workflow.now() >= deadline:
                 return "deadline"
             decision = await self._decide(policy_ref, trajectory)
+            if decision is None:
+                return "cancelled"
             trajectory.conversation.extend(decision.new_messages)
             trajectory.conversation.append(ChatMessage(role="assistant", content=decision.completion))
             step = Step(index=len(trajectory.steps), decision=decision, at=workflow.now())
@@ -221,22 +245,24 @@ class IncidentRemediationWorkflow:
         to its verdict, its reward and its stored trajectory all the same."""
         notice = escalation_notice(trajectory, workflow.now())
         try:
-            code = await workflow.execute_activity(escalation.notify_escalation, args=[url, notice],
-                                                   start_to_close_timeout=QUICK, retry_policy=NOTIFY_RETRY)
+            code = await self._waiting_for("activity notify_escalation", workflow.execute_activity(
+                escalation.notify_escalation, args=[url, notice], start_to_close_timeout=QUICK,
+                retry_policy=NOTIFY_RETRY))
             self._escalation = f"notified {url} (HTTP {code})"
         except ActivityError as exc:
             self._escalation = f"notifying {url} failed: {exc.cause or exc}"
             workflow.logger.warning("escalation of %s not delivered: %s", trajectory.incident.id, self._escalation)
 
-    async def _decide(self, policy_ref: PolicyRef, trajectory: Trajectory) -> PolicyDecision:
+    async def _decide(self, policy_ref: PolicyRef, trajectory: Trajectory) -> PolicyDecision | None:
         """Rule-based policies answer in microseconds and load nothing: they run as local activities beside the
-        workflow. Models run on the policy queue, where the inference hardware is."""
+        workflow. Models run on the policy queue, where the inference hardware is. None: cancelled meanwhile."""
         request = PolicyRequest(policy=policy_ref, trajectory=trajectory.for_policy())
         if policy_ref.name in RULE_BASED_POLICIES:
-            return await workflow.execute_local_activity(policy.decide_next_action, request,
-                                                         start_to_close_timeout=QUICK)
-        return await workflow.execute_activity(policy.decide_next_action, request, task_queue=self._queues.policy,
+            decision = workflow.start_local_activity(policy.decide_next_action, request, start_to_close_timeout=QUICK)
+        else:
+            decision = workflow.start_activity(policy.decide_next_action, request, task_queue=self._queues.policy,
                                                start_to_close_timeout=timedelta(minutes=5))
+        return await self._unless_cancelled("activity decide_next_action", decision, self._cancelled_from_now())
 
     async def _act(self, action: ToolCall, index: int, incident: Incident) -> ToolResult:
         """Run the step's tool call; a write held for approval (`needs_approval`) runs again once a human approves
@@ -269,16 +295,17 @@ class IncidentRemediationWorkflow:
         info = workflow.info()
         invocation = ToolInvocation(call=action, namespace=incident.namespace, kubeconfig=incident.kubeconfig,
                                     idempotency_key=key, approved=approved)
+        what = f"activity run_tool ({action.tool})"
         if spec is None or not spec.write:  # a waiting read (rollout_status) gets its longest wait on top
             timeout = QUICK + timedelta(seconds=spec.max_wait_s if spec else 0.0)
-            return await near_cluster(self._queues, tools.run_tool, invocation, timeout)
+            return await self._waiting_for(what, near_cluster(self._queues, tools.run_tool, invocation, timeout))
         # A write is always an activity of its own, in history before the agent moves on: re-running a chain of
         # local activities after a crash re-reads a cluster the write has changed, and the agent could then decide
         # differently and lose the write from its trajectory. `local` puts it on the workflow's own queue, where
         # eager dispatch hands it straight back to this worker.
         queue = info.task_queue if self._queues.tool_execution == "local" else self._queues.tools
-        return await workflow.execute_activity(tools.run_tool, invocation, start_to_close_timeout=QUICK,
-                                               task_queue=queue)
+        return await self._waiting_for(what, workflow.execute_activity(
+            tools.run_tool, invocation, start_to_close_timeout=QUICK, task_queue=queue))
 
     async def _await_approval(self, action: ToolCall, index: int, timeout_s: float,
                               assessment: WriteAssessment | None = None) -> str | None:
@@ -287,11 +314,10 @@ class IncidentRemediationWorkflow:
         self._pending_assessment = assessment
         self._set_phase("awaiting_approval")
         try:
-            await workflow.wait_condition(
-                lambda: (self._approval is not None and self._approval.step == index) or self._cancelled,
-                timeout=timedelta(seconds=timeout_s))
-        except TimeoutError:
-            return f"no human approved {action.tool} within {timeout_s:.0f}s"
+            if not await self._until(f"a human to approve or reject step {index} ({action.tool})",
+                                     lambda: (self._approval is not None and self._approval.step == index)
+                                     or self._cancelled, timedelta(seconds=timeout_s)):
+                return f"no human approved {action.tool} within {timeout_s:.0f}s"
         finally:
             self._pending = self._pending_step = self._pending_assessment = None
             self._set_phase("investigating")
@@ -348,6 +374,81 @@ class IncidentRemediationWorkflow:
         except FailureError:  # the lock has ended (it took the lease back long ago and went idle)
             pass
 
+    async def _observe(self, request: ObserveRequest, trajectory: Trajectory) -> Verdict:
+        """The verdict. An observer that fails for good (the cluster or its namespace is gone, or it kept failing
+        for `cluster_timeout_s`) ends the incident as `cluster_lost`, and a cancel abandons it: both unjudged."""
+        if not workflow.patched(CLUSTER_LOST_PATCH):
+            return await near_cluster(self._queues, observer.observe, request)
+        deadline = timedelta(seconds=request.incident.limits.cluster_timeout_s)
+        observing = near_cluster(self._queues, observer.observe, request, retry_policy=CLUSTER_READ,
+                                 deadline=deadline)
+        try:  # the timer too: a local activity's retries do not stop at its schedule-to-close timeout
+            verdict = await self._unless_cancelled("activity observe", observing, self._cancelled_from_now(),
+                                                   deadline)
+        except TimeoutError:
+            trajectory.termination = "cluster_lost"
+            return unjudged(f"the cluster did not answer the observer for {deadline.total_seconds():.0f}s")
+        except FailureError as exc:  # a local activity's failure comes unwrapped, a queued one's as ActivityError
+            trajectory.termination = "cluster_lost"
+            why = exc.cause if isinstance(exc, ActivityError) and isinstance(exc.cause, FailureError) else exc
+            return unjudged(f"the cluster could not be observed: {why.message}")
+        if verdict is None:
+            trajectory.termination = "cancelled"
+            return unjudged("the incident was cancelled while it was being observed")
+        return verdict
+
+    @property
+    def _cancelled(self) -> bool:
+        return self._cancels > 0
+
+    def _cancelled_from_now(self) -> Callable[[], bool]:
+        """A condition that holds once a cancel arrives after this call; never, in histories before CANCEL_PATCH."""
+        if not workflow.patched(CANCEL_PATCH):
+            return lambda: False
+        cancels = self._cancels
+        return lambda: self._cancels > cancels
+
+    async def _waiting_for(self, what: str, work: Awaitable[Result], timeout: timedelta | None = None) -> Result:
+        """Await `work`, which `status` names meanwhile as what the incident waits on, since when and until when."""
+        now = workflow.now()
+        self._waiting = Waiting(on=what, since=now, until=now + timeout if timeout is not None else None)
+        try:
+            return await work
+        finally:
+            self._waiting = None
+
+    async def _until(self, what: str, condition: Callable[[], bool], timeout: timedelta) -> bool:
+        """Wait for `condition` (a durable timer bounds it); False when `timeout` ran out first."""
+        try:
+            await self._waiting_for(what, workflow.wait_condition(condition, timeout=timeout), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _unless_cancelled(self, what: str, activity: workflow.ActivityHandle[Result],
+                                cancelled: Callable[[], bool], timeout: timedelta | None = None) -> Result | None:
+        """`activity`'s result (or its failure), or None once `cancelled` holds first; TimeoutError once `timeout` has
+        passed. The activity is then cancelled, not waited out (an observer retrying against a lost cluster, a model
+        still thinking)."""
+        try:
+            await self._waiting_for(what, workflow.wait_condition(lambda: activity.done() or cancelled(),
+                                                                  timeout=timeout), timeout)
+        except TimeoutError:
+            await self._abandon(activity)
+            raise
+        if activity.done():
+            return activity.result()
+        await self._abandon(activity)
+        return None
+
+    @staticmethod
+    async def _abandon(activity: workflow.ActivityHandle[Result]) -> None:
+        activity.cancel()
+        try:
+            await activity
+        except (FailureError, asyncio.CancelledError):
+            pass  # what cancelling it was for
+
     def _set_phase(self, phase: Phase, last_action: str | None = None) -> None:
         self._phase = phase
         steps = len(self._trajectory.steps) if self._trajectory else 0
@@ -384,16 +485,79 @@ class IncidentRemediationWorkflow:
 
     @workflow.signal
     def approve_action(self, decision: ApprovalDecision) -> None:
+        """`approve` as a signal, for callers from before it: a wrong step is ignored, not refused."""
         self._approval = decision.model_copy(update={"approved": True})
 
     @workflow.signal
     def reject_action(self, decision: ApprovalDecision) -> None:
+        """`reject` as a signal, for callers from before it."""
         self._approval = decision.model_copy(update={"approved": False})
+
+    @workflow.update
+    async def approve(self, decision: ApprovalDecision) -> RemediationStatus:
+        """Let the write waiting at `decision.step` run. Returns the state the incident moves on to."""
+        return await self._answer(decision)
+
+    @approve.validator
+    def _validate_approve(self, decision: ApprovalDecision) -> None:
+        self._must_await(decision, approved=True)
+
+    @workflow.update
+    async def reject(self, decision: ApprovalDecision) -> RemediationStatus:
+        """Refuse the write waiting at `decision.step`: the agent reads the refusal, with `decision.reason`, as the
+        step's result. Returns the state the incident moves on to."""
+        return await self._answer(decision)
+
+    @reject.validator
+    def _validate_reject(self, decision: ApprovalDecision) -> None:
+        self._must_await(decision, approved=False)
+
+    async def _answer(self, decision: ApprovalDecision) -> RemediationStatus:
+        self._approval = decision
+        await workflow.wait_condition(lambda: self._pending_step != decision.step)
+        return self.status()
+
+    def _must_await(self, decision: ApprovalDecision, approved: bool) -> None:
+        """Validators of approve and reject: refuse a decision that does not answer the approval awaited now."""
+        verb = "approve" if approved else "reject"
+        if decision.approved != approved:
+            raise refusal(f"cannot {verb}: the decision says approved={decision.approved}")
+        if self._pending is None:
+            raise refusal(f"cannot {verb}: nothing is waiting for approval (the incident is {self._phase})")
+        if decision.step != self._pending_step:
+            raise refusal(f"cannot {verb}: step {decision.step} is not waiting for approval; step "
+                          f"{self._pending_step} ({self._pending.tool}) is")
+        if self._approval is not None and self._approval.step == decision.step:
+            raise refusal(f"cannot {verb}: step {decision.step} has been answered already, by "
+                          f"{self._approval.by or 'a human'}")
+
+    @workflow.update
+    async def feedback(self, feedback: HumanFeedback) -> RemediationStatus:
+        """Rate the remediation in its feedback window: the rating goes into the reward it stores. Returns the
+        state once the window has closed."""
+        self._feedback.append(feedback)
+        await workflow.wait_condition(lambda: not self._feedback_open)
+        return self.status()
+
+    @feedback.validator
+    def _validate_feedback(self, feedback: HumanFeedback) -> None:
+        """Only in the window: before the verdict there is nothing to rate; after it the reward is being computed."""
+        if self._feedback_open:
+            return
+        if self._incident.limits.feedback_window_s <= 0:
+            raise refusal("cannot rate: the incident has no feedback window; rate it once it has completed")
+        if self._phase in ("rewarding", "storing", "done"):
+            raise refusal("cannot rate: the feedback window has closed and its trajectory is being stored; rate it "
+                          "in a moment")
+        raise refusal(f"cannot rate: the incident is {self._phase}: rate it once it has been judged (after the "
+                      "verdict)")
 
     @workflow.signal
     def cancel(self) -> None:
-        """Stop acting at the next step boundary; the episode is still observed and recorded."""
-        self._cancelled = True
+        """Stop acting: at once while the agent waits for its model, else at the next step boundary; the incident
+        is still observed and recorded. A cancel while it settles, observes or takes feedback ends that wait (an
+        observation abandoned leaves the incident unjudged)."""
+        self._cancels += 1
 
     @workflow.query
     def status(self) -> RemediationStatus:
@@ -404,7 +568,7 @@ class IncidentRemediationWorkflow:
             last_action=t.steps[-1].action.tool if t and t.steps and t.steps[-1].action else None,
             pending_approval=self._pending, pending_step=self._pending_step,
             pending_assessment=self._pending_assessment, outcome=self._outcome,
-            alert_resolved=self._alert_resolved, escalation=self._escalation)
+            alert_resolved=self._alert_resolved, escalation=self._escalation, waiting=self._waiting)
 
     @workflow.query
     def trajectory(self) -> Trajectory | None:
