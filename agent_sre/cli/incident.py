@@ -319,8 +319,8 @@ async def _follow_steps(client: Client, settings: Settings, handle: WorkflowHand
                 printer.ending(t)
                 return
             if taken < len(t.steps) and hinted != taken:
-                if (await _status(handle)).pending_step == taken:
-                    printer.waiting(t.workflow_id, t.steps[taken], with_action=True)
+                if (st := await _status(handle)).pending_step == taken:
+                    printer.waiting(t.workflow_id, t.steps[taken], st.pending_assessment, with_action=True)
                     hinted = taken
         await asyncio.sleep(FOLLOW_POLL_S)
 
@@ -366,39 +366,31 @@ def feedback(
         if desc.workflow_type != "IncidentRemediationWorkflow":
             _fail(f"{workflow_id} is a {desc.workflow_type}, not a remediation")
         if desc.status == WorkflowExecutionStatus.RUNNING:
-            st = await _status(handle)
-            if st.phase != "awaiting_feedback":
-                _fail(f"{workflow_id} is {st.phase}: "
-                      + ("its trajectory is being stored; rate it in a moment" if st.phase in AFTER_THE_WINDOW
-                         else "rate it once it has been judged (after the verdict)"))
-            await handle.signal("human_feedback", fb)
-            outcome = await _outcome_within(handle, FEEDBACK_CONFIRM_TIMEOUT)
-            if outcome is None:
-                console.print(f"feedback {rating:+d} sent to {workflow_id}; it has not finished yet "
-                              "(see `incident status`)")
-                return
-            if _received(outcome.reward.feedback, fb):
-                console.print(f"feedback {rating:+d} sent to {workflow_id}, inside its feedback window: "
-                              f"reward {outcome.reward.total:+.2f}")
-                return
-            # the window closed between the status query and the signal: the workflow ignored it
-        elif desc.status == WorkflowExecutionStatus.COMPLETED:
-            outcome = await handle.result()
-        else:
+            await _rate_running(handle, fb)
+            return
+        if desc.status != WorkflowExecutionStatus.COMPLETED:
             status_name = desc.status.name.lower() if desc.status else "?"
             _fail(f"{workflow_id} ended {status_name}: it stored no trajectory to rate")
-        _record_late(settings, workflow_id, outcome.trajectory_key, fb)
+        _record_late(settings, workflow_id, (await handle.result()).trajectory_key, fb)
 
     _run(send, not_found=no_workflow("workflow", workflow_id))
 
 
-AFTER_THE_WINDOW = frozenset({"rewarding", "storing", "done"})
 FEEDBACK_CONFIRM_TIMEOUT = timedelta(seconds=60)
 STORE_TIMEOUT_S = 10.0
 
 
-def _received(given: list[HumanFeedback], fb: HumanFeedback) -> bool:
-    return any((f.at, f.author, f.rating) == (fb.at, fb.author, fb.rating) for f in given)
+async def _rate_running(handle: WorkflowHandle[Any, IncidentOutcome], fb: HumanFeedback) -> None:
+    """The `feedback` update: outside the feedback window the workflow refuses it, saying why (`_run` prints it)."""
+    from agent_sre.workflows.incident import IncidentRemediationWorkflow
+
+    await handle.execute_update(IncidentRemediationWorkflow.feedback, fb, rpc_timeout=QUERY_TIMEOUT)
+    outcome = await _outcome_within(handle, FEEDBACK_CONFIRM_TIMEOUT)
+    sent = f"feedback {fb.rating:+d} sent to {handle.id}, inside its feedback window"
+    if outcome is None:
+        console.print(f"{sent}; it has not finished yet (see `incident status`)")
+    else:
+        console.print(f"{sent}: reward {outcome.reward.total:+.2f}")
 
 
 async def _outcome_within(handle: WorkflowHandle[Any, IncidentOutcome], timeout: timedelta) -> IncidentOutcome | None:
@@ -454,9 +446,12 @@ def reject(workflow_id: str = typer.Argument(..., metavar="ID"),
 
 @app.command("cancel")
 def cancel(workflow_id: str = typer.Argument(..., metavar="ID")) -> None:
-    """Stop acting at the next step; the incident is still judged and recorded."""
+    """Stop acting (at the next step, or at once while the model thinks); the incident is still judged and
+    recorded. One that arrives while it settles, observes or takes feedback ends that wait too."""
+    from agent_sre.workflows.incident import IncidentRemediationWorkflow
+
     async def send(client: Client, settings: Settings) -> None:
-        await client.get_workflow_handle(workflow_id).signal("cancel")
+        await client.get_workflow_handle(workflow_id).signal(IncidentRemediationWorkflow.cancel)
         console.print(f"cancel sent to {workflow_id}")
 
     _run(send, not_found=not_running("workflow", workflow_id))
@@ -465,18 +460,15 @@ def cancel(workflow_id: str = typer.Argument(..., metavar="ID")) -> None:
 # --- helpers ----------------------------------------------------------------------------------------------------
 
 def _decide(workflow_id: str, decision: ApprovalDecision) -> None:
+    """The `approve` or `reject` update: the workflow refuses a step that is not the one waiting, saying why."""
+    from agent_sre.workflows.incident import IncidentRemediationWorkflow
+
     async def send(client: Client, settings: Settings) -> None:
         handle = client.get_workflow_handle(workflow_id)
-        st = await _status(handle)
-        if st.pending_approval is None:
-            _fail(f"nothing in {workflow_id} is waiting for approval (phase {st.phase})")
-        pending_step = st.pending_step
-        if decision.step != pending_step:
-            _fail(f"step {decision.step} is not waiting for approval; step {pending_step} "
-                  f"({st.pending_approval.tool}) is")
-        await handle.signal("approve_action" if decision.approved else "reject_action", decision)
+        update = IncidentRemediationWorkflow.approve if decision.approved else IncidentRemediationWorkflow.reject
+        st = await handle.execute_update(update, decision, rpc_timeout=QUERY_TIMEOUT)
         verb = "approved" if decision.approved else "rejected"
-        console.print(f"step {decision.step} ({st.pending_approval.tool}) of {workflow_id} {verb}")
+        console.print(f"step {decision.step} ({st.last_action}) of {workflow_id} {verb}: the incident is {st.phase}")
 
     _run(send, not_found=not_running("workflow", workflow_id))
 
@@ -624,6 +616,8 @@ async def _status(handle: WorkflowHandle[Any, Any]) -> RemediationStatus:
 
 
 def _status_rows(table: Table, st: RemediationStatus, workflow_id: str) -> None:
+    from agent_sre.cli.steps_view import assessment_text, waiting_text
+
     table.add_row("phase", st.phase)
     table.add_row("model", st.model_version or "-")
     table.add_row("steps", str(st.steps))
@@ -632,6 +626,10 @@ def _status_rows(table: Table, st: RemediationStatus, workflow_id: str) -> None:
         table.add_row("waiting for approval", escape(f"step {st.pending_step}: {st.pending_approval.tool} "
                                                      f"{json.dumps(st.pending_approval.args)}")
                       + f"\n[dim]agent-sre incident approve|reject {escape(workflow_id)} --step {st.pending_step}[/]")
+        if st.pending_assessment is not None:
+            table.add_row("held because", escape(assessment_text(st.pending_assessment)))
+    if st.waiting is not None:
+        table.add_row("waiting for", escape(waiting_text(st.waiting, datetime.now(UTC))))
     table.add_row("resolved signal", "received" if st.alert_resolved else "-")
     table.add_row("outcome", st.outcome or "-")
     if st.escalation is not None:
@@ -703,10 +701,19 @@ async def _why_it_ended(handle: WorkflowHandle[Any, Any]) -> str:
 
 def _run(action: Callable[[Client, Settings], Awaitable[None]], not_found: str = "no such workflow") -> None:
     """Connect, run, and report Temporal's refusals as errors rather than tracebacks."""
-    from temporalio.client import WorkflowFailureError, WorkflowQueryFailedError
+    from temporalio.client import (
+        WorkflowFailureError,
+        WorkflowQueryFailedError,
+        WorkflowUpdateFailedError,
+        WorkflowUpdateRPCTimeoutOrCancelledError,
+    )
 
     try:
         run_with_client(action, not_found=not_found)
+    except WorkflowUpdateFailedError as e:
+        _fail(f"refused: {e.cause}")
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        _fail("the workflow did not answer in time (is a worker polling its task queue?)")
     except WorkflowQueryFailedError as e:
         _fail(f"the workflow did not answer: {e}")
     except WorkflowFailureError as e:

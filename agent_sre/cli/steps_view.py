@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import textwrap
 from dataclasses import dataclass
+from datetime import datetime
 
 from rich.console import Console
 from rich.markup import escape
 
-from agent_sre.models.remediation import RemediationStatus
+from agent_sre.models.remediation import RemediationStatus, Waiting
+from agent_sre.models.tools import WriteAssessment
 from agent_sre.models.trajectory import ENDINGS, Step, Trajectory
 
 PREVIEW_LINES = 3  # of a tool's output, unless `full`
@@ -29,6 +31,18 @@ def action_text(step: Step) -> str:
     return step.action.command_line()
 
 
+def assessment_text(assessment: WriteAssessment) -> str:
+    """What a human approves: the write's risk, and each finding of the write rules that makes it so."""
+    findings = "; ".join(f"{f.reason} ({f.rule}, {f.risk})" for f in assessment.findings)
+    return f"{assessment.risk} risk" + (f": {findings}" if findings else "")
+
+
+def waiting_text(waiting: Waiting, now: datetime) -> str:
+    """What a running remediation waits on, since when (and for how long), and until when."""
+    text = f"{waiting.on} since {waiting.since:%Y-%m-%d %H:%M:%S} UTC ({(now - waiting.since).total_seconds():.0f}s)"
+    return text + (f", until {waiting.until:%H:%M:%S} UTC" if waiting.until is not None else "")
+
+
 @dataclass
 class StepPrinter:
     console: Console
@@ -44,7 +58,7 @@ class StepPrinter:
         for i, step in enumerate(t.steps[start:], start=start):
             self.step(step, rewards[i] if i < len(rewards) else None)
             if running is not None and running.pending_step == step.index:
-                self.waiting(t.workflow_id, step)
+                self.waiting(t.workflow_id, step, running.pending_assessment)
         self.ending(t)
 
     def step(self, step: Step, reward: float | None = None) -> None:
@@ -54,10 +68,13 @@ class StepPrinter:
             self.console.print("   " + line, markup=False, highlight=False, no_wrap=not self.full,
                                overflow="fold" if self.full else "ellipsis")
 
-    def waiting(self, workflow_id: str, step: Step, with_action: bool = False) -> None:
-        """A write waiting for approval, and the command that answers it."""
+    def waiting(self, workflow_id: str, step: Step, assessment: WriteAssessment | None,
+                with_action: bool = False) -> None:
+        """A write waiting for approval, what the write rules found in it, and the command that answers it."""
         if with_action:
             self.console.print(f"[bold]{step.index:>2}[/] {escape(action_text(step))}")
+        if assessment is not None:
+            self.console.print(f"   [yellow]held[/]: {escape(assessment_text(assessment))}")
         self.console.print(f"   [yellow]waiting for approval[/]: agent-sre incident approve|reject "
                            f"{escape(workflow_id)} --step {step.index}")
 
