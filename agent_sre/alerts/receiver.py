@@ -35,7 +35,7 @@ from agent_sre.models.rollout import FINISHED, RolloutStatus
 from agent_sre.rollout.client import ROLLOUT_WORKFLOW_ID
 from agent_sre.scope import out_of_scope
 from agent_sre.spans import starting
-from agent_sre.temporal import StartHandling, connect, signal_alert_resolved, start_incident
+from agent_sre.temporal import StartHandling, signal_alert_resolved, start_incident
 from agent_sre.validation import explain
 
 log = logging.getLogger(__name__)
@@ -271,9 +271,8 @@ def _reply(reply: WebhookReply, status: int, headers: dict[str, str] | None = No
                         content_type="application/json", headers=headers)
 
 
-async def serve(settings: Settings, host: str, port: int, token: str | None) -> None:
-    """Run the receiver until cancelled."""
-    client = await connect(settings)
+async def serve(client: Client, settings: Settings, host: str, port: int, token: str | None) -> None:
+    """Run the receiver until cancelled, on a client the caller connected (and reported failing to connect)."""
     runner = web.AppRunner(create_app(client, settings, token))
     await runner.setup()
     try:

@@ -19,6 +19,7 @@ def serve(
 ) -> None:
     """Receive Alertmanager's webhook (v4) on POST /alerts; GET /healthz, GET /metrics."""
     from agent_sre.alerts.receiver import serve as serve_receiver
+    from agent_sre.cli.common import connect_or_fail
     from agent_sre.config import get_settings
     from agent_sre.telemetry import setup_tracing
 
@@ -30,8 +31,13 @@ def serve(
         typer.echo("warning: no token configured (--token / AGENT_SRE_ALERTS_TOKEN); anyone who can reach "
                    "the port can start remediations and roll back model rollouts", err=True)
     setup_tracing(settings, service_name="agent-sre-alerts")
-    typer.echo(f"alert receiver on http://{host}:{port}/alerts · Temporal {settings.temporal_address}")
+
+    async def go() -> None:
+        client = await connect_or_fail(settings)  # a stack that is down: one line, before the address is printed
+        typer.echo(f"alert receiver on http://{host}:{port}/alerts · Temporal {settings.temporal_address}")
+        await serve_receiver(client, settings, host, port, token)
+
     try:
-        asyncio.run(serve_receiver(settings, host, port, token))
+        asyncio.run(go())
     except KeyboardInterrupt:
         pass
