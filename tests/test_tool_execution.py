@@ -65,7 +65,8 @@ async def _activities_and_markers(client: Client, workflow_id: str) -> tuple[Cou
     scheduled = Counter((e.activity_task_scheduled_event_attributes.activity_type.name,
                          e.activity_task_scheduled_event_attributes.task_queue.name)
                         for e in _of_type(events, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED))
-    return scheduled, len(_of_type(events, EventType.EVENT_TYPE_MARKER_RECORDED))
+    markers = _of_type(events, EventType.EVENT_TYPE_MARKER_RECORDED)
+    return scheduled, sum(e.marker_recorded_event_attributes.marker_name == "core_local_activity" for e in markers)
 
 
 @pytest.mark.parametrize("mode", ["queue", "local"])
@@ -89,24 +90,28 @@ async def test_each_mode_runs_the_episode_where_it_says(stack: Settings, mode: T
     assert result.outcome.outcome == "resolved" and result.outcome.writes == 1 and result.outcome.steps == 4
     assert result.environment == environment_name(episode_id)
     assert result.environment not in {e["name"] for e in SimulatorClient(stack.sim_url).list_envs()}
-    # The episode starts the remediation with what it is listed by; the remediation upserts only how it ended, once.
+    # The episode starts the remediation with what it is listed by; the remediation upserts only how it ended, once
+    # (besides TemporalChangeVersion, which the SDK upserts itself for each `workflow.patched` taken).
     upserts = _of_type(child_events, EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES)
-    assert [sorted(e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields)
-            for e in upserts] == [["Ending", "Outcome"]]
+    ours = [sorted(set(e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields)
+                   - {"TemporalChangeVersion"}) for e in upserts]
+    assert [fields for fields in ours if fields] == [["Ending", "Outcome"]]
     assert (listed[FAULT_CLASS], listed[SERVICE], listed[MODEL_VERSION], listed[ENDING], listed[OUTCOME]) == (
         SCENARIO.ground_truth.fault_class, SCENARIO.alert.labels["service"], "runbook-v1", "finished", "resolved")
     tools = settings.queue_tools
     if mode == "queue":
         assert parent == Counter({("create_and_inject", tools): 1, ("delete_environment", tools): 1})
-        # No snapshot_cluster: the injection's snapshot, taken as the alert fired, is the baseline.
-        assert child == Counter({("run_tool", tools): 3, ("observe", tools): 1})
+        # No snapshot_cluster: the injection's snapshot, taken as the alert fired, is the baseline. Before its one
+        # write the remediation asks for the namespace's write lease, on its own queue.
+        assert child == Counter({("run_tool", tools): 3, ("observe", tools): 1,
+                                 ("request_lease", settings.queue_agent): 1})
         # rollout_status may wait up to MAX_WAIT_S for the cluster: its activity may take that much longer.
-        assert sorted(timeouts) == [QUICK_S, QUICK_S, QUICK_S, QUICK_S + MAX_WAIT_S]
+        assert sorted(timeouts) == [QUICK_S, QUICK_S, QUICK_S, QUICK_S, QUICK_S + MAX_WAIT_S]
     else:  # reads beside the workflow; the one write an activity of its own, on the workflow's queue
         assert parent == Counter() and parent_markers == 2
-        assert child == Counter({("run_tool", settings.queue_agent): 1})
+        assert child == Counter({("run_tool", settings.queue_agent): 1, ("request_lease", settings.queue_agent): 1})
         assert child_markers == 9  # 4 decisions, the 2 reads, observe, reward, store
-        assert timeouts == [QUICK_S]
+        assert timeouts == [QUICK_S, QUICK_S]
 
 
 async def _activity_timeouts(client: Client, workflow_id: str) -> list[float]:
