@@ -346,13 +346,14 @@ class IncidentRemediationWorkflow:
                 lock_id=self._lock_id, task_queue=info.task_queue, lease=lease), start_to_close_timeout=QUICK)
         self._set_phase("awaiting_lease")
         try:
-            await workflow.wait_condition(lambda: self._lease is not None or self._cancelled,
-                                          timeout=timedelta(seconds=incident.limits.deadline_s))
-        except TimeoutError:
-            return (f"not run: another remediation has been writing to namespace {incident.namespace} for "
-                    f"{incident.limits.deadline_s:.0f}s ({self._lock_id})")
+            granted = await self._until(f"the write lease of namespace {incident.namespace} ({self._lock_id})",
+                                        lambda: self._lease is not None or self._cancelled,
+                                        timedelta(seconds=incident.limits.deadline_s))
         finally:
             self._set_phase("investigating")
+        if not granted:
+            return (f"not run: another remediation has been writing to namespace {incident.namespace} for "
+                    f"{incident.limits.deadline_s:.0f}s ({self._lock_id})")
         grant = self._lease
         if grant is None:
             return "not run: the incident was cancelled"
