@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agent_sre.cli.output import Format, OutputOption, emit, make_console
+from agent_sre.cli.output import Format, OutputOption, emit, fit, make_console
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -114,15 +114,18 @@ def _print_scenarios(loaded: list[Scenario]) -> None:
 
     table = Table(title=f"{len(loaded)} scenarios, {len({s.fault for s in loaded})} of {len(FAULTS)} fault types")
     for column in ("NAME", "APP", "FAULT", "TARGET", "ALERT", "ROOT CAUSE", "FIX"):
-        table.add_column(column, overflow="fold", no_wrap=column in IDENTIFIERS)
+        table.add_column(column, overflow="fold", no_wrap=column in WHOLE,
+                         min_width=NAME_WIDTH if column == "NAME" else None)
     for s in loaded:
         fix = ", ".join(call.tool for call in s.ground_truth.fix) or "(none: change nothing)"
         table.add_row(s.name, s.app, s.fault, s.target, s.alert.labels.get("alertname", ""),
                       s.ground_truth.root_cause, fix)
-    _console().print(table)
+    fit(_console(), table, optional=("FIX", "ROOT CAUSE", "ALERT", "TARGET"))
 
 
 IDENTIFIERS = frozenset({"FAULT", "CLASS"})  # whole on one line, to be copied into other commands
+WHOLE = IDENTIFIERS | {"APP", "TARGET", "ALERT"}
+NAME_WIDTH = 38  # all but the longest few names whole (those fold: the longest is 63 characters)
 
 
 @app.command()
