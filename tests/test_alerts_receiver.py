@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -427,6 +428,18 @@ async def test_an_alert_outside_the_allowed_namespaces_is_acknowledged_and_not_a
     assert not await exists(receiver.temporal, _workflow_id(system))
     assert started["handling"] == "started"
     assert received("firing", "out_of_scope") == before + 1
+
+
+async def test_every_alert_received_is_one_structured_log_line_with_what_was_done(
+        receiver: Receiver, caplog: pytest.LogCaptureFixture) -> None:
+    system, allowed = alert("kube-system"), alert()
+    with caplog.at_level(logging.INFO, logger="agent_sre.alerts.receiver"):
+        _, reply = await receiver.post(webhook(system, allowed))
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.getMessage().startswith('{"event": "alert_')]
+    assert [(line["namespace"], line["handling"], line["workflow_id"]) for line in lines] == [
+        ("kube-system", "out_of_scope", None), (allowed["labels"]["namespace"], "started",
+                                                reply["receipts"][1]["workflow_id"])]
+    assert [r.levelname for r in caplog.records if r.getMessage().startswith('{"event"')] == ["WARNING", "INFO"]
 
 
 async def test_a_delivery_of_300_alerts_starts_at_most_the_cap(receiver: Receiver) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
@@ -32,6 +33,7 @@ from agent_sre.config import Settings
 from agent_sre.models.alert import Alert, AlertHandling, AlertmanagerWebhook, AlertReceipt, WebhookReply
 from agent_sre.models.incident import Incident
 from agent_sre.models.rollout import FINISHED, RolloutStatus
+from agent_sre.redaction import redact_data
 from agent_sre.rollout.client import ROLLOUT_WORKFLOW_ID
 from agent_sre.scope import out_of_scope
 from agent_sre.spans import starting
@@ -94,8 +96,8 @@ async def receive_alerts(request: web.Request) -> web.Response:
     try:
         for unit in plan:
             handled = await handle_unit(client, settings, unit, starts)
-            for i, receipt in zip(unit.positions, handled, strict=True):
-                ALERTS_RECEIVED.labels(receipt.status, receipt.handling).inc()
+            for i, alert, receipt in zip(unit.positions, unit.alerts, handled, strict=True):
+                _record(alert, receipt)
                 receipts[i] = receipt
     except Exception as e:  # Temporal unreachable or refusing: ask Alertmanager to retry the whole delivery
         log.exception("could not hand alerts to Temporal")
@@ -244,10 +246,16 @@ def rollback_reason(alert: Alert) -> str:
 
 
 def _not_acted_on(alert: Alert, handling: AlertHandling, code: int, detail: str) -> AlertReceipt:
-    """An alert acknowledged and recorded, but not acted on."""
-    log.warning("alert %s (%s) %s: %s", alert.labels.get("alertname", "?"), alert.stable_fingerprint(), handling,
-                detail)
+    """An alert acknowledged and recorded (`_record`), but not acted on."""
     return _receipt(alert, handling, code=code, detail=detail)
+
+
+def _record(alert: Alert, receipt: AlertReceipt) -> None:
+    """One count and one structured log line (JSON) per alert received, saying what was done with it: an on-call
+    can grep which alert started or attached which incident, and why one was not acted on (a warning)."""
+    ALERTS_RECEIVED.labels(receipt.status, receipt.handling).inc()
+    line = {"event": "alert_received", "namespace": alert.labels.get("namespace"), **receipt.model_dump(mode="json")}
+    log.log(logging.WARNING if receipt.code >= 400 else logging.INFO, json.dumps(redact_data(line)))
 
 
 def _receipt(alert: Alert, handling: AlertHandling, **details: Any) -> AlertReceipt:
