@@ -525,7 +525,8 @@ async def _start_incidents(client: Client, settings: Settings, incidents: list[I
     for incident in incidents:
         with starting(span, incident):
             started = await start_incident(client, incident, policy=policy, settings=settings)
-        how = "attached to the running remediation" if started.attached else "started"
+        how = {"started": "started", "attached": "attached to the running remediation",
+               "finished": "this firing's remediation has already finished; nothing started:"}[started.handling]
         console.print(f"{how} [bold]{started.workflow_id}[/]")
         if wait:
             _print_outcome(await _outcome(client, started.workflow_id))
