@@ -14,7 +14,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agent_sre.cli import dev
-from agent_sre.cli.episodes import OUTCOME_HEADERS, console, outcome_cells, outcome_table, print_unresolved
+from agent_sre.cli.episodes import (CLOCK_NOTE, console, outcome_cells, outcome_headers, outcome_table,
+                                   print_outcomes, print_unresolved)
+from agent_sre.cli.output import fit
 
 DEMO_SFT_STEPS = 4
 DEMO_GRPO_STEPS = 1
@@ -80,8 +82,8 @@ def demo(
                 results = await run_episodes(client, settings, scenarios, n, PolicyRef(name="runbook"), concurrency,
                                              on_done=lambda _: progress.advance(task))
             stats = summarize(results)
-            console.print(outcome_table(stats, f"{n} incidents in {time.monotonic() - began:.0f}s · policy "
-                                               "runbook-v1"))
+            print_outcomes(console, outcome_table(stats, f"{n} incidents in {time.monotonic() - began:.0f}s · "
+                                                         "policy runbook-v1", "wall"))
             print_unresolved(results, most=3)
             trained = await _training(client, settings) if training else None
             registry = Registry.from_settings(settings)
@@ -143,7 +145,7 @@ async def _training(client: Client, settings: Settings) -> str | None:
     except WorkflowFailureError as exc:
         console.print(f"[red]error:[/] the training cycle failed: {getattr(exc.cause, 'message', None) or exc.cause}")
         raise typer.Exit(1) from exc
-    console.print(_before_after(status))
+    print_outcomes(console, _before_after(status))
     return status.candidate
 
 
@@ -152,8 +154,9 @@ def _before_after(status: TrainingStatus) -> Table:
     verdict = (f"gate {'passed' if gate.passed else 'failed'}: {status.candidate} is {gate.stage}" if gate is not None
                else f"ended {status.phase}" + (f": {status.stop_reason}" if status.stop_reason else ""))
     table = Table(title=f"before / after training (held-out scenarios) · {verdict}",
-                  caption=f"before: {status.base} · after: {status.candidate or '?'}")  # long names: not in a column
-    for col in ("model", "episodes", *OUTCOME_HEADERS):
+                  caption=f"before: {status.base} · after: {status.candidate or '?'}\n{CLOCK_NOTE['simulated']} "
+                          "(the batch above: wall-clock)")  # long names: not in a column
+    for col in ("model", "episodes", *outcome_headers("simulated")):
         table.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
     for label, report in zip(("after", "before"), status.evaluation, strict=False):
         table.add_row(label, str(report.overall.episodes), *outcome_cells(report.overall, ".0f"))
@@ -186,7 +189,7 @@ async def drill_stage(client: Client, settings: Settings, registry: Registry, tr
         "a candidate that passes goes through a compressed rollout. Then one more window of incidents.")
     report = await drill_demo.run_demo_drill(client, settings, registry, base, usual, shifted, concurrency,
                                              on_cycle=show_cycle)
-    console.print(report_table(report))
+    fit(console, report_table(report))
     for note in report.notes:
         console.print(f"[yellow]note:[/] {note}")
     return report
@@ -231,7 +234,7 @@ async def _rollouts(client: Client, settings: Settings, registry: Registry, traf
     bad = await run_rollout(client, settings, registry, degraded, traffic, concurrency=concurrency,
                             on_decision=_show_decision)
 
-    console.print(_rollout_table([good, bad]))
+    fit(console, _rollout_table([good, bad]))
     for r in (good, bad):
         assert r.result is not None
         console.print(f"{r.candidate}: [bold]{r.result.outcome.replace('_', ' ')}[/] — {r.result.reason}")

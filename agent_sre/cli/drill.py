@@ -25,6 +25,7 @@ from agent_sre.cli import dev
 from agent_sre.cli.common import fail
 from agent_sre.cli.learn import build_config, duration_option
 from agent_sre.cli.models import console
+from agent_sre.cli.output import fit
 
 if TYPE_CHECKING:
     from agent_sre.models.learning import DrillCycle, DrillReport
@@ -134,7 +135,7 @@ def drill(
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(report.model_dump_json(indent=1))
     (out / "report.md").write_text(markdown(report))
-    console.print(report_table(report))
+    fit(console, report_table(report))
     for note in report.notes:
         console.print(f"[yellow]note:[/] {note}")
     console.print(f"report: {out / 'report.json'} · {out / 'report.md'}")

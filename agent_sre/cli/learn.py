@@ -25,7 +25,7 @@ import typer
 from rich.table import Table
 
 from agent_sre.cli.common import fail, run_with_client
-from agent_sre.cli.episodes import outcome_table
+from agent_sre.cli.episodes import outcome_table, print_outcomes
 from agent_sre.cli.models import console, registry_call
 from agent_sre.cli.output import Format, OutputOption, emit
 
@@ -373,4 +373,4 @@ def print_record(r: CycleRecord, sources: list[DataItem] | None = None) -> None:
         table.add_row("committed", f"watermark {r.watermark.through:%F %T} UTC at {r.watermark.committed_at:%F %T}")
     console.print(table)
     for report in [*(r.training.evaluation if r.training else []), *r.production_eval]:
-        console.print(outcome_table(report.rows, f"{report.version} on {report.suite}"))
+        print_outcomes(console, outcome_table(report.rows, f"{report.version} on {report.suite}", "simulated"))

@@ -15,7 +15,7 @@ import typer
 from rich.table import Table
 
 from agent_sre.cli.common import get_settings
-from agent_sre.cli.output import Format, OutputOption, emit, make_console
+from agent_sre.cli.output import Format, OutputOption, emit, fit, make_console
 
 if TYPE_CHECKING:
     from agent_sre.cli.views import ModelDetails
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from agent_sre.registry import Registry
 
 app = typer.Typer(help="The model registry: versions, stages and their history.", no_args_is_help=True)
-console = make_console(min_width=110)
+console = make_console()
 T = TypeVar("T")
 STORE_TIMEOUT_S = 5.0
 BY_HELP = "who asks (recorded in the stage history); default: your login name"
@@ -65,17 +65,13 @@ def _print_index(index: RegistryIndex) -> None:
         last = entry.history[-1]
         rows.append((version, entry.policy, entry.stage, f"{last.at:%Y-%m-%d %H:%M}", last.by, last.reason))
     table = Table(title="model versions")
-    fixed = ("version", "policy", "stage", "since", "by")  # whole, so a version can be copied
-    widths = [max([len(col), *(len(r[i]) for r in rows)]) for i, col in enumerate(fixed)]
-    for col, width in zip(fixed, widths, strict=True):
-        table.add_column(col, no_wrap=True, min_width=width)
-    rules = 3 * len(fixed) + 4  # a space either side of each cell, a rule between and around the columns
-    # One line a version (`models show` has the whole history): the reason gets what the others leave.
-    table.add_column("why", no_wrap=True, overflow="ellipsis", max_width=max(1, console.width - sum(widths) - rules))
+    for col in ("version", "policy", "stage", "since", "by"):  # whole, so a version can be copied
+        table.add_column(col, no_wrap=True)
+    table.add_column("why", overflow="fold")  # the reason wraps in what the others leave
     for *head, stage, since, by, why in rows:
         style = {"production": "bold green", "canary": "yellow", "rolled_back": "red"}.get(stage, "")
         table.add_row(*head, f"[{style}]{stage}[/]" if style else stage, since, by, why)
-    console.print(table)
+    fit(console, table)
 
 
 @app.command("show")
@@ -89,7 +85,7 @@ def show(version: str = typer.Argument(..., metavar="VERSION"), output: OutputOp
 
 
 def _print_details(v: ModelDetails) -> None:
-    from agent_sre.cli.episodes import outcome_table
+    from agent_sre.cli.episodes import outcome_table, print_outcomes
 
     card = v.card
     table = Table(show_header=False, title=f"model {card.version}")
@@ -108,7 +104,7 @@ def _print_details(v: ModelDetails) -> None:
     table.add_row("training request", json.dumps(card.training_request) if card.training_request else "-")
     console.print(table)
     for suite, results in v.evaluation.items():
-        console.print(outcome_table(results, f"evaluation · {suite}"))
+        print_outcomes(console, outcome_table(results, f"evaluation · {suite}", "simulated"))
     history = Table(title="stage history")
     for col in ("when", "from", "to", "by", "why"):
         history.add_column(col)

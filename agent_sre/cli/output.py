@@ -66,10 +66,11 @@ def dump(fmt: Format, data: BaseModel | Sequence[BaseModel]) -> None:
 WRAPPED_MIN = 16  # the least width a column that wraps (a reason, a root cause) is counted at when fitting
 
 
-def fit(console: Console, table: Table, optional: Sequence[str] = ()) -> None:
+def fit(console: Console, table: Table, optional: Sequence[str] = (),
+        elsewhere: str = "-o yaml shows every field") -> None:
     """Print `table` in the console's width without cutting a value. A `no_wrap` column (an identifier, a figure)
     keeps every value whole; where that does not fit, long headers wrap at their spaces, and then the `optional`
-    columns are left out, in order, with the caption naming them (`-o yaml` has every field). The other columns
+    columns are left out, in order, with the caption naming them and where to see them. The other columns
     wrap. A table that is still too wide is printed at its own width, for the terminal to wrap, rather than cut."""
     from rich.text import Text
 
@@ -91,7 +92,7 @@ def fit(console: Console, table: Table, optional: Sequence[str] = ()) -> None:
             column._index = i  # rich pads the first and last columns by their index
         left_out.append(name)
     if left_out:
-        note = f"{', '.join(left_out)} left out to fit {console.width} columns: -o yaml shows every field"
+        note = f"{', '.join(left_out)} left out to fit {console.width} columns: {elsewhere}"
         table.caption = f"{table.caption}\n{note}" if table.caption else note
     terminal = console.width
     console.width = max(terminal, _least_width(table, widest))  # print's own width= cannot exceed the console's

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, get_args
 import typer
 from rich.table import Table
 
-from agent_sre.cli.episodes import outcome_table
+from agent_sre.cli.episodes import outcome_table, print_outcomes
 from agent_sre.cli.models import console, registry_call
 from agent_sre.cli.common import fail as _fail
 from agent_sre.cli.common import get_settings, no_workflow, not_running, run_with_client, unpolled
@@ -292,8 +292,9 @@ def print_status(st: TrainingStatus) -> None:
 
 def print_report(report: EvalReport, unstored: str = "not a registered version") -> None:
     note = "stored with the version" if report.stored else f"not stored ({unstored})"
-    console.print(outcome_table(report.rows, f"{report.version} on {report.suite} · {report.scenarios} scenarios · "
-                                             + ("reused stored results" if report.reused else note)))
+    print_outcomes(console, outcome_table(report.rows, f"{report.version} on {report.suite} · {report.scenarios} "
+                                                       "scenarios · " + ("reused stored results" if report.reused
+                                                                         else note), "simulated"))
 
 
 def evaluate(

@@ -276,7 +276,7 @@ def _window_cells(w: WindowStats) -> list[str]:
 
 
 COLUMNS = ["cycle", "incidents before it", "served by", "success on the shifted family", "success", "false pos.",
-           "TTM s", "data used", "held-out success cand/parent", "production replay cand/prod", "decision"]
+           "TTM wall s", "data used", "held-out success cand/parent", "production replay cand/prod", "decision"]
 
 
 def rows(report: DrillReport) -> list[list[str]]:
