@@ -317,6 +317,39 @@ def test_a_template_change_is_a_new_revision_and_undo_goes_back(sim: Simulator) 
     assert reused["metadata"]["annotations"]["deployment.kubernetes.io/revision-history"] == "2"
 
 
+def test_rolling_back_long_after_a_finished_rollout_does_not_time_out(sim: Simulator) -> None:
+    """DeploymentTimedOut: a Progressing condition whose reason is NewReplicaSetAvailable never times out, so a
+    rollback long after the last rollout finished counts its deadline from its own progress, not from then."""
+    env = new_env(sim)
+    env.advance(3600)  # far beyond progressDeadlineSeconds (600) since the install's rollout finished
+    env.tools([ToolCall(tool="rollout_undo", args={"deployment": "cart"})])
+    for _ in range(120):
+        progressing = next(c for c in env.get("deployments.apps", "cart")["status"]["conditions"]
+                           if c["type"] == "Progressing")
+        assert progressing["reason"] != "ProgressDeadlineExceeded"
+        env.advance(1)
+    assert (progressing["status"], progressing["reason"]) == ("True", "NewReplicaSetAvailable")
+
+
+def test_a_resumed_rollout_counts_its_deadline_from_the_resume(sim: Simulator) -> None:
+    """DeploymentTimedOut measures from the Progressing condition's last update, which resuming renews."""
+    env = new_env(sim)
+    _inject(env, "bad_image", "frontend")
+    env.advance(60)
+    apps = AppsV1Api(env.api)
+    apps.patch_namespaced_deployment("frontend", env.ns, {"spec": {"paused": True}})
+    env.advance(3600)
+    apps.patch_namespaced_deployment("frontend", env.ns, {"spec": {"paused": False}})
+    env.advance(599)
+    progressing = next(c for c in env.get("deployments.apps", "frontend")["status"]["conditions"]
+                       if c["type"] == "Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("Unknown", "DeploymentResumed")
+    env.advance(2)
+    progressing = next(c for c in env.get("deployments.apps", "frontend")["status"]["conditions"]
+                       if c["type"] == "Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("False", "ProgressDeadlineExceeded")
+
+
 def _hashes(env: Env, deployment: str, *revisions: str) -> list[str]:
     """The pod-template-hash of each given revision of a deployment."""
     sets = {r["metadata"]["annotations"]["deployment.kubernetes.io/revision"]: r["metadata"]["labels"]

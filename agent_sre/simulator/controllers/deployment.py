@@ -352,7 +352,8 @@ def _status_of(p: Pass, dep: Obj, owned: list[Obj]) -> float:
 
 
 def _progressing(p: Pass, dep: Obj, conditions: _Conditions, old: Obj, status: Obj, new: Obj | None) -> float:
-    """Update the Progressing condition; returns the progress deadline while it is pending."""
+    """Update the Progressing condition as syncRolloutStatus does; returns the progress deadline while it is
+    pending, counted from the condition's last update (DeploymentTimedOut)."""
     meta, spec = dep["metadata"], dep["spec"]
     uid = meta["uid"]
     current = conditions.get("Progressing")
@@ -360,8 +361,9 @@ def _progressing(p: Pass, dep: Obj, conditions: _Conditions, old: Obj, status: O
         if (current or {}).get("reason") != "DeploymentPaused":
             conditions.set("Progressing", "Unknown", "DeploymentPaused", "Deployment is paused")
         return INF
-    if (current or {}).get("reason") == "DeploymentPaused":
+    if (current or {}).get("reason") == "DeploymentPaused":  # the deadline counts from the resume
         conditions.set("Progressing", "Unknown", "DeploymentResumed", "Deployment is resumed")
+        p.st.progress[uid] = p.now
     subject = f'ReplicaSet "{new["metadata"]["name"]}"' if new else f'Deployment "{meta["name"]}"'
     if uid in p.created:
         conditions.set("Progressing", "True", "NewReplicaSetCreated", f'Created new replica set "{p.created[uid]}"')
@@ -375,8 +377,9 @@ def _progressing(p: Pass, dep: Obj, conditions: _Conditions, old: Obj, status: O
     if deployments.progressed({**old, "updatedReplicas": 0} if uid in p.created else old, status):
         conditions.renew("Progressing", "True", "ReplicaSetUpdated", f"{subject} is progressing.")
         p.st.progress[uid] = p.now
-    elif (conditions.get("Progressing") or {}).get("reason") == "ProgressDeadlineExceeded":
-        return INF
+    elif (conditions.get("Progressing") or {}).get("reason") in ("NewReplicaSetAvailable",
+                                                                  "ProgressDeadlineExceeded"):
+        return INF  # DeploymentTimedOut: a finished rollout never times out (nor a rollback before it progresses)
     deadline = p.st.progress.setdefault(uid, p.now) + spec["progressDeadlineSeconds"]
     if p.now + kubelet.TIME_EPSILON_S >= deadline:  # stamped when it timed out, however late we look
         conditions.set("Progressing", "False", "ProgressDeadlineExceeded", f"{subject} has timed out progressing.",
