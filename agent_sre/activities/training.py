@@ -392,7 +392,8 @@ async def train_policy(job: TrainJob) -> TrainedModel:
 
 # --- evaluation and the gate ---------------------------------------------------------------------------------------
 def evaluation_episodes(req: EvalRequest, versions: Registry, settings: Settings, registered: bool,
-                        on_progress: Callable[[int], None]) -> list[EpisodeResult]:
+                        on_progress: Callable[[int, int], None]) -> list[EpisodeResult]:
+    """The version's episodes on the suite; `on_progress(played, of)` after each episode or forward batch."""
     from agent_sre.activities.policy import POLICIES
     from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir
     from agent_sre.training.evaluate import run_model, run_policy
@@ -403,7 +404,7 @@ def evaluation_episodes(req: EvalRequest, versions: Registry, settings: Settings
         if not card.files:  # a rule-based version (the runbook): its own step limit, no model turns
             done = itertools.count(1)
             return run_policy(POLICIES[card.policy], card.policy_ref, scenarios,
-                              on_done=lambda _: on_progress(next(done)))
+                              on_done=lambda _: on_progress(next(done), len(scenarios)))
         model_dir = versions.local_path(req.version)
     elif req.version == BASE_VERSION:
         model_dir = local_version_dir(req.version, settings.models_dir)
@@ -414,18 +415,18 @@ def evaluation_episodes(req: EvalRequest, versions: Registry, settings: Settings
         results += run_model(model_dir, scenarios[start:start + config.batch], version=req.version,
                              max_turns=config.max_turns, max_new_tokens=config.max_new_tokens, batch=config.batch,
                              device=settings.llm_device)
-        on_progress(len(results))
+        on_progress(len(results), len(scenarios))
     return results
 
 
 def run_evaluation(req: EvalRequest, versions: Registry, settings: Settings,
-                   on_progress: Callable[[int], None] = lambda n: None) -> EvalReport:
+                   on_progress: Callable[[int, int], None] = lambda played, of: None) -> EvalReport:
     """A version on the suite; results already stored for exactly this suite are reused, new ones stored."""
     return evaluate_with_episodes(req, versions, settings, on_progress)[0]
 
 
 def evaluate_with_episodes(req: EvalRequest, versions: Registry, settings: Settings,
-                           on_progress: Callable[[int], None] = lambda n: None,
+                           on_progress: Callable[[int, int], None] = lambda played, of: None,
                            reuse: bool = True) -> tuple[EvalReport, list[EpisodeResult] | None]:
     """`run_evaluation`, and the episodes behind its rows: None when stored rows were reused (the registry keeps
     only the rows). `reuse=False` plays the suite again whatever is stored, and stores the new rows."""
@@ -445,6 +446,7 @@ def evaluate_with_episodes(req: EvalRequest, versions: Registry, settings: Setti
 @activity.defn
 def evaluate_version(req: EvalRequest) -> EvalReport:
     try:
+        # (played, of) as heartbeat details: what `agent-sre train status` shows while a version is evaluated
         return run_evaluation(req, registry(), get_settings(), on_progress=activity.heartbeat)
     except (ValueError, ScenarioError, RegistryError) as exc:
         raise refuse(exc) from exc

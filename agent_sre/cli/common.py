@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
@@ -41,6 +42,20 @@ errors = SafeConsole()
 def fail(message: str) -> NoReturn:
     errors.print(f"[red]error:[/] {escape(message)}")
     raise typer.Exit(1)
+
+
+def log_to_file(settings: Settings, name: str) -> Path:
+    """Send this process's logging, and Python's warnings (a dependency's FutureWarning), to <data dir>/logs/<name>
+    .log: a command that prints its own progress (the demo, the drill) keeps the terminal to that, and the log has
+    the rest, a rollback's structured line included. Returns the file."""
+    import logging
+
+    path = settings.data_dir / "logs" / f"{name}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        handlers=[logging.FileHandler(path)], force=True)
+    logging.captureWarnings(True)
+    return path
 
 
 def get_settings() -> Settings:

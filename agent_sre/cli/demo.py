@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agent_sre.cli import dev
+from agent_sre.cli.common import log_to_file
 from agent_sre.cli.episodes import (CLOCK_NOTE, console, outcome_cells, outcome_headers, outcome_table,
                                    print_outcomes, print_unresolved)
 from agent_sre.cli.output import fit
@@ -65,7 +66,9 @@ def demo(
     from agent_sre.workers.main import build_workers
 
     settings = get_settings()
+    log = log_to_file(settings, "demo")
     dev.up(only=None)
+    console.print(f"Logs and library warnings: {log}")
     scenarios = load_scenarios(default_catalog())
     console.print(f"\n[bold]1. Incident remediation[/] — {n} simulated incidents from {len(scenarios)} scenarios "
                   f"({len({s.fault for s in scenarios})} fault types), runbook policy, {concurrency} at a time")
@@ -166,7 +169,7 @@ def _before_after(status: TrainingStatus) -> Table:
 async def drill_stage(client: Client, settings: Settings, registry: Registry, trained: str | None,
                       scenarios: list[Scenario], stats: list[OutcomeStats], concurrency: int) -> DrillReport | None:
     """The production drill, shifting to the fault type the batch above did worst on; None when it resolved all."""
-    from agent_sre.cli.drill import report_table, show_cycle
+    from agent_sre.cli.drill import report_table, show_cycle, show_progress
     from agent_sre.learning import demo as drill_demo
     from agent_sre.rollout.demo import reliably_resolved
 
@@ -188,7 +191,7 @@ async def drill_stage(client: Client, settings: Settings, registry: Registry, tr
         f"{drill_demo.EVAL_SCENARIOS} held-out scenarios, then against production on re-created recent incidents; "
         "a candidate that passes goes through a compressed rollout. Then one more window of incidents.")
     report = await drill_demo.run_demo_drill(client, settings, registry, base, usual, shifted, concurrency,
-                                             on_cycle=show_cycle)
+                                             on_cycle=show_cycle, on_progress=show_progress)
     fit(console, report_table(report))
     for note in report.notes:
         console.print(f"[yellow]note:[/] {note}")

@@ -126,7 +126,8 @@ def drill(
             for worker in build_workers(client, settings) if workers else []:
                 await running.enter_async_context(worker)
             try:
-                return await run_drill(client, settings, registry, drill_spec, usual, variant, on_cycle=show_cycle)
+                return await run_drill(client, settings, registry, drill_spec, usual, variant, on_cycle=show_cycle,
+                                       on_progress=show_progress)
             except RegistryError as exc:
                 fail(str(exc))
 
@@ -140,6 +141,10 @@ def drill(
         console.print(f"[yellow]note:[/] {note}")
     console.print(f"report: {out / 'report.json'} · {out / 'report.md'}")
     return report
+
+
+def show_progress(line: str) -> None:
+    console.print(f"  {datetime.now(UTC):%H:%M:%S} [dim]{line}[/]")
 
 
 def show_cycle(cycle: DrillCycle) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, get_args
@@ -30,7 +30,7 @@ from agent_sre.cli.models import console, registry_call
 from agent_sre.cli.output import Format, OutputOption, emit
 
 if TYPE_CHECKING:  # the commands import what they use when they run: `--help` stays quick
-    from temporalio.client import Client, ScheduleActionExecution
+    from temporalio.client import Client
 
     from agent_sre.cli.views import LearningStatus
     from agent_sre.config import Settings
@@ -110,13 +110,6 @@ def build_config(config_file: Path | None, name: str, algorithm: str | None, bas
         fail(f"bad learning config: {explain(exc, root='config')}")
 
 
-def started(executions: Iterable[ScheduleActionExecution]) -> list[str]:
-    """The workflow ids a schedule's actions started (ours start workflows only)."""
-    from temporalio.client import ScheduleActionExecutionStartWorkflow
-
-    return [e.workflow_id for e in executions if isinstance(e, ScheduleActionExecutionStartWorkflow)]
-
-
 @app.command("schedule")
 def schedule(
     every: str = typer.Option("6h", "--every", help="the interval: 6h, 30m, 1d12h"),
@@ -158,6 +151,7 @@ def run_once(name: str = typer.Option("continuous-learning", "--name", help=NAME
     """Run one cycle now, through the schedule (its overlap policy applies: not while a cycle runs)."""
     from temporalio.client import WorkflowFailureError
 
+    from agent_sre.learning.schedule import started
     from agent_sre.models.learning import CycleRecord
 
     async def go(client: Client, settings: Settings) -> None:
@@ -195,6 +189,7 @@ def status(name: str = typer.Option("continuous-learning", "--name", help=NAME_H
 
     from agent_sre.cli.views import LearningStatus, ScheduleSummary
     from agent_sre.learning import store as streams
+    from agent_sre.learning.schedule import started
     from agent_sre.models.rollout import format_duration
 
     schedule: ScheduleSummary | None = None

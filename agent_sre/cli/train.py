@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import getpass
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, get_args
@@ -33,6 +33,7 @@ from agent_sre.cli.output import Format, OutputOption, dump, emit
 
 if TYPE_CHECKING:  # the commands import what they use when they run: `--help` stays quick
     from pydantic import ValidationError
+    from temporalio.api.workflow.v1 import PendingActivityInfo
     from temporalio.client import Client
 
     from agent_sre.config import Settings
@@ -45,6 +46,7 @@ FOLLOW_EVERY_S = 2.0
 # A busy server (training beside the dev server on a small machine) can let a poll time out: following keeps
 # polling through such failures for this long before it gives up. The cycle itself is durable either way.
 FOLLOW_PATIENCE_S = 120.0
+STILL_EVERY_S = 30.0  # a line at least this often while following, even when nothing changed
 RECIPES = ("expert",)  # a recipe names the teacher whose verified demonstrations SFT imitates
 
 
@@ -144,8 +146,10 @@ def start(
 
 async def follow(client: Client, workflow_id: str, final: bool = True,
                  rpc_timeout: timedelta = timedelta(seconds=10)) -> None:
-    """Print each change of phase and step until the cycle ends, then (`final`) its whole status. A poll that times
-    out or finds the server unavailable is retried, for up to FOLLOW_PATIENCE_S in a row."""
+    """Print each change of phase and step until the cycle ends, then (`final`) its whole status; a step that takes
+    long (a GRPO step, an evaluation on a CPU) is printed again every STILL_EVERY_S with its time so far, so a
+    terminal never sits silent. A poll that times out or finds the server unavailable is retried, for up to
+    FOLLOW_PATIENCE_S in a row."""
     from temporalio.client import WorkflowExecutionStatus
     from temporalio.service import RPCError, RPCStatusCode
 
@@ -153,14 +157,17 @@ async def follow(client: Client, workflow_id: str, final: bool = True,
 
     transient = {RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE}
     handle = client.get_workflow_handle(workflow_id, result_type=TrainingStatus)
-    shown, failing_since = None, None
+    loop = asyncio.get_running_loop()
+    shown, changed_at, printed_at, failing_since = None, loop.time(), loop.time(), None
     while True:
         try:
-            if (await handle.describe(rpc_timeout=rpc_timeout)).status != WorkflowExecutionStatus.RUNNING:
+            description = await handle.describe(rpc_timeout=rpc_timeout)
+            if description.status != WorkflowExecutionStatus.RUNNING:
                 break
             st = await handle.query("progress", result_type=TrainingStatus, rpc_timeout=rpc_timeout)
+            played = await _evaluation_played(client, description.raw_description.pending_activities)
         except RPCError as exc:
-            now = asyncio.get_running_loop().time()
+            now = loop.time()
             failing_since = failing_since if failing_since is not None else now
             if exc.status not in transient or now - failing_since > FOLLOW_PATIENCE_S:
                 raise
@@ -168,22 +175,43 @@ async def follow(client: Client, workflow_id: str, final: bool = True,
             await asyncio.sleep(FOLLOW_EVERY_S)
             continue
         failing_since = None
-        line = progress_line(st)
+        line, now = progress_line(st, played), loop.time()
         if line != shown:
             console.print(line)
-            shown = line
+            shown, changed_at, printed_at = line, now, now
+        elif now - printed_at >= STILL_EVERY_S:
+            console.print(f"{line} [dim](still at it, {_minutes(now - changed_at)} on this)[/]")
+            printed_at = now
         await asyncio.sleep(FOLLOW_EVERY_S)
     if final:
         await show_final(handle)
 
 
-def progress_line(st: TrainingStatus) -> str:
+def progress_line(st: TrainingStatus, played: tuple[int, int] | None = None) -> str:
+    """What the cycle is doing: the training step and its figures while it trains, the version being evaluated and
+    its scenarios played (`played`, from the evaluation's heartbeat) while it evaluates, else its phase."""
     m = st.metrics
-    if m is None:
+    if st.phase == "evaluating":
+        version = st.candidate if not st.evaluation else st.base  # the candidate first, then its parent
+        return f"evaluating {version}" + (f" · {played[0]}/{played[1]} scenarios played" if played else "")
+    if st.phase != "training" or m is None:
         return st.phase
     figures = " · ".join(f"{k} {v:.4g}" for k, v in (("loss", m.loss), ("reward", m.reward), ("kl", m.kl))
                          if v is not None)
     return f"{st.phase} · {m.stage} step {m.step}/{m.max_steps or '?'}" + (f" · {figures}" if figures else "")
+
+
+async def _evaluation_played(client: Client, pending: Sequence[PendingActivityInfo]) -> tuple[int, int] | None:
+    """(played, of) from the running evaluation's last heartbeat; None before its first or when none runs."""
+    for activity in pending:
+        if activity.activity_type.name == "evaluate_version" and activity.heartbeat_details.payloads:
+            played, of = await client.data_converter.decode(activity.heartbeat_details.payloads, [int, int])
+            return played, of
+    return None
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
 
 
 async def show_final(handle, output: Format = Format.table) -> None:  # noqa: ANN001 - WorkflowHandle[Any, TrainingStatus]

@@ -68,12 +68,14 @@ def demo_plan(name: str, production: str, base: str, usual: Sequence[Scenario], 
 
 async def run_demo_drill(client: Client, settings: Settings, registry: Registry, base: str,
                          usual: list[Scenario], shifted: list[Scenario], concurrency: int,
-                         on_cycle: Callable[[DrillCycle], None] = lambda c: None) -> DrillReport:
+                         on_cycle: Callable[[DrillCycle], None] = lambda c: None,
+                         on_progress: Callable[[str], None] = lambda line: None) -> DrillReport:
     """The drill with production as it stands, serving `usual` and shifting to `shifted`; its one cycle that
     trains starts from `base`."""
     name = f"demo-drill-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     plan = demo_plan(name, registry.production().version, base, usual, shifted, concurrency, settings.queue_agent)
-    return await run_drill(client, settings, registry, plan, usual, shifted, on_cycle=on_cycle)
+    return await run_drill(client, settings, registry, plan, usual, shifted, on_cycle=on_cycle,
+                           on_progress=on_progress)
 
 
 def _fault_types(scenarios: Sequence[Scenario]) -> list[str]:

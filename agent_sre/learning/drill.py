@@ -29,13 +29,13 @@ from pathlib import Path
 from statistics import fmean
 
 from temporalio.client import (Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle,
-                               WorkflowUpdateFailedError)
+                               WorkflowQueryFailedError, WorkflowUpdateFailedError)
 from temporalio.service import RPCError
 
 from agent_sre.config import Settings
 from agent_sre.episodes import interleave_by_fault, run_episode
 from agent_sre.learning import store as streams
-from agent_sre.learning.schedule import upsert_schedule
+from agent_sre.learning.schedule import started, upsert_schedule
 from agent_sre.models.incident import RemediationLimits
 from agent_sre.models.learning import DrillCycle, DrillIncident, DrillPlan, DrillReport, WindowStats
 from agent_sre.models.remediation import PolicyRef
@@ -45,12 +45,13 @@ from agent_sre.models.scenario import Scenario
 from agent_sre.models.verdict import Outcome
 from agent_sre.registry import Registry
 from agent_sre.registry import weights as stored_files
-from agent_sre.workflows.training import version_name
+from agent_sre.workflows.training import version_of_id
 
 log = logging.getLogger(__name__)
 
 BY = "agent-sre drill"
 POLL_S = 1.0
+PROGRESS_S = 20.0  # a progress line at least this often: on a CPU a cycle trains for minutes without a new record
 
 
 def drill_plan(every: timedelta, incidents_per_cycle: int) -> RolloutPlan:
@@ -85,7 +86,7 @@ def production_model(registry: Registry, model: str, models_dir: Path) -> str:
     if not (path / "config.json").is_file():
         raise ValueError(f"{model!r} is neither a registered version nor a model directory (no config.json)")
     digest = hashlib.sha256("".join(f.sha256 for f in stored_files.manifest(path)).encode()).hexdigest()[:8]
-    name = version_name(f"drill-{path.name[:40]}-{digest}")
+    name = version_of_id(f"drill-{path.name[:40]}-{digest}")
     registry.register(name, policy="llm", by=BY, weights_dir=path, reason=f"the drill's production model, from {path}")
     return name
 
@@ -205,9 +206,11 @@ class Rollouts:
 
 
 async def run_drill(client: Client, settings: Settings, registry: Registry, plan: DrillPlan, usual: list[Scenario],
-                    shifted: list[Scenario], on_cycle: Callable[[DrillCycle], None] = lambda c: None) -> DrillReport:
+                    shifted: list[Scenario], on_cycle: Callable[[DrillCycle], None] = lambda c: None,
+                    on_progress: Callable[[str], None] = lambda line: None) -> DrillReport:
     """Serve production traffic, let the learning schedule run `plan.cycles` training cycles on it (and their
-    rollouts end), then serve one more window; the schedule is deleted at the end."""
+    rollouts end), then serve one more window; the schedule is deleted at the end. `on_progress` gets a line on
+    where it stands every PROGRESS_S."""
     report = DrillReport(plan=plan, started_at=datetime.now(UTC))
     name = plan.learning.name
     if registry.production().version != plan.model:
@@ -220,6 +223,7 @@ async def run_drill(client: Client, settings: Settings, registry: Registry, plan
     lanes = [asyncio.create_task(traffic.lane(stop)) for _ in range(plan.concurrency)]
     deadline = time.monotonic() + plan.time_limit.total_seconds()
     final_from: int | None = None  # index into traffic.served where the last window begins
+    next_progress = time.monotonic() + PROGRESS_S
     try:
         while True:
             for lane in lanes:
@@ -249,6 +253,9 @@ async def run_drill(client: Client, settings: Settings, registry: Registry, plan
                 report.notes.append(f"the time limit ({plan.time_limit}) passed with {trained} of {plan.cycles} "
                                     "cycles trained" + ("; a rollout is still running" if rollouts.open else ""))
                 break
+            if time.monotonic() >= next_progress:
+                on_progress(await _progress(client, name, traffic, len(report.cycles), bool(rollouts.open)))
+                next_progress = time.monotonic() + PROGRESS_S
             await asyncio.sleep(POLL_S)
     finally:
         stop.set()
@@ -264,6 +271,25 @@ async def run_drill(client: Client, settings: Settings, registry: Registry, plan
 
 
 # --- the report -----------------------------------------------------------------------------------------------------
+async def _progress(client: Client, name: str, traffic: Traffic, cycles: int, rollout_open: bool) -> str:
+    """Where the drill stands: incidents served, cycles ended, and what a running cycle's training is doing."""
+    from agent_sre.models.training import TrainingStatus
+
+    served = traffic.served
+    parts = [f"{len(served)} incidents served ({sum(i.shifted for i in served)} shifted, {len(traffic.failed)} "
+             f"failed)", f"{cycles} cycles ended"]
+    for cycle_id in started((await client.get_schedule_handle(name).describe()).info.running_actions):
+        try:  # the cycle's training child, once it started (learning workflow: `{cycle id}-training`)
+            training = await client.get_workflow_handle(f"{cycle_id}-training").query("progress",
+                                                                                        result_type=TrainingStatus)
+            parts.append(f"cycle {cycle_id}: {training.phase} {training.candidate}")
+        except (RPCError, WorkflowQueryFailedError):
+            parts.append(f"cycle {cycle_id}: reading its episodes")
+    if rollout_open:
+        parts.append("its rollout is running")
+    return " · ".join(parts)
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 

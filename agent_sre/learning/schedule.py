@@ -7,16 +7,23 @@ is the stream's name, and its runs' workflow ids are `learning-<name>-<scheduled
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Literal
 
-from temporalio.client import (Client, Schedule, ScheduleActionStartWorkflow, ScheduleAlreadyRunningError,
-                               ScheduleBackfill, ScheduleIntervalSpec, ScheduleOverlapPolicy, SchedulePolicy,
-                               ScheduleSpec, ScheduleState, ScheduleUpdate, ScheduleUpdateInput)
+from temporalio.client import (Client, Schedule, ScheduleActionExecution, ScheduleActionExecutionStartWorkflow,
+                               ScheduleActionStartWorkflow, ScheduleAlreadyRunningError, ScheduleBackfill,
+                               ScheduleIntervalSpec, ScheduleOverlapPolicy, SchedulePolicy, ScheduleSpec,
+                               ScheduleState, ScheduleUpdate, ScheduleUpdateInput)
 
 from agent_sre.models.learning import LearningConfig, LearningCycleInput
 
 WORKFLOW = "ContinuousLearningWorkflow"
+
+
+def started(executions: Iterable[ScheduleActionExecution]) -> list[str]:
+    """The workflow ids a schedule's actions started (ours start workflows only)."""
+    return [e.workflow_id for e in executions if isinstance(e, ScheduleActionExecutionStartWorkflow)]
 
 
 def schedule_of(config: LearningConfig, every: timedelta, task_queue: str, paused: bool, note: str) -> Schedule:
