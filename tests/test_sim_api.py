@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from agent_sre.simulator.cluster import Cluster
 from agent_sre.simulator.fields import parse_field_selector
 from agent_sre.simulator.patching import apply_patch, merge_patch, strategic_merge_patch
 from agent_sre.simulator.resources import RESOURCE_TYPES
+from agent_sre.simulator.server import SimulatorServer
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.simulator.tables import to_table
 from agent_sre.simulator.transport import in_process_api_client
@@ -596,6 +598,30 @@ def test_simulator_registry_errors() -> None:
         sim.env("b")
     with pytest.raises(ValueError, match="backwards"):
         sim.advance("a", -1)
+
+
+def test_an_environment_lost_with_a_restart_is_gone_not_missing(tmp_path: Path) -> None:
+    """Environments live in memory; the ledger remembers their names, so after a restart a request for one is a
+    410 Gone saying why (the observer and the agent stop at once), not an object's 404."""
+    ledger = tmp_path / "sim" / "environments.json"
+    before = Simulator(ledger=ledger)
+    before.add_env(Cluster("env-1"))
+    before.add_env(Cluster("kept"))
+    after = Simulator(ledger=ledger)  # the restart
+    status, doc = call(after, "GET", "/envs/env-1/api/v1/namespaces/shop/pods")
+    assert (status, doc["reason"]) == (410, "Gone")
+    assert "'env-1' is gone: the simulator restarted at" in doc["message"]
+    assert call(after, "GET", "/envs/never/api/v1/pods")[0] == 404
+    with pytest.raises(KeyError, match="is gone"):
+        after.env("kept")
+    assert after.create_env(apps=[]).name == "env-2", "a lost name is never handed to a new environment"
+    after.add_env(Cluster("kept"))  # named again on purpose: it is a new environment, found again
+    assert call(after, "GET", "/envs/kept/api/v1/namespaces")[0] == 200
+    again = Simulator(ledger=ledger)  # a second restart still knows what the first one lost
+    assert set(again.lost) == {"env-1", "env-2", "kept"}
+    with SimulatorServer(again) as server, pytest.raises(SimulatorError) as err:
+        SimulatorClient(server.url).advance("env-1", 5)
+    assert err.value.status == 410 and "restarted" in str(err.value)
 
 
 def test_control_api(served: Served) -> None:

@@ -39,7 +39,7 @@ def serve(
     if speed <= 0:
         raise typer.BadParameter("must be positive", param_hint="--speed")
     kubeconfig_out = kubeconfig_out or settings.sim_kubeconfig
-    simulator = Simulator(speed=speed)
+    simulator = Simulator(speed=speed, ledger=settings.data_dir.expanduser() / "sim" / "environments.json")
     app_names = [a.strip() for a in apps.split(",") if a.strip()]
     try:
         simulator.create_env("default", apps=app_names, seed=seed)

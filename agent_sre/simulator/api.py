@@ -208,7 +208,7 @@ def serve(simulator: Simulator, method: str, path: str, query: Mapping[str, list
     env_name, k8s_path = split_env(path)
     cluster = simulator.envs.get(env_name)
     if cluster is None:
-        return status_response(ApiError(404, "NotFound", f'simulated environment "{env_name}" not found'))
+        return status_response(simulator.absence(env_name))
     req = Request(method.upper(), k8s_path, query, {k.lower(): v for k, v in headers.items()}, body)
     with simulator.lock:
         try:

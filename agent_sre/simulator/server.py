@@ -108,7 +108,8 @@ async def create_env(request: web.Request) -> web.Response:
 def _env_or_404(request: web.Request) -> tuple[Simulator, str]:
     sim, name = request.app[SIMULATOR_KEY], request.match_info["env"]
     if name not in sim.envs:
-        raise _abort(web.HTTPNotFound, f"no simulated environment named {name!r}")
+        absence = sim.absence(name)
+        raise _abort(web.HTTPGone if absence.code == 410 else web.HTTPNotFound, absence.message)
     return sim, name
 
 
