@@ -32,12 +32,12 @@ def _cluster(incident: Incident) -> ApiClient:
 
 
 def _read(incident: Incident, read: Callable[[ApiClient], T]) -> T:
-    """`read` the incident's cluster. A 404 (its namespace deleted, its simulator environment gone with a restart)
-    will not mend on a retry: fail at once, saying which."""
+    """`read` the incident's cluster. A 404 (its namespace deleted) or a 410 (its simulator environment gone with
+    a restart) will not mend on a retry: fail at once, saying which."""
     try:
         return read(_cluster(incident))
     except ApiException as e:
-        if e.status == 404:
+        if e.status in (404, 410):
             raise ApplicationError(f"namespace {incident.namespace!r} is not in the incident's cluster (any more): "
                                    f"{_message(e)}", type="NamespaceNotFound", non_retryable=True) from e
         raise
