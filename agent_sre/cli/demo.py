@@ -65,8 +65,11 @@ def demo(
     from agent_sre.temporal import connect
     from agent_sre.workers.main import build_workers
 
+    from agent_sre import stack
+
     settings = get_settings()
     log = log_to_file(settings, "demo")
+    before = stack.disk_usage(settings.data_dir)
     dev.up(only=None)
     console.print(f"Logs and library warnings: {log}")
     scenarios = load_scenarios(default_catalog())
@@ -111,7 +114,21 @@ def demo(
     if drill:
         console.print(f"Learning:     {_listing(ui, 'ContinuousLearningWorkflow')} (the drill's scheduled cycles)",
                       soft_wrap=True)
-    console.print("The stack is still running; stop it with `agent-sre dev down`.")
+    console.print(_disk_note(settings, before))
+    console.print("The stack is still running; stop it with `agent-sre dev down`, then `agent-sre dev clean` "
+                  "removes the data.")
+
+
+def _disk_note(settings: Settings, before: int) -> str:
+    """How much the demo wrote, and where: its data outlives it, a few GB of it."""
+    from agent_sre import stack
+    from agent_sre.cli.dev import human_bytes
+
+    data = settings.data_dir.resolve()
+    parts = {"S3 data": data / "seaweedfs", "models": settings.models_dir.resolve(), "logs": data / "logs"}
+    sizes = " · ".join(f"{name} {human_bytes(stack.disk_usage(path))}" for name, path in parts.items())
+    wrote = stack.disk_usage(data) - before
+    return f"Disk:         the demo wrote {human_bytes(max(wrote, 0))} to {data} (now {sizes})"
 
 
 async def _training(client: Client, settings: Settings) -> str | None:

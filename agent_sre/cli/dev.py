@@ -105,6 +105,47 @@ def down(only: Only = None) -> None:
 
 
 @app.command()
+def clean(yes: bool = typer.Option(False, "--yes", "-y", help="remove without asking")) -> None:
+    """Remove the data dir's bulk: the S3 data (episodes, model weights), the local model copies, logs and training
+    scratch (a demo leaves a few GB). The Temporal database, kubeconfig and drill reports stay. Refused while the
+    stack runs: its processes hold those files open."""
+    import shutil
+
+    from agent_sre import stack
+
+    settings = _settings()
+    if alive := stack.running(settings):
+        errors.print(f"[bold red]error:[/] the stack is running ({', '.join(alive)}): stop it first with "
+                     "`agent-sre dev down`", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+    paths = stack.bulk(settings)
+    if not paths:
+        console.print(f"nothing to remove in {settings.data_dir.resolve()}")
+        return
+    sizes = {p: stack.disk_usage(p) for p in paths}
+    for path, size in sizes.items():
+        console.print(f"  {human_bytes(size):>9}  {path}", highlight=False, soft_wrap=True)
+    if not yes and not typer.confirm(f"remove these ({human_bytes(sum(sizes.values()))})?"):
+        raise typer.Exit(1)
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    console.print(f"removed {human_bytes(sum(sizes.values()))}")
+
+
+def human_bytes(size: int) -> str:
+    """Decimal units, as `du --si` prints them."""
+    value, unit = float(size), "B"
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            break
+        value /= 1000
+    return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+
+
+@app.command()
 def status(only: Only = None) -> None:
     """Print each endpoint and whether it answers; exit code 1 when any does not."""
     from agent_sre import stack

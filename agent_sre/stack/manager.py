@@ -64,6 +64,35 @@ def log_path(settings: Settings, component: Component) -> Path:
     return data_dir(settings) / "logs" / f"{component.name}.log"
 
 
+def running(settings: Settings) -> list[str]:
+    """The components whose process is alive."""
+    return [c.name for c in COMPONENTS.values() if pid_file(settings, c).live_pid() is not None]
+
+
+def bulk(settings: Settings) -> list[Path]:
+    """What `dev clean` removes, where it exists: the S3 data (episodes, model weights, datasets: SeaweedFS rewrites
+    its identities and TLS files at every start), the local model copies, logs, training scratch and traces. The
+    Temporal database, the kubeconfig and drill reports stay."""
+    root = data_dir(settings)
+    paths = [root / "seaweedfs", settings.models_dir.expanduser().resolve(), root / "logs", root / "training",
+             root / "traces.jsonl"]
+    return [p for p in paths if p.exists()]
+
+
+def disk_usage(path: Path) -> int:
+    """Bytes `path` takes on disk (as du counts them: a file hardlinked twice counts once)."""
+    if not path.is_dir():
+        return path.stat().st_blocks * 512 if path.exists() else 0
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for file in path.rglob("*"):
+        st = file.lstat()
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_blocks * 512
+    return total
+
+
 async def up(
     settings: Settings,
     names: Iterable[str] | None = None,
