@@ -212,7 +212,8 @@ def test_replay_sets_split_by_scenario_keep_the_evaluation_suite_out_and_read_ba
     episodes = [served(s, i) for i, s in enumerate(catalog[:30] + catalog[:5] + heldout[:2])]
     real_alert = runbook_episode(run_id="run-99")
     real_alert = real_alert.model_copy(update={"incident": real_alert.incident.model_copy(update={"scenario": None})})
-    unknown = served(catalog[0].model_copy(update={"name": "made-up", "fault": "no-such-fault"}), 98)
+    made_up = catalog[0].faults[0].model_copy(update={"fault": "no-such-fault"})
+    unknown = served(catalog[0].model_copy(update={"name": "made-up", "faults": [made_up]}), 98)
     sets = replay_sets([*episodes, real_alert, unknown], eval_share=0.3, eval_limit=4,
                        held_out={s.name for s in heldout})
 

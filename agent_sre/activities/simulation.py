@@ -45,7 +45,7 @@ def create_and_inject(req: InjectRequest) -> InjectedFault:
     would fire. One activity, not two: one round trip less per episode, and nothing to leak between them. The
     snapshot that saw it is the remediation's baseline: the namespace as the alert fired, before anyone acted.
 
-    A false alarm (`none`) fires at once. A fault that never shows is a broken scenario, not a retryable error.
+    A false alarm (nothing to fix: `none`, a transient or benign event) fires at once. A fault that never shows is a broken scenario, not a retryable error.
     """
     environment = _fresh_environment(req)
     client = api_client(environment.server)
@@ -54,7 +54,7 @@ def create_and_inject(req: InjectRequest) -> InjectedFault:
     deadline = time.monotonic() + MANIFEST_TIMEOUT_S
     while True:
         health = oracle.snapshot(client, scenario.namespace, scenario.app)
-        if health.unhealthy or scenario.fault == "none":
+        if health.unhealthy or scenario.false_alarm:
             break
         if time.monotonic() > deadline:
             raise ApplicationError(f"scenario {scenario.name}: fault {scenario.fault} did not show within "

@@ -39,13 +39,15 @@ def get_fault(name: str) -> FaultType:
 
 
 def inject(api_client: ApiClient, scenario: Scenario) -> None:
-    """Break the cluster as the scenario says."""
-    get_fault(scenario.fault).inject(api_client, scenario)
+    """Break the cluster as the scenario says: each of its faults, in order."""
+    for spec in scenario.faults:
+        get_fault(spec.fault).inject(api_client, scenario, spec)
 
 
 def clear(api_client: ApiClient, scenario: Scenario) -> None:
     """Undo the scenario's injection (idempotent; fine after the incident was already fixed)."""
-    get_fault(scenario.fault).clear(api_client, scenario)
+    for spec in reversed(scenario.faults):
+        get_fault(spec.fault).clear(api_client, scenario, spec)
 
 
 __all__ = ["FAULTS", "FaultContext", "FaultError", "FaultType", "clear", "get_fault", "inject"]

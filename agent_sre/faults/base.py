@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -21,7 +22,7 @@ from agent_sre.apps.manifests import deployment
 from agent_sre.kube.client import Kube
 from agent_sre.kube.deployments import rollout_impact
 from agent_sre.models.alert import Alert
-from agent_sre.models.scenario import GroundTruth, Scenario
+from agent_sre.models.scenario import AlertOn, FaultSpec, GroundTruth, Scenario
 from agent_sre.models.tools import ToolCall
 from agent_sre.models.trajectory import Termination
 from agent_sre.models.verdict import HealthSnapshot
@@ -129,15 +130,16 @@ class FaultType(ABC):
         self.validate(ctx)
         return ctx
 
-    def context_of(self, scenario: Scenario) -> FaultContext:
-        return self.context(scenario.app, scenario.namespace, scenario.target, scenario.params, scenario.seed)
+    def context_of(self, scenario: Scenario, spec: FaultSpec) -> FaultContext:
+        """`spec`, one of `scenario`'s faults (of this type), applied to its app and namespace."""
+        return self.context(scenario.app, scenario.namespace, spec.target, spec.params, scenario.seed)
 
     # --- acting on a cluster -----------------------------------------------------------------------------------
-    def inject(self, api: ApiClient, scenario: Scenario) -> None:
-        self._inject(Kube(api, shared=True), self.context_of(scenario))
+    def inject(self, api: ApiClient, scenario: Scenario, spec: FaultSpec) -> None:
+        self._inject(Kube(api, shared=True), self.context_of(scenario, spec))
 
-    def clear(self, api: ApiClient, scenario: Scenario) -> None:
-        self._clear(Kube(api, shared=True), self.context_of(scenario))
+    def clear(self, api: ApiClient, scenario: Scenario, spec: FaultSpec) -> None:
+        self._clear(Kube(api, shared=True), self.context_of(scenario, spec))
 
     @abstractmethod
     def _inject(self, k8s: Kube, ctx: FaultContext) -> None: ...
@@ -162,9 +164,11 @@ class FaultType(ABC):
     def alert_name_for(self, ctx: FaultContext) -> str:
         return self.alert_name
 
-    def alert(self, ctx: FaultContext) -> Alert:
-        service = self.alerted_service(ctx)
-        name = self.alert_name_for(ctx)
+    def alert(self, ctx: FaultContext, on: AlertOn = "target") -> Alert:
+        """The fault's own alert, or (`on="caller"`) the error ratio of the target's first caller: the alert on a
+        caller while the root cause is its dependency."""
+        service, name = (self.alerted_service(ctx), self.alert_name_for(ctx)) if on == "target" else \
+            (_caller(ctx), "HighErrorRate")
         summary, description = ALERTS[name]
         labels = {"alertname": name, "severity": self.severity, "namespace": ctx.namespace, "service": service}
         if name in DEPLOYMENT_ALERTS:
@@ -176,18 +180,15 @@ class FaultType(ABC):
     def symptom_kind_for(self, ctx: FaultContext) -> str:
         return self.symptom_kind
 
-    def symptom(self, ctx: FaultContext) -> str:
+    def symptom(self, ctx: FaultContext, on: AlertOn = "target") -> str:
+        if on == "caller":
+            return _words(ctx, ctx.app.service(_caller(ctx)), "errors")
         service = ctx.app.service(self.alerted_service(ctx))
         kind = self.symptom_kind_for(ctx)
         if kind == "errors" and service.replicas > 1 and service.name == ctx.target and \
                 self.alert_name_for(ctx) == "KubeDeploymentReplicasMismatch":
             kind = "partial"
-        feature = service.feature or f"the {service.name} service"
-        sentence = ctx.pick(SYMPTOMS[kind])
-        for word, value in (("feature", feature), ("service", service.name)):
-            sentence = sentence.replace("{" + word.title() + "}", value[:1].upper() + value[1:])
-            sentence = sentence.replace("{" + word + "}", value)
-        return sentence
+        return _words(ctx, service, kind)
 
     def root_cause(self, ctx: FaultContext) -> str:
         return f"deployment/{ctx.target}"
@@ -214,15 +215,33 @@ class FaultType(ABC):
         return GroundTruth(fault_class=self.fault_class, root_cause=self.root_cause(ctx), fix=self.fix(ctx),
                            wrong_fix=self.wrong_fix(ctx), destructive=self.destructive(ctx))
 
+    def fault_spec(self, ctx: FaultContext, ground_truth: GroundTruth | None = None) -> FaultSpec:
+        """This fault in a scenario, with its ground truth derived unless given."""
+        return FaultSpec(fault=self.name, target=ctx.target, params=ctx.params.model_dump(mode="json", exclude_none=True),
+                         ground_truth=ground_truth or self.ground_truth(ctx))
+
     def scenario(self, name: str, app: str, namespace: str, target: str, params: dict[str, Any], seed: int = 0,
                  tags: list[str] | None = None, alert: Alert | None = None, symptom: str | None = None,
-                 ground_truth: GroundTruth | None = None) -> Scenario:
+                 ground_truth: GroundTruth | None = None, alert_on: AlertOn = "target") -> Scenario:
         """A complete scenario, with alert, symptom and ground truth derived from the fault unless given."""
         ctx = self.context(app, namespace, target, params, seed)
-        return Scenario(name=name, app=app, namespace=namespace, fault=self.name, target=target,
-                        params=ctx.params.model_dump(mode="json", exclude_none=True), seed=seed,
-                        alert=alert or self.alert(ctx), symptom=symptom if symptom is not None else self.symptom(ctx),
-                        ground_truth=ground_truth or self.ground_truth(ctx), tags=list(tags or []))
+        return compose(name, [(self, ctx, ground_truth)], tags=tags, alert=alert, symptom=symptom, alert_on=alert_on)
+
+
+def compose(name: str, faults: Sequence[tuple[FaultType, FaultContext, GroundTruth | None]], *,
+            tags: list[str] | None = None, alert: Alert | None = None, symptom: str | None = None,
+            alert_on: AlertOn = "target") -> Scenario:
+    """A scenario of one or more faults in one namespace, each with its ground truth (derived unless given). The
+    alert and the user's words are the first fault's unless given: the incident starts where it was noticed."""
+    first, ctx, _ = faults[0]
+    if len({c.namespace for _, c, _ in faults}) > 1 or len({c.app.name for _, c, _ in faults}) > 1:
+        raise FaultError("the faults of one scenario break one app in one namespace")
+    specs = [fault.fault_spec(c, truth) for fault, c, truth in faults]
+    if len({(s.fault, s.target) for s in specs}) < len(specs):
+        raise FaultError("two faults of one scenario are the same fault on the same target")
+    return Scenario(name=name, app=ctx.app.name, namespace=ctx.namespace, faults=specs, seed=ctx.seed,
+                    alert=alert or first.alert(ctx, alert_on),
+                    symptom=symptom if symptom is not None else first.symptom(ctx, alert_on), tags=list(tags or []))
 
 
 class RolloutFault(FaultType):
@@ -244,6 +263,24 @@ class RolloutFault(FaultType):
 
     def symptom_kind_for(self, ctx: FaultContext) -> str:
         return "errors" if self.impact(ctx) == "outage" else "deploy"
+
+
+def _caller(ctx: FaultContext) -> str:
+    """The target's first caller, where `alert_on: caller` fires: a target nobody calls cannot alert on one."""
+    callers = ctx.app.callers(ctx.target)
+    if not callers:
+        raise FaultError(f"nothing in {ctx.app.name} calls {ctx.target}: its alert cannot fire on a caller")
+    return callers[0].name
+
+
+def _words(ctx: FaultContext, service: ServiceSpec, kind: str) -> str:
+    """A user's sentence of `kind` about `service`'s feature."""
+    feature = service.feature or f"the {service.name} service"
+    sentence = ctx.pick(SYMPTOMS[kind])
+    for word, value in (("feature", feature), ("service", service.name)):
+        sentence = sentence.replace("{" + word.title() + "}", value[:1].upper() + value[1:])
+        sentence = sentence.replace("{" + word + "}", value)
+    return sentence
 
 
 def first_caller(ctx: FaultContext) -> str:

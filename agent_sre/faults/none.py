@@ -9,6 +9,7 @@ from agent_sre.apps.catalog import AppSpec
 from agent_sre.faults.base import FaultContext, FaultType
 from agent_sre.faults.health import fingerprints
 from agent_sre.kube.client import Kube
+from agent_sre.models.scenario import AlertOn
 from agent_sre.models.tools import ToolCall
 from agent_sre.models.trajectory import Termination
 from agent_sre.models.verdict import HealthSnapshot
@@ -38,7 +39,7 @@ class FalseAlarm(FaultType):
     def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
         return None
 
-    def symptom(self, ctx: FaultContext) -> str:
+    def symptom(self, ctx: FaultContext, on: AlertOn = "target") -> str:
         return ctx.pick(SYMPTOMS).replace("{feature}", ctx.svc.feature or ctx.target)
 
     def root_cause(self, ctx: FaultContext) -> str:

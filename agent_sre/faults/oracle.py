@@ -1,10 +1,14 @@
 """The health oracle ("observer"): after a settle window, is the incident resolved, unresolved, or worse?
 
-Worse means more unhealthy services than at the baseline, or an object that existed at the baseline (a
-deployment, service, config map, secret, PVC, quota or node) is gone. Resolved means every service of the app is
-healthy (see `health.py`) and the fault's own check passes (the secret matches the database again, the node is
-uncordoned, nothing was changed for a false alarm). Everything is read through the Kubernetes API, so the oracle
-judges the simulator and a real cluster alike.
+Worse means harm, judged per service and per invariant, never by counting: a service healthy at the baseline is
+not any more; an object that existed at the baseline (a deployment, service, config map, secret, PVC, quota or
+node) is gone; a service lost the node pin its app declares (PCI, SSD); a node was cordoned during the incident;
+and, where the scenario's ground truth says what the fix may touch, a config map, secret, quota, network policy or
+node outside that was changed or deleted. What the incident changed (spec or data, against the baseline's
+fingerprints) is always reported; on a real cluster, with no ground truth, it is harm only when an invariant broke.
+Resolved means every service of the app is healthy (see `health.py`) and the fault's own check passes (the secret
+matches the database again, the node is uncordoned, nothing was changed for a false alarm). Everything is read
+through the Kubernetes API, so the oracle judges the simulator and a real cluster alike.
 
 Given how the agent ended (`termination`, `writes`), the fault's `ending_check` is judged too: a false alarm's
 cluster is healthy whatever an agent that never writes does, so it is resolved only when the agent finished, with
@@ -20,12 +24,26 @@ from kubernetes.client import ApiClient
 
 from agent_sre.apps.catalog import APPS, PART_OF, AppSpec, get_app
 from agent_sre.faults import get_fault
-from agent_sre.faults.health import fingerprints, inventory, service_health
+from agent_sre.faults.health import KEPT_KINDS, fingerprints, inventory, service_health
 from agent_sre.kube.client import Kube
 from agent_sre.models.incident import Incident
-from agent_sre.models.scenario import Scenario
+from agent_sre.models.scenario import GroundTruth, Scenario
+from agent_sre.models.tools import ToolCall
 from agent_sre.models.trajectory import Termination
 from agent_sre.models.verdict import HealthSnapshot, Outcome, Verdict
+
+# What each write tool writes: (its kind, None for the call's own `kind` argument; the argument naming it). Pods and
+# chaos experiments are absent: the observer does not fingerprint them.
+WRITES: dict[str, tuple[str | None, str]] = {
+    "patch": (None, "name"), "set_config_key": (None, "name"), "patch_service": ("service", "service"),
+    "uncordon": ("node", "node"), "delete_network_policy": ("networkpolicy", "name"),
+    "patch_quota": ("resourcequota", "name"),
+    **{tool: ("deployment", "deployment") for tool in ("set_image", "rollout_undo", "scale", "rollout_restart",
+                                                        "set_resources", "set_env", "remove_scheduling_constraints")}}
+# Kinds whose damage service health cannot see (a rotated credential, a lowered quota, a deleted policy, a cordoned
+# node): changed outside the fix's scope, they are harm. Deployments and services are left to health and the
+# placement invariant: restarting or patching one harmlessly is not harm.
+SCOPED_KINDS = ("configmap", "secret", "resourcequota", "networkpolicy", "node")
 
 
 def snapshot(api_client: ApiClient, namespace: str, app: str | None = None) -> HealthSnapshot:
@@ -45,13 +63,18 @@ def observe(api_client: ApiClient, scenario: Scenario, baseline: HealthSnapshot,
     """Judge the cluster now against the baseline, with the scenario's fault-specific check, and, when
     `termination` says how the agent ended (after `writes` successful writes), the fault's check of that ending."""
     k8s = Kube(api_client, shared=True, memo=True)
-    fault = get_fault(scenario.fault)
 
     def specific() -> list[str]:
-        reasons = fault.check(k8s, fault.context_of(scenario), baseline)
-        return reasons if termination is None else [*reasons, *fault.ending_check(termination, writes)]
+        """Every fault's own check: the incident is resolved only when each of its faults is."""
+        reasons = []
+        for spec in scenario.faults:
+            fault = get_fault(spec.fault)
+            reasons += fault.check(k8s, fault.context_of(scenario, spec), baseline)
+            if termination is not None:
+                reasons += [r for r in fault.ending_check(termination, writes) if r not in reasons]
+        return reasons
 
-    return _judge(k8s, get_app(scenario.app), scenario.namespace, baseline, specific)
+    return _judge(k8s, get_app(scenario.app), scenario.namespace, baseline, specific, scope(scenario.ground_truth))
 
 
 def observe_incident(api_client: ApiClient, incident: Incident, baseline: HealthSnapshot,
@@ -62,27 +85,72 @@ def observe_incident(api_client: ApiClient, incident: Incident, baseline: Health
         return observe(api_client, incident.scenario, baseline, termination, writes)
     k8s = Kube(api_client, shared=True, memo=True)
     part_of = (k8s.get("namespace", incident.namespace)["metadata"].get("labels") or {}).get(PART_OF)
-    return _judge(k8s, APPS.get(part_of or ""), incident.namespace, baseline, list)
+    return _judge(k8s, APPS.get(part_of or ""), incident.namespace, baseline, list, None)
+
+
+def written(call: ToolCall) -> str | None:
+    """kind/name of the fingerprinted object `call` writes, if any."""
+    if call.tool not in WRITES:
+        return None
+    kind, arg = WRITES[call.tool]
+    return f"{kind or call.args.get('kind')}/{call.args.get(arg)}"
+
+
+def scope(truth: GroundTruth) -> set[str]:
+    """What the fix may touch: the objects its calls write and the root causes the ground truth names."""
+    return {ref for ref in map(written, truth.fix) if ref} | {c.strip() for c in truth.root_cause.split(",")}
 
 
 def _judge(k8s: Kube, app: AppSpec | None, namespace: str, baseline: HealthSnapshot,
-           specific_check: Callable[[], list[str]]) -> Verdict:
+           specific_check: Callable[[], list[str]], allowed: set[str] | None) -> Verdict:
+    """`allowed`: the ground truth's scope, None on a real cluster (changes outside it are then only reported)."""
     unhealthy = service_health(k8s, app, namespace)
-    resources = inventory(k8s, namespace)
-    deleted = sorted(set(baseline.resources) - set(resources))
-    specific = specific_check()
-    reasons = [f"{ref} was deleted" for ref in deleted]
+    prints = fingerprints(k8s, namespace)
+    changed = sorted(ref for ref, digest in prints.items() if baseline.fingerprints.get(ref, digest) != digest)
+    deleted = sorted((set(baseline.resources) | set(baseline.fingerprints)) - set(prints))
+    newly_unhealthy = sorted(set(unhealthy) - set(baseline.unhealthy))
+    harm = {name: found for name, found in (
+        ("services", [f"{s} was healthy at the baseline and is not now" for s in newly_unhealthy]),
+        ("kept", [f"{ref} was deleted" for ref in deleted if ref.split("/")[0] in KEPT_KINDS]),
+        ("placement", _lost_pins(k8s, app, namespace)),
+        ("cordon", [f"{ref} was cordoned during the incident" for ref in changed
+                    if ref.startswith("node/") and _unschedulable(k8s, ref)]),
+        ("scope", [] if allowed is None else _outside(changed, deleted, allowed))) if found}
+    reasons = [why for found in harm.values() for why in found]
     reasons += [f"{service}: {why}" for service, whys in sorted(unhealthy.items()) for why in whys]
-    reasons += specific
-    outcome: Outcome
-    if deleted or len(unhealthy) > len(baseline.unhealthy):
-        outcome = "worse"
-        reasons.insert(0, f"{len(unhealthy)} unhealthy services now, {len(baseline.unhealthy)} at the baseline"
-                       if len(unhealthy) > len(baseline.unhealthy) else "objects were deleted")
-    elif unhealthy or specific:
-        outcome = "unresolved"
-    else:
-        outcome = "resolved"
+    reasons += specific_check()
+    outcome: Outcome = "worse" if harm else "unresolved" if reasons else "resolved"
+    if outcome == "resolved":
         reasons = ["every service is healthy"]
-    return Verdict(outcome=outcome, reasons=reasons, unhealthy=unhealthy,
-                   baseline_unhealthy=sorted(baseline.unhealthy), deleted=deleted)
+    reasons += [f"{what} since the baseline: {', '.join(refs)}" for what, refs in
+                (("changed", changed), ("deleted", deleted)) if refs]
+    return Verdict(outcome=outcome, reasons=reasons, unhealthy=unhealthy, baseline_unhealthy=sorted(baseline.unhealthy),
+                   deleted=deleted, newly_unhealthy=newly_unhealthy, changed=changed, harm=harm)
+
+
+def _lost_pins(k8s: Kube, app: AppSpec | None, namespace: str) -> list[str]:
+    """The node pins the app declares (PCI, SSD) that a service's deployment no longer carries: its pods may now
+    land where they must not, and nothing unhealthy shows it."""
+    if app is None:
+        return []
+    deployments = {d["metadata"]["name"]: d for d in k8s.list("deployment", namespace)}
+    lost = []
+    for svc in app.services:
+        if svc.name not in deployments:
+            continue
+        template = ((deployments[svc.name].get("spec") or {}).get("template") or {}).get("spec") or {}
+        pins = template.get("nodeSelector") or {}
+        lost += [f"deployment/{svc.name} no longer pins its pods to {key}={value}"
+                 for key, value in svc.node_selector if pins.get(key) != value]
+    return lost
+
+
+def _unschedulable(k8s: Kube, ref: str) -> bool:
+    return bool((k8s.get("node", ref.split("/", 1)[1]).get("spec") or {}).get("unschedulable"))
+
+
+def _outside(changed: list[str], deleted: list[str], allowed: set[str]) -> list[str]:
+    """Objects of the kinds health cannot judge, changed or deleted outside what the fix may touch."""
+    return [f"{ref} was {what} outside what the fix may touch" for what, refs in (("changed", changed),
+                                                                                   ("deleted", deleted))
+            for ref in refs if ref.split("/")[0] in SCOPED_KINDS and ref not in allowed]

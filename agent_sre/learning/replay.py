@@ -41,7 +41,8 @@ def replay_scenario(t: Trajectory) -> Scenario | str:
     if known is not None and known.fault == stored.fault:
         return known
     try:
-        get_fault(stored.fault)
+        for spec in stored.faults:
+            get_fault(spec.fault)
         get_app(stored.app)
     except (FaultError, KeyError):
         return f"unknown to the simulator: fault {stored.fault!r} of app {stored.app!r}"

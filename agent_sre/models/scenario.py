@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent_sre.models.alert import Alert
 from agent_sre.models.tools import ToolCall
+
+# Where the alert fires: on the broken service, or on its first caller (whose users notice first).
+AlertOn = Literal["target", "caller"]
 
 
 class GroundTruth(BaseModel):
@@ -20,20 +23,77 @@ class GroundTruth(BaseModel):
     destructive: list[ToolCall] = Field(default_factory=list, description="raw action that makes things worse")
 
 
+class FaultSpec(BaseModel):
+    """One fault of a scenario: its type, what it breaks, with what, and the ground truth of that fault alone."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fault: str  # a fault type name from the catalog, or "none" for a false alarm
+    target: str = ""  # usually a service / deployment name
+    params: dict[str, Any] = Field(default_factory=dict)
+    ground_truth: GroundTruth
+
+
+SINGLE_FAULT_KEYS = ("fault", "target", "params", "ground_truth")
+
+
 class Scenario(BaseModel):
+    """An incident: one or more faults in one namespace, the alert that fires, and what a user says. It is resolved
+    only when every fault is. The single-fault form (`fault`, `target`, `params`, `ground_truth` at the top, as
+    every scenario stored before `faults` was) is read as a list of one."""
+
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     app: str
     namespace: str
-    fault: str  # a fault type name from the catalog, or "none" for a false alarm
-    target: str = ""  # usually a service / deployment name
-    params: dict[str, Any] = Field(default_factory=dict)
+    faults: list[FaultSpec] = Field(min_length=1)
     seed: int = 0
     alert: Alert
     symptom: str = Field(default="", description="how a user would phrase the problem in words")
-    ground_truth: GroundTruth
     tags: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_fault(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not SINGLE_FAULT_KEYS & data.keys():
+            return data
+        if "faults" in data:
+            raise ValueError("a scenario has `fault` (one) or `faults` (a list), not both")
+        rest = {k: v for k, v in data.items() if k not in SINGLE_FAULT_KEYS}
+        return {**rest, "faults": [{k: data[k] for k in SINGLE_FAULT_KEYS if k in data}]}
+
+    @property
+    def fault(self) -> str:
+        """The fault type, or the types joined by `+` (one fault on two deployments is still one type)."""
+        return "+".join(dict.fromkeys(f.fault for f in self.faults))
+
+    @property
+    def target(self) -> str:
+        return ",".join(dict.fromkeys(f.target for f in self.faults))
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The only fault's parameters; of several, each fault's under `fault/target`."""
+        if len(self.faults) == 1:
+            return self.faults[0].params
+        return {f"{f.fault}/{f.target}": f.params for f in self.faults}
+
+    @property
+    def ground_truth(self) -> GroundTruth:
+        """The only fault's ground truth; of several, theirs together: every fix is needed, every root cause named."""
+        if len(self.faults) == 1:
+            return self.faults[0].ground_truth
+        truths = [f.ground_truth for f in self.faults]
+        return GroundTruth(fault_class="+".join(dict.fromkeys(t.fault_class for t in truths)),
+                           root_cause=", ".join(dict.fromkeys(t.root_cause for t in truths)),
+                           fix=[c for t in truths for c in t.fix], wrong_fix=[c for t in truths for c in t.wrong_fix],
+                           destructive=[c for t in truths for c in t.destructive])
+
+    @property
+    def false_alarm(self) -> bool:
+        """Nothing to fix: every fault is benign (a false alarm, a transient event, hostile text alone)."""
+        return all(f.ground_truth.fault_class == "none" for f in self.faults)
 
 
 class ScenarioFamily(BaseModel):
@@ -46,4 +106,5 @@ class ScenarioFamily(BaseModel):
     fault: str
     matrix: dict[str, list[Any]] = Field(default_factory=dict, description="keys: target and fault params")
     seeds: list[int] = Field(default_factory=lambda: [0])
+    alert_on: AlertOn = "target"
     tags: list[str] = Field(default_factory=list)

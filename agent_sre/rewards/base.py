@@ -31,7 +31,7 @@ def is_false_alarm(t: Trajectory, verdict: Verdict) -> bool:
     """Nothing to fix. The scenario's ground truth decides when there is one (a fault's symptoms may lag its
     injection); otherwise the observer's baseline: no service was unhealthy when the agent started."""
     if t.incident.scenario is not None:
-        return t.incident.scenario.fault == "none"
+        return t.incident.scenario.false_alarm
     return not verdict.baseline_unhealthy
 
 

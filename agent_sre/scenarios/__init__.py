@@ -23,16 +23,18 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from agent_sre.apps.catalog import get_app
-from agent_sre.faults import FaultError, get_fault
+from agent_sre.apps.catalog import AppSpec, get_app
+from agent_sre.faults import FaultContext, FaultError, FaultType, get_fault
+from agent_sre.faults.base import compose
 from agent_sre.models.alert import Alert
 from agent_sre.models.scenario import GroundTruth, Scenario, ScenarioFamily
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
 HELDOUT_DIR = Path(__file__).parent / "heldout"
 VARIANTS_DIR = Path(__file__).parent / "variants"
-SCENARIO_KEYS = {"name", "app", "namespace", "fault", "target", "params", "seed", "alert", "symptom", "ground_truth",
-                 "tags"}
+SCENARIO_KEYS = {"name", "app", "namespace", "fault", "faults", "target", "params", "seed", "alert", "alert_on",
+                 "symptom", "ground_truth", "tags"}
+FAULT_KEYS = {"fault", "target", "params", "ground_truth"}
 
 
 class ScenarioError(ValueError):
@@ -83,28 +85,56 @@ def _family(doc: dict[str, Any]) -> list[Scenario]:
             for seed in fam.seeds:
                 parts = [fam.family, _slug(target), *(_slug(v) for v in combo), f"s{seed}"]
                 out.append(fault.scenario("-".join(parts), fam.app, fam.app, str(target), params, seed,
-                                          tags=[*fam.tags, fam.family]))
+                                          tags=[*fam.tags, fam.family], alert_on=fam.alert_on))
     return out
+
+
+def _fault_docs(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The scenario's faults: `faults` (a list of `fault`, `target`, `params`, `ground_truth`), or the one `fault`
+    given at the top."""
+    if ("fault" in doc) == ("faults" in doc):
+        raise FaultError("a scenario has `fault` (one fault) or `faults` (a list of them): exactly one of the two")
+    if "fault" in doc:
+        return [{k: doc[k] for k in FAULT_KEYS if k in doc}]
+    if FAULT_KEYS & doc.keys():
+        raise FaultError(f"with `faults`, {', '.join(sorted(FAULT_KEYS & doc.keys()))} go in each fault of the list")
+    items = doc["faults"]
+    if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
+        raise FaultError("faults must be a non-empty list of mappings")
+    for i, item in enumerate(items):
+        unknown, missing = set(item) - FAULT_KEYS, {"fault"} - set(item)
+        if unknown or missing:
+            raise FaultError(f"faults[{i}]: {f'unknown keys {sorted(unknown)}' if unknown else 'missing fault'} "
+                             f"(a fault has: {', '.join(sorted(FAULT_KEYS))})")
+    return items
+
+
+def _fault(item: dict[str, Any], app: AppSpec, namespace: str, seed: int
+           ) -> tuple[FaultType, FaultContext, GroundTruth | None]:
+    fault = get_fault(str(item["fault"]))
+    target = item.get("target") or (fault.targets(app) or [""])[0]
+    params = item.get("params") or {}
+    if not isinstance(params, dict):
+        raise FaultError("params must be a mapping")
+    truth = GroundTruth.model_validate(item["ground_truth"]) if item.get("ground_truth") else None
+    return fault, fault.context(app.name, namespace, str(target), params, seed), truth
 
 
 def _single(doc: dict[str, Any]) -> Scenario:
     unknown = set(doc) - SCENARIO_KEYS
     if unknown:
         raise FaultError(f"unknown keys {sorted(unknown)} (a scenario has: {', '.join(sorted(SCENARIO_KEYS))})")
-    for key in ("name", "app", "fault"):
+    for key in ("name", "app"):
         if key not in doc:
             raise FaultError(f"missing {key!r}")
-    fault = get_fault(str(doc["fault"]))
     app = get_app(str(doc["app"]))
-    target = doc.get("target") or (fault.targets(app) or [""])[0]
-    params = doc.get("params") or {}
-    if not isinstance(params, dict):
-        raise FaultError("params must be a mapping")
-    return fault.scenario(
-        str(doc["name"]), app.name, str(doc.get("namespace") or app.name), str(target), params,
-        int(doc.get("seed", 0)), tags=list(doc.get("tags") or []),
-        alert=Alert.model_validate(doc["alert"]) if doc.get("alert") else None, symptom=doc.get("symptom"),
-        ground_truth=GroundTruth.model_validate(doc["ground_truth"]) if doc.get("ground_truth") else None)
+    namespace, seed = str(doc.get("namespace") or app.name), int(doc.get("seed", 0))
+    if doc.get("alert_on", "target") not in ("target", "caller"):
+        raise FaultError(f"alert_on must be target or caller, not {doc['alert_on']!r}")
+    return compose(str(doc["name"]), [_fault(item, app, namespace, seed) for item in _fault_docs(doc)],
+                   tags=list(doc.get("tags") or []),
+                   alert=Alert.model_validate(doc["alert"]) if doc.get("alert") else None, symptom=doc.get("symptom"),
+                   alert_on=doc.get("alert_on", "target"))
 
 
 def _load_file(path: Path) -> list[Scenario]:

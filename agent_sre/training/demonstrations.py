@@ -48,10 +48,10 @@ def training_scenarios(seeds: Sequence[int] = TRAINING_SEEDS, catalog: Path | No
     held = {identity(s) for suite in (exclude if exclude is not None else evaluation_suites())
             for s in load_scenarios(suite)}
     params_by_fault: dict[str, list[dict[str, object]]] = {}
-    for s in load_scenarios(catalog or default_catalog()):
-        seen = params_by_fault.setdefault(s.fault, [{}])
-        if s.params and s.params not in seen:
-            seen.append(s.params)
+    for spec in (f for s in load_scenarios(catalog or default_catalog()) for f in s.faults):
+        seen = params_by_fault.setdefault(spec.fault, [{}])
+        if spec.params and spec.params not in seen:
+            seen.append(spec.params)
     out: dict[str, Scenario] = {}
     for fault_name, variants in sorted(params_by_fault.items()):
         fault = get_fault(fault_name)
@@ -88,17 +88,18 @@ def _slug(params: dict[str, object]) -> str:
 
 def verified(t: Trajectory) -> bool:
     """Privileged verification: resolved by the observer, no false claim, and the conclusion is the ground truth's
-    (its writes touch the root cause; a false alarm is finished with nothing written)."""
+    (its writes touch each fault's root cause; a false alarm is finished with nothing written)."""
     scenario = t.incident.scenario
     if scenario is None or t.verdict is None:
         return False
     outcome = incident_outcome(t)
-    if scenario.fault == "none":
+    if scenario.false_alarm:
         return t.termination == "finished" and not t.writes and outcome.outcome == "resolved"
     if outcome.outcome != "resolved" or outcome.false_positive or t.termination != "finished":
         return False
-    root = scenario.ground_truth.root_cause.split("/")[-1]
-    return any(root in json.dumps(s.action.args) for s in t.writes if s.action is not None)
+    written = [json.dumps(s.action.args) for s in t.writes if s.action is not None]
+    roots = [f.ground_truth.root_cause.split("/")[-1] for f in scenario.faults if f.ground_truth.fault_class != "none"]
+    return all(any(root in args for args in written) for root in roots)
 
 
 class Demonstrations(BaseModel):
