@@ -70,13 +70,7 @@ def long_running(name: str) -> list[Path]:
 
 
 # Runs that do not replay today, with why: strict, so the test fails once they do and the entry must go.
-DOES_NOT_REPLAY = {
-    "learning-cycle-registered": "RolloutRequest (prepare_rollout's result) is an incomplete pydantic model until "
-                                 "something outside the sandbox validates one: RolloutState refers to "
-                                 "RolloutPolicies, defined after it in agent_sre/models/rollout.py, and the sandbox "
-                                 "cannot rebuild it. A worker that replays the cycle (restarted, or another one) "
-                                 "fails its workflow task until an activity of its own has validated a RolloutRequest",
-}
+DOES_NOT_REPLAY: dict[str, str] = {}  # history file stem -> why it cannot replay yet (a strict xfail)
 
 
 def replay_cases(paths: list[Path]) -> list[object]:

@@ -284,6 +284,14 @@ class Decision(BaseModel):
     by: str = "rollout"
 
 
+class RolloutPolicies(BaseModel):
+    """Defined before the models that hold it: a forward reference leaves them to be rebuilt on first use, which
+    Temporal's workflow sandbox cannot do when it decodes an activity result (a replay fails)."""
+
+    candidate: PolicyRef
+    baseline: PolicyRef
+
+
 class RolloutState(BaseModel):
     """Everything the workflow knows, carried across continue-as-new so a new run resumes mid-step."""
 
@@ -375,11 +383,6 @@ class StageUpdate(BaseModel):
     outcome: StageOutcome
     by: str
     reason: str
-
-
-class RolloutPolicies(BaseModel):
-    candidate: PolicyRef
-    baseline: PolicyRef
 
 
 class RollbackEvent(BaseModel):
