@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from datetime import timedelta
 from typing import Any
-
-from temporalio.common import RetryPolicy
 
 from agent_sre.redaction import redact_data
 
 WEBHOOK_TIMEOUT_S = 10.0
-NOTIFY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attempts=3)  # then the workflow goes on
 
 
 def post_json(url: str, payload: dict[str, Any]) -> int:

@@ -27,14 +27,15 @@ from agent_sre.simulator.client import SimulatorClient
 from agent_sre.temporal import connect, start_incident, task_queues
 from agent_sre.tools.client import api_client
 from agent_sre.workers.main import queue_contents
-from agent_sre.workflows.incident import ENDING, FAULT_CLASS, MODEL_VERSION, OUTCOME, QUICK, SERVICE
+from agent_sre.workflows.incident import ENDING, FAULT_CLASS, MODEL_VERSION, OUTCOME, SERVICE
+from agent_sre.workflows.options import QUICK_TIMEOUT
 from agent_sre.workflows.simulated import environment_name
 from crash_once_worker import CRASH_EXIT_CODE
 from isolated_workers import isolated_queues, running_workers
 from worker_process import start_worker, stop_worker
 
 SCENARIO = next(s for s in load_scenarios() if s.fault == "bad_image")
-QUICK_S = QUICK.total_seconds()
+QUICK_S = QUICK_TIMEOUT.total_seconds()
 
 
 def test_queues_configured_with_one_name_serve_the_contents_of_each(settings: Settings) -> None:

@@ -50,9 +50,15 @@ from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolInvocation, ToolRes
 from agent_sre.models.trajectory import Step, Termination, Trajectory
 from agent_sre.models.verdict import Verdict
 from agent_sre.outcome import escalation_notice, incident_outcome
-from agent_sre.webhooks import NOTIFY_RETRY
 from agent_sre.workflows import BAD_INPUT, refusal
 from agent_sre.workflows.lock import NamespaceLockWorkflow
+from agent_sre.workflows.options import (
+    CLUSTER_READ_RETRY,
+    MODEL_DECISION_TIMEOUT,
+    NOTIFY_RETRY,
+    QUICK_TIMEOUT,
+    STORE_RETRY,
+)
 
 FAULT_CLASS = SearchAttributeKey.for_keyword("FaultClass")
 SERVICE = SearchAttributeKey.for_keyword("Service")
@@ -60,7 +66,6 @@ MODEL_VERSION = SearchAttributeKey.for_keyword("ModelVersion")
 OUTCOME = SearchAttributeKey.for_keyword("Outcome")
 ENDING = SearchAttributeKey.for_keyword("Ending")  # how the agent stopped: "escalated" is a page for a human
 
-QUICK = timedelta(seconds=30)
 # A write the rules judge high-risk waits for a human and runs again approved (histories before it never did).
 WRITE_ASSESSMENT_PATCH = "write-assessment"
 # An incident holds its namespace's lease (NamespaceLockWorkflow) from its first write until it has observed the
@@ -72,16 +77,12 @@ CANCEL_PATCH = "cancel-any-phase"
 # The observer retries within the incident's `cluster_timeout_s`; failing for good, it ends the incident as
 # `cluster_lost` (histories before it retried forever).
 CLUSTER_LOST_PATCH = "cluster-lost"
-CLUSTER_READ = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-                           maximum_interval=timedelta(seconds=30), maximum_attempts=10)
 RULE_BASED_POLICIES = frozenset({"runbook", "expert", "scripted"})
-STORE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-                          maximum_interval=timedelta(minutes=2))  # unlimited attempts: the trajectory must land
 Arg = TypeVar("Arg")
 Result = TypeVar("Result")
 
 
-def near_cluster(queues: TaskQueues, fn: Callable[[Arg], Result], arg: Arg, timeout: timedelta = QUICK,
+def near_cluster(queues: TaskQueues, fn: Callable[[Arg], Result], arg: Arg, timeout: timedelta = QUICK_TIMEOUT,
                  heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
                  deadline: timedelta | None = None) -> workflow.ActivityHandle[Result]:
     """An activity that reads the cluster (or sets up the simulator) and is safe to run again; `deadline` bounds
@@ -152,7 +153,7 @@ class IncidentRemediationWorkflow:
         policy_ref = request.policy
         if policy_ref is None:
             policy_ref = await self._waiting_for("activity route_model", workflow.execute_local_activity(
-                routing.route_model, incident, start_to_close_timeout=QUICK))  # a read of the routing table
+                routing.route_model, incident, start_to_close_timeout=QUICK_TIMEOUT))  # a read of the routing table
         self._model_version = policy_ref.version
         known = info.typed_search_attributes  # as the workflow was started, or upserted since
         unset = [key.value_set(value) for key, value in search_attributes(incident, policy_ref)
@@ -162,7 +163,7 @@ class IncidentRemediationWorkflow:
         baseline = request.baseline
         if baseline is None:
             baseline = await self._waiting_for("activity snapshot_cluster", near_cluster(
-                self._queues, observer.snapshot_cluster, incident, retry_policy=CLUSTER_READ,
+                self._queues, observer.snapshot_cluster, incident, retry_policy=CLUSTER_READ_RETRY,
                 deadline=timedelta(seconds=incident.limits.cluster_timeout_s)))
 
         self._trajectory = trajectory = Trajectory(
@@ -201,13 +202,13 @@ class IncidentRemediationWorkflow:
         self._set_phase("rewarding")
         trajectory.reward = await self._waiting_for("activity compute_reward", workflow.execute_local_activity(
             rewards.compute_reward, RewardRequest(trajectory=trajectory, config=request.reward),
-            start_to_close_timeout=QUICK))  # pure computation: no queue round trip
+            start_to_close_timeout=QUICK_TIMEOUT))  # pure computation: no queue round trip
 
         key = None
         if request.store_trajectory:
             self._set_phase("storing")
             stored = await self._waiting_for("activity store_trajectory", workflow.execute_local_activity(
-                trajectories.store_trajectory, trajectory, start_to_close_timeout=QUICK,
+                trajectories.store_trajectory, trajectory, start_to_close_timeout=QUICK_TIMEOUT,
                 retry_policy=STORE_RETRY))  # re-running it rewrites the same object
             key = stored.key
         self._set_phase("done")
@@ -246,7 +247,7 @@ class IncidentRemediationWorkflow:
         notice = escalation_notice(trajectory, workflow.now())
         try:
             code = await self._waiting_for("activity notify_escalation", workflow.execute_activity(
-                escalation.notify_escalation, args=[url, notice], start_to_close_timeout=QUICK,
+                escalation.notify_escalation, args=[url, notice], start_to_close_timeout=QUICK_TIMEOUT,
                 retry_policy=NOTIFY_RETRY))
             self._escalation = f"notified {url} (HTTP {code})"
         except ActivityError as exc:
@@ -258,10 +259,11 @@ class IncidentRemediationWorkflow:
         workflow. Models run on the policy queue, where the inference hardware is. None: cancelled meanwhile."""
         request = PolicyRequest(policy=policy_ref, trajectory=trajectory.for_policy())
         if policy_ref.name in RULE_BASED_POLICIES:
-            decision = workflow.start_local_activity(policy.decide_next_action, request, start_to_close_timeout=QUICK)
+            decision = workflow.start_local_activity(policy.decide_next_action, request,
+                                                     start_to_close_timeout=QUICK_TIMEOUT)
         else:
             decision = workflow.start_activity(policy.decide_next_action, request, task_queue=self._queues.policy,
-                                               start_to_close_timeout=timedelta(minutes=5))
+                                               start_to_close_timeout=MODEL_DECISION_TIMEOUT)
         return await self._unless_cancelled("activity decide_next_action", decision, self._cancelled_from_now())
 
     async def _act(self, action: ToolCall, index: int, incident: Incident) -> ToolResult:
@@ -297,7 +299,7 @@ class IncidentRemediationWorkflow:
                                     idempotency_key=key, approved=approved)
         what = f"activity run_tool ({action.tool})"
         if spec is None or not spec.write:  # a waiting read (rollout_status) gets its longest wait on top
-            timeout = QUICK + timedelta(seconds=spec.max_wait_s if spec else 0.0)
+            timeout = QUICK_TIMEOUT + timedelta(seconds=spec.max_wait_s if spec else 0.0)
             return await self._waiting_for(what, near_cluster(self._queues, tools.run_tool, invocation, timeout))
         # A write is always an activity of its own, in history before the agent moves on: re-running a chain of
         # local activities after a crash re-reads a cluster the write has changed, and the agent could then decide
@@ -305,7 +307,7 @@ class IncidentRemediationWorkflow:
         # eager dispatch hands it straight back to this worker.
         queue = info.task_queue if self._queues.tool_execution == "local" else self._queues.tools
         return await self._waiting_for(what, workflow.execute_activity(
-            tools.run_tool, invocation, start_to_close_timeout=QUICK, task_queue=queue))
+            tools.run_tool, invocation, start_to_close_timeout=QUICK_TIMEOUT, task_queue=queue))
 
     async def _await_approval(self, action: ToolCall, index: int, timeout_s: float,
                               assessment: WriteAssessment | None = None) -> str | None:
@@ -343,7 +345,7 @@ class IncidentRemediationWorkflow:
             self._lock_id = lock_id(incident.namespace, incident.kubeconfig)
             lease = LeaseRequest(holder=info.workflow_id, lease_s=incident.limits.namespace_lease_seconds)
             await workflow.execute_activity(locks.request_lease, AcquireRequest(
-                lock_id=self._lock_id, task_queue=info.task_queue, lease=lease), start_to_close_timeout=QUICK)
+                lock_id=self._lock_id, task_queue=info.task_queue, lease=lease), start_to_close_timeout=QUICK_TIMEOUT)
         self._set_phase("awaiting_lease")
         try:
             granted = await self._until(f"the write lease of namespace {incident.namespace} ({self._lock_id})",
@@ -381,7 +383,7 @@ class IncidentRemediationWorkflow:
         if not workflow.patched(CLUSTER_LOST_PATCH):
             return await near_cluster(self._queues, observer.observe, request)
         deadline = timedelta(seconds=request.incident.limits.cluster_timeout_s)
-        observing = near_cluster(self._queues, observer.observe, request, retry_policy=CLUSTER_READ,
+        observing = near_cluster(self._queues, observer.observe, request, retry_policy=CLUSTER_READ_RETRY,
                                  deadline=deadline)
         try:  # the timer too: a local activity's retries do not stop at its schedule-to-close timeout
             verdict = await self._unless_cancelled("activity observe", observing, self._cancelled_from_now(),

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey, WorkflowIDReusePolicy
+from temporalio.common import SearchAttributeKey, WorkflowIDReusePolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
@@ -32,11 +32,10 @@ with workflow.unsafe.imports_passed_through():
                                            RolloutPrep, RolloutStarted)
     from agent_sre.models.training import EvalRequest, GateRequest, TrainingRequest
     from agent_sre.training.gate import failures
-    from agent_sre.workflows.training import COLLECT, EVALUATE, QUICK, ActivityOptions, TrainingCycleWorkflow
+    from agent_sre.workflows.options import COLLECT_OPTIONS, EVALUATE_OPTIONS, RECORD_CYCLE_OPTIONS, REGISTRY_OPTIONS
+    from agent_sre.workflows.training import TrainingCycleWorkflow
 
 SCHEDULED_AT = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")  # set on runs a Schedule starts
-MUST_LAND = ActivityOptions(start_to_close_timeout=QUICK["start_to_close_timeout"],
-                            retry_policy=RetryPolicy(maximum_interval=QUICK["start_to_close_timeout"]))
 
 
 def cutoff_of(input: LearningCycleInput) -> datetime:
@@ -45,7 +44,7 @@ def cutoff_of(input: LearningCycleInput) -> datetime:
     return input.cutoff or workflow.info().typed_search_attributes.get(SCHEDULED_AT) or workflow.now()
 
 
-def version_name(config: LearningConfig, cutoff: datetime) -> str:
+def cycle_version(config: LearningConfig, cutoff: datetime) -> str:
     """One name per cycle: a rerun of the same scheduled time trains (and registers) the same version."""
     return f"{config.name}-{cutoff:%Y%m%d-%H%M%S}"
 
@@ -83,20 +82,20 @@ class ContinuousLearningWorkflow:
         try:
             start = await self._activity("claim the stream", activities.begin_cycle, BeginCycle(
                 config=config, claim=CycleClaim(cycle_id=r.cycle_id, workflow_id=r.cycle_id, run_id=r.run_id,
-                                                since=r.started_at)), **QUICK)
+                                                since=r.started_at)), **REGISTRY_OPTIONS)
             r.production, r.base = start.production, start.base
             if start.skip is not None:
                 return await self._end("skipped", start.skip, config)
             r.data = data = await self._activity(
                 "read the episodes written since the watermark", activities.gather_cycle_data,
-                GatherRequest(config=config, cycle_id=r.cycle_id, cutoff=r.cutoff), **COLLECT)
+                GatherRequest(config=config, cycle_id=r.cycle_id, cutoff=r.cutoff), **COLLECT_OPTIONS)
             if data.nothing_to_learn is not None:
                 return await self._end("skipped", f"nothing to learn from the {data.episodes} new episodes "
                                                   f"({data.nothing_to_learn}): the data waits", config)
             if data.usable < config.min_episodes:
                 return await self._end("skipped", f"{data.usable} usable new episodes ({data.episodes} accepted), "
                                                   f"fewer than {config.min_episodes}: the data waits", config)
-            r.version = version_name(config, r.cutoff)
+            r.version = cycle_version(config, r.cutoff)
             self._show(f"train {r.version} from {r.base}")
             r.training = await workflow.execute_child_workflow(
                 TrainingCycleWorkflow.run, training_request(config, r, data), id=f"{r.cycle_id}-training",
@@ -128,12 +127,12 @@ class ContinuousLearningWorkflow:
         for version in (r.version, r.production):
             r.production_eval.append(await self._activity(
                 f"evaluate {version} on re-created recent incidents", training_activities.evaluate_version,
-                EvalRequest(version=version, evaluation=evaluation), **EVALUATE))
+                EvalRequest(version=version, evaluation=evaluation), **EVALUATE_OPTIONS))
         candidate, production = r.production_eval
         r.production_gate = await self._activity(
             f"gate {r.version} against production {r.production}", training_activities.register_if_better,
             GateRequest(candidate=candidate, parent=production, tolerances=evaluation.tolerances,
-                        by=config.training.requested_by), **QUICK)
+                        by=config.training.requested_by), **REGISTRY_OPTIONS)
         return r.production_gate.passed
 
     async def _roll_out(self, config: LearningConfig) -> str:
@@ -144,7 +143,7 @@ class ContinuousLearningWorkflow:
         try:
             request = await self._activity("check the registry for a rollout", activities.prepare_rollout,
                                            RolloutPrep(config=config, candidate=r.version, cycle_id=r.cycle_id),
-                                           **QUICK)
+                                           **REGISTRY_OPTIONS)
             handle = await workflow.start_child_workflow(
                 "ModelRolloutWorkflow", request, id=config.rollout_workflow_id, task_queue=config.rollout_queue,
                 parent_close_policy=ParentClosePolicy.ABANDON, id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
@@ -165,7 +164,7 @@ class ContinuousLearningWorkflow:
         self._record = await self._activity(f"{'commit and ' if commit else ''}record the cycle",
                                             activities.finish_cycle,
                                             FinishRequest(record=r, commit=commit, late_days=config.late_days),
-                                            **MUST_LAND)
+                                            **RECORD_CYCLE_OPTIONS)
         return self._record
 
     async def _activity(self, what: str, activity: Callable[..., Any], arg: Any, **options: Any) -> Any:

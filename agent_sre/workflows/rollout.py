@@ -20,7 +20,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -45,12 +44,11 @@ with workflow.unsafe.imports_passed_through():
         describe_step,
         format_duration,
     )
-    from agent_sre.webhooks import NOTIFY_RETRY
     from agent_sre.workflows import refusal
+    from agent_sre.workflows.options import (ANALYSIS_TIMEOUT, GUARDRAIL_TIMEOUT, NOTIFY_RETRY, QUICK_TIMEOUT,
+                                             ROUTING_RETRY)
 
-QUICK = timedelta(seconds=30)
 ABORT_OUTRANKS_PROMOTION = "abort-outranks-promotion"  # histories from before it never stopped a promotion
-MUST_LAND = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 
 
 @workflow.defn(name="ModelRolloutWorkflow")
@@ -137,7 +135,7 @@ class ModelRolloutWorkflow:
                 AnalysisRequest(candidate=self._req.candidate, baseline=self._req.baseline,
                                 window_start=s.window_start, window_end=workflow.now(), config=config,
                                 min_samples=min_samples),
-                start_to_close_timeout=timedelta(minutes=5))
+                start_to_close_timeout=ANALYSIS_TIMEOUT)
             s.latest_analysis = result
             summary = "; ".join(result.reasons)
             if result.judgement == "pass":
@@ -188,7 +186,7 @@ class ModelRolloutWorkflow:
             activities.check_guardrails,
             GuardrailRequest(candidate=self._req.candidate, since=max(s.started_at, now - config.lookback),
                              until=now, config=config),
-            start_to_close_timeout=timedelta(minutes=2))
+            start_to_close_timeout=GUARDRAIL_TIMEOUT)
         s.latest_guardrail = result
         s.next_guardrail_at = now + config.interval
         if result.breached:
@@ -204,8 +202,8 @@ class ModelRolloutWorkflow:
         else:
             table = RoutingTable(baseline=s.policies.baseline, candidate=s.policies.candidate if weight else None,
                                  weight=weight, reason=reason, rollout_id=s.rollout_id, updated_at=workflow.now())
-        await workflow.execute_activity(activities.set_routing, table, start_to_close_timeout=QUICK,
-                                        retry_policy=MUST_LAND)
+        await workflow.execute_activity(activities.set_routing, table, start_to_close_timeout=QUICK_TIMEOUT,
+                                        retry_policy=ROUTING_RETRY)
 
     async def _set_weight(self, weight: float) -> None:
         s = self._s
@@ -220,7 +218,7 @@ class ModelRolloutWorkflow:
             activities.update_stages,
             StageUpdate(candidate=self._req.candidate, baseline=self._req.baseline, outcome=outcome, by=by,
                         reason=reason),
-            start_to_close_timeout=QUICK)
+            start_to_close_timeout=QUICK_TIMEOUT)
 
     async def _roll_back(self) -> None:
         """Traffic first (that is what stops the harm), then the registry, then the announcements."""
@@ -231,10 +229,10 @@ class ModelRolloutWorkflow:
         await self._stages("rolled_back", reason, f"rollout:{trigger}")
         event = RollbackEvent(rollout_id=s.rollout_id, candidate=self._req.candidate, baseline=self._req.baseline,
                               trigger=trigger, reason=reason, at=workflow.now(), notify_url=self._req.notify_url)
-        await workflow.execute_activity(activities.record_rollback, event, start_to_close_timeout=QUICK)
+        await workflow.execute_activity(activities.record_rollback, event, start_to_close_timeout=QUICK_TIMEOUT)
         if self._req.notify_url:
             try:
-                await workflow.execute_activity(activities.notify_rollback, event, start_to_close_timeout=QUICK,
+                await workflow.execute_activity(activities.notify_rollback, event, start_to_close_timeout=QUICK_TIMEOUT,
                                                 retry_policy=NOTIFY_RETRY)
             except ActivityError as exc:
                 self._decide("notification failed", f"{self._req.notify_url}: {exc.cause or exc}")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import timedelta
 
 from temporalio import workflow
 
@@ -17,8 +16,7 @@ from agent_sre.models.incident import Incident
 from agent_sre.models.remediation import RemediationRequest
 from agent_sre.workflows import BAD_INPUT
 from agent_sre.workflows.incident import IncidentRemediationWorkflow, near_cluster, search_attributes
-
-QUICK = timedelta(seconds=30)
+from agent_sre.workflows.options import ENVIRONMENT_SETUP_TIMEOUT, QUICK_TIMEOUT
 
 
 def environment_name(workflow_id: str) -> str:
@@ -37,7 +35,7 @@ class SimulatedIncidentWorkflow:
         try:
             injected = await near_cluster(req.queues, simulation.create_and_inject,
                                           InjectRequest(environment=environment, scenario=scenario),
-                                          timeout=timedelta(minutes=2), heartbeat_timeout=QUICK)
+                                          timeout=ENVIRONMENT_SETUP_TIMEOUT, heartbeat_timeout=QUICK_TIMEOUT)
             incident = Incident(
                 id=f"{workflow.info().workflow_id}", source="simulation", alert=injected.alert,
                 report=scenario.symptom if req.with_user_report and scenario.symptom else None,

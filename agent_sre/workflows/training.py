@@ -15,10 +15,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, TypedDict, TypeVar
+from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ActivityCancellationType
 
@@ -26,29 +25,13 @@ with workflow.unsafe.imports_passed_through():
     from agent_sre.activities import training as activities
     from agent_sre.models.training import (ArchiveRequest, EvalRequest, GateRequest, TrainingMetrics,
                                            TrainingPhase, TrainingRequest, TrainingStatus, TrainJob)
+    from agent_sre.workflows.options import (COLLECT_OPTIONS, EVALUATE_OPTIONS, REGISTRY_OPTIONS,
+                                             TRAIN_HEARTBEAT_TIMEOUT, TRAIN_RETRY)
 
 T = TypeVar("T")
 
 
-class ActivityOptions(TypedDict, total=False):
-    """`workflow.execute_activity` keywords shared by the calls of one kind."""
-
-    start_to_close_timeout: timedelta
-    heartbeat_timeout: timedelta
-    retry_policy: RetryPolicy
-
-
-QUICK = ActivityOptions(start_to_close_timeout=timedelta(minutes=1),
-                        retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5))
-COLLECT = ActivityOptions(start_to_close_timeout=timedelta(minutes=30), heartbeat_timeout=timedelta(minutes=5),
-                          retry_policy=RetryPolicy(initial_interval=timedelta(seconds=5), maximum_attempts=3))
-EVALUATE = ActivityOptions(start_to_close_timeout=timedelta(hours=12), heartbeat_timeout=timedelta(minutes=30),
-                           retry_policy=RetryPolicy(initial_interval=timedelta(seconds=10), maximum_attempts=3))
-TRAIN_HEARTBEAT = timedelta(minutes=5)  # the activity heartbeats every second; uploads of big checkpoints pause it
-TRAIN_RETRY = RetryPolicy(initial_interval=timedelta(seconds=10), maximum_attempts=3)
-
-
-def version_name(workflow_id: str) -> str:
+def version_of_id(workflow_id: str) -> str:
     """The default candidate version: the workflow id, as a valid version name."""
     name = re.sub(r"[^A-Za-z0-9._+-]", "-", workflow_id).lstrip("._+-")[:128]
     return name or "candidate"
@@ -64,7 +47,7 @@ class TrainingCycleWorkflow:
     def __init__(self, request: TrainingRequest) -> None:
         info = workflow.info()
         self._status = TrainingStatus(workflow_id=info.workflow_id, phase="collecting", algorithm=request.algorithm,
-                                      base=request.base, candidate=request.version or version_name(info.workflow_id))
+                                      base=request.base, candidate=request.version or version_of_id(info.workflow_id))
         self._stop_reason: str | None = None
 
     @workflow.run
@@ -73,24 +56,24 @@ class TrainingCycleWorkflow:
         assert s.candidate is not None
         try:
             s.data = await self._step("collecting", "collect and validate the training data",
-                                      activities.collect_training_data, request, **COLLECT)
+                                      activities.collect_training_data, request, **COLLECT_OPTIONS)
             s.trained = await self._step(
                 "training", f"train {s.candidate}: {request.algorithm} from {request.base} on {request.compute}",
                 activities.train_policy,
                 TrainJob(request=request, data=s.data, version=s.candidate, progress_to=s.workflow_id),
-                start_to_close_timeout=timedelta(hours=request.time_limit_h), heartbeat_timeout=TRAIN_HEARTBEAT,
+                start_to_close_timeout=timedelta(hours=request.time_limit_h), heartbeat_timeout=TRAIN_HEARTBEAT_TIMEOUT,
                 retry_policy=TRAIN_RETRY)
             s.metrics = s.trained.metrics or s.metrics
             for version in (s.candidate, request.base):
                 s.evaluation.append(await self._step(
                     "evaluating", f"evaluate {version}", activities.evaluate_version,
-                    EvalRequest(version=version, evaluation=request.evaluation), **EVALUATE))
+                    EvalRequest(version=version, evaluation=request.evaluation), **EVALUATE_OPTIONS))
             candidate, parent = s.evaluation
             s.gate = await self._step("gating", f"gate {s.candidate} against {request.base}",
                                       activities.register_if_better,
                                       GateRequest(candidate=candidate, parent=parent,
                                                   tolerances=request.evaluation.tolerances, by=request.requested_by),
-                                      **QUICK)
+                                      **REGISTRY_OPTIONS)
         except Stopped:
             await self._archive_unjudged(request, f"training cycle stopped before the gate: {self._stop_reason}")
             s.phase, s.stop_reason = "stopped", self._stop_reason
@@ -135,7 +118,7 @@ class TrainingCycleWorkflow:
             activities.archive_version, ArchiveRequest(version=s.candidate,
                                                        training_request=request.model_dump(mode="json"),
                                                        by=request.requested_by, reason=reason),
-            summary=f"archive the unjudged {s.candidate}", **QUICK)
+            summary=f"archive the unjudged {s.candidate}", **REGISTRY_OPTIONS)
 
     # --- controls and visibility ------------------------------------------------------------------------------------
     @workflow.signal
