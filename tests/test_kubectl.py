@@ -219,6 +219,21 @@ def test_cordon_and_uncordon(served: Served, fresh: Path) -> None:
     assert _lines(served.kubectl("get", "node", "node-2", kubeconfig=fresh).stdout)[1][1] == "Ready"
 
 
+def test_create_namespace_and_drain_whose_bodies_are_protobuf(served: Served, fresh: Path) -> None:
+    """kubectl's typed clients send these bodies as protobuf (the Namespace; the DeleteOptions of each pod drain
+    deletes, evictions not being offered) and, unlike the generic ones, do not fall back to JSON on a 415."""
+    assert served.kubectl("create", "namespace", "team-a", kubeconfig=fresh).stdout == "namespace/team-a created\n"
+    assert _lines(served.kubectl("get", "ns", "team-a", kubeconfig=fresh).stdout)[1][:2] == ["team-a", "Active"]
+    result = served.kubectl("create", "namespace", "team-a", kubeconfig=fresh, check=False)
+    assert result.returncode != 0 and 'namespaces "team-a" already exists' in result.stderr
+    out = served.kubectl("drain", "node-2", "--ignore-daemonsets", "--timeout=30s", kubeconfig=fresh).stdout
+    assert out.splitlines()[0] == "node/node-2 cordoned" and out.splitlines()[-1] == "node/node-2 drained"
+    assert "pod/cart-7c9b4-bbbbb deleted" in out
+    assert _lines(served.kubectl("get", "node", "node-2", kubeconfig=fresh).stdout)[1][1] == "Ready,SchedulingDisabled"
+    assert not served.kubectl("get", "pods", "-A", "--field-selector", "spec.nodeName=node-2", "-o", "name",
+                              kubeconfig=fresh).stdout
+
+
 def test_top(served: Served) -> None:
     rows = _lines(served.kubectl("top", "pods", "-n", NS).stdout)
     assert rows[0] == ["NAME", "CPU(cores)", "MEMORY(bytes)"]

@@ -283,7 +283,10 @@ def test_bodies_must_be_json(served: Served, env: str) -> None:
     status, doc = call(served.simulator, "POST", base, b"{oops", content_type="application/json")
     assert status == 400 and "error decoding" in doc["message"]
     status, doc = call(served.simulator, "POST", base, b"k8s\x00", content_type="application/vnd.kubernetes.protobuf")
-    assert status == 415 and "protobuf" in doc["message"]
+    assert status == 415 and "decodes protobuf only for DeleteOptions, Namespace" in doc["message"]
+    status, doc = call(served.simulator, "POST", base, b"k8s\x00\x0a\x05",  # a field longer than the body
+                       content_type="application/vnd.kubernetes.protobuf")
+    assert status == 400 and "malformed protobuf" in doc["message"]
 
 
 def test_unknown_environment_is_404(served: Served) -> None:

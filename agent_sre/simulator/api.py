@@ -20,7 +20,7 @@ import pydantic_core
 from agent_sre.kube.errors import ApiError
 from agent_sre.kube.selectors import LabelSelector, parse_label_selector, selector_to_string
 from agent_sre.kube.times import rfc3339
-from agent_sre.simulator import admission, derived, discovery, tables
+from agent_sre.simulator import admission, derived, discovery, protobuf, tables
 from agent_sre.simulator.cluster import Cluster, Obj, clone
 from agent_sre.simulator.fields import parse_field_selector
 from agent_sre.simulator.patching import apply_patch
@@ -143,12 +143,12 @@ class Request:
 
     def json_body(self) -> Any:
         content_type = self.headers.get("content-type", JSON_TYPE).split(";", 1)[0].strip()
+        if content_type == protobuf.PROTOBUF_TYPE:
+            return protobuf.decode(self.body)
         if content_type not in (JSON_TYPE, "", "*/*"):
             raise ApiError(415, "UnsupportedMediaType",
                            f"the body of the request was in an unknown format ({content_type}) - accepted media "
-                           f"types include: {JSON_TYPE} (the simulator does not decode protobuf, which kubectl's "
-                           "typed generators such as `kubectl create namespace` send; use `kubectl create -f` or "
-                           "`kubectl apply -f`)")
+                           f"types include: {JSON_TYPE}, {protobuf.PROTOBUF_TYPE}")
         try:
             return json.loads(self.body or b"null")
         except ValueError as exc:
