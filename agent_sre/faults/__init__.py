@@ -7,6 +7,7 @@ from __future__ import annotations
 from kubernetes.client import ApiClient
 
 from agent_sre.faults.base import FaultContext, FaultError, FaultType
+from agent_sre.faults.benign import HostileText, PodDeleted, RollingRestart
 from agent_sre.faults.chaos import (
     ChaosHttpAbort, ChaosNetworkDelay, ChaosNetworkLoss, ChaosPodFailure, ChaosPodKill, ChaosStress,
 )
@@ -27,7 +28,7 @@ FAULTS: dict[str, FaultType] = {f.name: f for f in (
     SecretPassword(), BadConfig(),
     CordonedNode(), QuotaExceeded(), NetworkPolicyDeny(),
     ChaosPodKill(), ChaosPodFailure(), ChaosNetworkDelay(), ChaosNetworkLoss(), ChaosStress(), ChaosHttpAbort(),
-    FalseAlarm(),
+    FalseAlarm(), PodDeleted(), RollingRestart(), HostileText(),
 )}
 
 

@@ -347,6 +347,7 @@ class NodeSelectorMissing(RolloutFault):
 # --- probes -----------------------------------------------------------------------------------------------------
 
 class ProbeParams(FaultParams):
+    probe: Literal["readiness", "liveness"] = "readiness"
     mode: Literal["path", "port"] = "path"
     path: str = Field(default="/health", pattern=r"^/[A-Za-z0-9/_.-]*$")
     port: int | None = Field(default=None, ge=1, le=65535)
@@ -354,7 +355,8 @@ class ProbeParams(FaultParams):
 
 class ReadinessProbe(_TemplateFault):
     name = "readiness_probe"
-    summary = "point the readiness probe at a path or port that does not answer (Running but never Ready)"
+    summary = ("point the readiness probe (Running, never Ready) or the liveness probe (killed, crash-looping) at a "
+               "path or port that does not answer")
     fault_class = "deploy/probe"
     modelled_on = "ITBench broken readiness probe"
     Params = ProbeParams
@@ -372,12 +374,20 @@ class ReadinessProbe(_TemplateFault):
         if p.mode == "port" and p.port == ctx.svc.port:
             raise FaultError(f"{ctx.target} listens on {p.port}; pick another port")
 
+    def alert_name_for(self, ctx: FaultContext) -> str:
+        """A failing liveness probe gets the container killed, over and over: a crash loop."""
+        return "KubePodCrashLooping" if ctx.params.probe == "liveness" else super().alert_name_for(ctx)
+
+    def symptom_kind_for(self, ctx: FaultContext) -> str:
+        return "errors" if ctx.params.probe == "liveness" else super().symptom_kind_for(ctx)
+
     def broken(self, ctx: FaultContext) -> dict[str, Any]:
         get = {"path": ctx.params.path} if ctx.params.mode == "path" else {"port": ctx.params.port}
-        return {"readinessProbe": {"httpGet": get}}
+        return {f"{ctx.params.probe}Probe": {"httpGet": get}}
 
     def healthy(self, ctx: FaultContext) -> dict[str, Any]:
-        return {"readinessProbe": {"httpGet": {"path": "/ready", "port": ctx.svc.port}}}
+        path = "/ready" if ctx.params.probe == "readiness" else "/healthz"
+        return {f"{ctx.params.probe}Probe": {"httpGet": {"path": path, "port": ctx.svc.port}}}
 
 
 # --- init containers --------------------------------------------------------------------------------------------

@@ -319,6 +319,9 @@ class Kube:
     def create_network_policy(self, ns: str, body: Obj) -> Obj:
         return self._write("networkpolicy", "create", None, ns, body)
 
+    def create_event(self, ns: str, body: Obj) -> Obj:
+        return self._write("event", "create", None, ns, body)
+
     def create_chaos(self, ns: str, kind: str, body: Obj) -> Obj:
         body = {"apiVersion": f"{chaosmesh.GROUP}/{chaosmesh.VERSION}", "kind": kind, **body}
         return self._write(kind, "create", None, ns, body)
