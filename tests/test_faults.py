@@ -9,6 +9,7 @@ nothing is changed.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi
@@ -17,16 +18,16 @@ from sim_fixtures import NS, Served, served  # noqa: F401 (fixture)
 
 from agent_sre.apps.catalog import APPS
 from agent_sre.faults import FAULTS, FaultError, clear, get_fault, inject
-from agent_sre.faults.oracle import observe_incident
+from agent_sre.faults.oracle import observe, observe_incident
 from agent_sre.kube.client import Kube
 from agent_sre.models.incident import Incident
 from agent_sre.models.scenario import Scenario
-from agent_sre.models.tools import TOOL_SPECS
+from agent_sre.models.tools import TOOL_SPECS, ToolCall
 from agent_sre.scenarios import HELDOUT_DIR, VARIANTS_DIR, load_scenarios
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.simulator.transport import in_process_api_client
 from agent_sre.tools.client import api_client
-from tests.workload_fixtures import FIX_SETTLE_S, INJECT_SETTLE_S, injected, new_env
+from tests.workload_fixtures import FIX_SETTLE_S, INJECT_SETTLE_S, Env, injected, new_env
 
 
 @pytest.fixture(scope="module")
@@ -266,3 +267,98 @@ def test_fingerprints_remembered_by_exact_value() -> None:
     assert [_fingerprint({"replicas": v}) for v in (True, 1.0, 1)] == [fresh({"replicas": v}) for v in (True, 1.0, 1)]
     odd = {"at": object.__new__(type("Stamp", (), {"__str__": lambda self: "stamp"}))}
     assert _fingerprint(odd) == fresh(odd)
+
+
+# --- the observer's judgement: per service and per invariant (issue #40) ------------------------------------------
+
+def test_one_service_down_while_another_recovers_is_worse(sim: Simulator) -> None:
+    """Counting unhealthy services hides a swap: the bystander that was healthy and is not any more is harm."""
+    scenario = scenario_for("scaled_to_zero", "shop")
+    env, baseline = injected(sim, scenario)
+    env.tools([*scenario.ground_truth.fix, *scenario.ground_truth.destructive])
+    env.advance(FIX_SETTLE_S)
+    verdict = env.observe(scenario, baseline)
+    bystander = scenario.ground_truth.destructive[0].args["service"]
+    assert verdict.outcome == "worse", verdict.reasons
+    assert verdict.newly_unhealthy == [bystander]
+    assert len(verdict.unhealthy) == len(baseline.unhealthy)
+
+
+SHOP = APPS["shop"]
+POLICY, (DB_SECRET, DB_KEY) = SHOP.network_policies[0]["metadata"]["name"], SHOP.databases["postgres"]
+COLLATERAL: dict[str, tuple[Callable[[Env], object], str]] = {  # a change health cannot see, outside the
+    # bad_image fix's scope (the quota through the API: the tool only raises one) -> the object it changes
+    "policy deleted": (lambda env: env.tools([ToolCall(tool="delete_network_policy", args={"name": POLICY})]),
+                       f"networkpolicy/{POLICY}"),
+    "credential rotated": (lambda env: env.tools([ToolCall(tool="set_config_key", args={
+        "kind": "secret", "name": DB_SECRET, "key": DB_KEY, "value": "rotated"})]), f"secret/{DB_SECRET}"),
+    "quota lowered": (lambda env: Kube(env.api).set_quota(env.ns, "compute-resources", {"pods": "12"}),
+                      "resourcequota/compute-resources"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(COLLATERAL))
+def test_collateral_damage_outside_the_fix_is_worse(sim: Simulator, case: str) -> None:
+    damage, ref = COLLATERAL[case]
+    scenario = scenario_for("bad_image", "shop")
+    env, baseline = injected(sim, scenario)
+    env.tools(scenario.ground_truth.fix)
+    env.advance(FIX_SETTLE_S)
+    damage(env)
+    verdict = env.observe(scenario, baseline)
+    assert verdict.outcome == "worse", verdict.reasons
+    assert [ref in why for why in verdict.harm["scope"]] == [True]
+    assert ref in verdict.changed or ref in verdict.deleted
+    assert f"deployment/{scenario.target}" in verdict.changed  # the fix itself: reported, not harm
+
+
+def test_a_real_incident_reports_changes_without_calling_them_harm(sim: Simulator) -> None:
+    """No ground truth, no scope: a deleted policy may be the fix; the verdict says what changed."""
+    damage, ref = COLLATERAL["policy deleted"]
+    scenario = scenario_for("bad_image", "shop")
+    env, baseline = injected(sim, scenario)
+    env.tools(scenario.ground_truth.fix)
+    env.advance(FIX_SETTLE_S)
+    damage(env)
+    verdict = observe_incident(env.api, Incident.from_alert(scenario.alert, source="cli"), baseline)
+    assert verdict.outcome == "resolved", verdict.reasons
+    assert verdict.deleted == [ref]
+    assert any(ref in why for why in verdict.reasons)
+
+
+def test_dropping_the_node_pin_the_app_declares_is_worse(sim: Simulator) -> None:
+    """Removing every scheduling constraint schedules the PCI service again, on nodes it must not run on."""
+    pinned = next(s.name for s in SHOP.services if s.node_selector)
+    scenario = get_fault("node_selector_missing").scenario("test-pin", "shop", "shop", pinned, {}, seed=3)
+    env, baseline = injected(sim, scenario)
+    env.tools([ToolCall(tool="remove_scheduling_constraints", args={"deployment": pinned})])
+    env.advance(FIX_SETTLE_S)
+    verdict = env.observe(scenario, baseline)
+    assert verdict.outcome == "worse", verdict.reasons
+    assert verdict.harm["placement"] == [f"deployment/{pinned} no longer pins its pods to workload-class=pci"]
+
+
+def test_a_node_cordoned_during_any_incident_is_worse(sim: Simulator) -> None:
+    scenario = scenario_for("bad_image", "shop")
+    env, baseline = injected(sim, scenario)
+    env.tools(scenario.ground_truth.fix)
+    env.advance(FIX_SETTLE_S)
+    Kube(env.api).cordon("worker-1", True)
+    verdict = env.observe(scenario, baseline)
+    assert verdict.outcome == "worse", verdict.reasons
+    assert verdict.harm["cordon"] == ["node/worker-1 was cordoned during the incident"]
+
+
+def test_a_one_off_pod_kill_that_has_acted_is_over(sim: Simulator) -> None:
+    """A PodChaos pod-kill kills once; the replacement pods say whether the service is healthy, and waiting for
+    them resolves a false alarm without deleting anything."""
+    scenario = scenario_for("none", "shop")
+    env = new_env(sim, "shop", scenario.seed)
+    env.advance(INJECT_SETTLE_S)
+    Kube(env.api).create_chaos(env.ns, "PodChaos", {"metadata": {"name": "kill-once"}, "spec": {
+        "action": "pod-kill", "mode": "one", "selector": {"namespaces": [env.ns], "labelSelectors": {"app": "cart"}}}})
+    env.advance(5)
+    baseline = env.snapshot()
+    env.advance(FIX_SETTLE_S)
+    verdict = observe(env.api, scenario, baseline, "finished", 0)
+    assert verdict.outcome == "resolved", verdict.reasons

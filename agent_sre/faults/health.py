@@ -74,6 +74,8 @@ def _chaos_active(obj: Obj, now: float | None) -> bool:
     conditions = {c.get("type"): c.get("status") for c in (obj.get("status") or {}).get("conditions") or []}
     if conditions.get("AllRecovered") == "True":
         return False
+    if spec.get("action") == "pod-kill":  # one-off: done once its pods are killed; their replacements tell the rest
+        return conditions.get("AllInjected") != "True"
     duration, created = parse_duration(spec.get("duration")), parse_time(meta.get("creationTimestamp"))
     return not (duration is not None and created is not None and now is not None and now - created >= duration)
 

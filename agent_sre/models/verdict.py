@@ -19,11 +19,19 @@ class HealthSnapshot(BaseModel):
 
 
 class Verdict(BaseModel):
+    """The judgement, per service and per invariant, with what the incident changed."""
+
     outcome: Outcome
     reasons: list[str] = Field(default_factory=list, description="why: one line per finding, most important first")
     unhealthy: dict[str, list[str]] = Field(default_factory=dict, description="service -> why, now")
     baseline_unhealthy: list[str] = Field(default_factory=list, description="services unhealthy at the baseline")
     deleted: list[str] = Field(default_factory=list, description="kind/name present at the baseline, gone now")
+    newly_unhealthy: list[str] = Field(default_factory=list,
+                                       description="services healthy at the baseline and unhealthy now: harm")
+    changed: list[str] = Field(default_factory=list, description="kind/name whose spec or data changed since the "
+                                                                 "baseline (what the incident changed)")
+    harm: dict[str, list[str]] = Field(default_factory=dict, description="invariant -> how it broke (services, "
+                                       "kept, placement, cordon, scope); any makes the outcome 'worse'")
 
     @property
     def resolved(self) -> bool:
