@@ -234,6 +234,12 @@ def test_create_namespace_and_drain_whose_bodies_are_protobuf(served: Served, fr
                               kubeconfig=fresh).stdout
 
 
+def test_auth_can_i_is_yes_as_with_always_allow(served: Served) -> None:
+    """A SelfSubjectAccessReview (protobuf, from kubectl's typed client) is allowed: the simulator has no authz."""
+    assert served.kubectl("auth", "can-i", "delete", "pods", "-n", NS).stdout == "yes\n"
+    assert served.kubectl("auth", "can-i", "get", "/healthz").stdout == "yes\n"
+
+
 def test_top(served: Served) -> None:
     rows = _lines(served.kubectl("top", "pods", "-n", NS).stdout)
     assert rows[0] == ["NAME", "CPU(cores)", "MEMORY(bytes)"]

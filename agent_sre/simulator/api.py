@@ -122,6 +122,9 @@ def status_response(error: ApiError, name: str | None = None, rt: ResourceType |
     return _json(doc, error.code)
 
 
+ACCESS_REVIEW_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+
+
 def _not_found_path() -> ApiError:
     return ApiError(404, "NotFound", "the server could not find the requested resource")
 
@@ -253,6 +256,8 @@ class Router:
             if self.req.method != "GET":
                 raise ApiError(405, "MethodNotAllowed", f"{self.req.method} is not allowed on {path}")
             return 200, {"Content-Type": JSON_TYPE}, doc
+        if path == ACCESS_REVIEW_PATH:
+            return self._access_review()
         parts = [p for p in path.split("/") if p]
         if parts[0] == "api" and len(parts) > 2 and parts[1] == "v1":
             return self._resource("", "v1", parts[2:])
@@ -416,6 +421,17 @@ class Router:
         if limit is not None:
             text = text[: _non_negative_int("limitBytes", limit)]
         return 200, {"Content-Type": "text/plain"}, text
+
+    def _access_review(self) -> Reply:
+        """`kubectl auth can-i`: the simulator authorizes every request (as the AlwaysAllow mode), so the answer to
+        any SelfSubjectAccessReview is yes."""
+        if self.req.method != "POST":
+            raise ApiError(405, "MethodNotAllowed", f"{self.req.method} is not allowed on {ACCESS_REVIEW_PATH}")
+        review = self.req.json_body()
+        if not isinstance(review, dict) or review.get("kind") != "SelfSubjectAccessReview":
+            raise ApiError(400, "BadRequest", "the body must be a SelfSubjectAccessReview")
+        return _json({**review, "metadata": {}, "status": {
+            "allowed": True, "reason": "the simulator authorizes every request"}}, 201)
 
     # --- writes -----------------------------------------------------------------------------------------------
     def _audit(self, verb: str, t: Target, obj: Obj, detail: str = "") -> None:

@@ -1,8 +1,8 @@
-"""The few protobuf request bodies kubectl sends: its typed clients (`kubectl create namespace`, the pod deletions of
-`kubectl drain`) encode built-in kinds as `application/vnd.kubernetes.protobuf` and do not fall back to JSON on a
-415. Decoded here to the JSON document the same object would be: the `k8s\\x00` envelope (runtime.Unknown) around
-the kind's message, read by field number as in k8s.io/api's generated.proto. Fields not listed are dropped, as an
-older apiserver drops fields it does not know."""
+"""The few protobuf request bodies kubectl sends: its typed clients (`kubectl create namespace`, the pod
+deletions of `kubectl drain`, `kubectl auth can-i`) encode built-in kinds as `application/vnd.kubernetes.protobuf`
+and do not fall back to JSON on a 415. Decoded here to the JSON document the same object would be: the `k8s\\x00`
+envelope (runtime.Unknown) around the kind's message, read by field number as in k8s.io/api's generated.proto.
+Fields not listed are dropped, as an older apiserver drops fields it does not know."""
 
 from __future__ import annotations
 
@@ -28,6 +28,11 @@ KINDS: dict[tuple[str, str], Schema] = {
     ("v1", "Namespace"): {1: ("metadata", OBJECT_META), 2: ("spec", {1: ("finalizers", ["string"])})},
     ("v1", "DeleteOptions"): DELETE_OPTIONS,
     ("meta.k8s.io/v1", "DeleteOptions"): DELETE_OPTIONS,
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): {1: ("metadata", OBJECT_META), 2: ("spec", {
+        1: ("resourceAttributes", {1: ("namespace", "string"), 2: ("verb", "string"), 3: ("group", "string"),
+                                   4: ("version", "string"), 5: ("resource", "string"),
+                                   6: ("subresource", "string"), 7: ("name", "string")}),
+        2: ("nonResourceAttributes", {1: ("path", "string"), 2: ("verb", "string")})})},
 }
 _TYPE_META: Schema = {1: ("apiVersion", "string"), 2: ("kind", "string")}
 _UNKNOWN: Schema = {1: ("typeMeta", _TYPE_META), 2: ("raw", "bytes")}
