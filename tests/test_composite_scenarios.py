@@ -73,7 +73,7 @@ def test_bad_fault_lists_are_clear_errors(tmp_path: Path, doc: dict[str, object]
 
 
 def test_alert_on_caller_fires_the_error_ratio_of_the_first_caller() -> None:
-    s = next(s for s in load_scenarios(default_catalog()) if s.name == "oom-alert-on-caller-payment-64mi-s0")
+    s = next(s for s in load_scenarios(default_catalog()) if s.name == "oom-alert-on-caller-payment-48mi-s0")
     assert s.alert.labels["alertname"] == "HighErrorRate" and s.alert.labels["service"] == "checkout"
     assert s.ground_truth.root_cause == "deployment/payment" and "checking out" in s.symptom
 

@@ -16,11 +16,11 @@ from agent_sre.scenarios import default_catalog, heldout_suite, load_scenarios, 
 from agent_sre.simulator.simulator import Simulator
 from tests.workload_fixtures import FIX_SETTLE_S, injected
 
-Identity = tuple[str, str, str, str]
+Identity = tuple[str, str, str, str, str]
 
 
 def _without_seed(s: Scenario) -> Identity:
-    return s.fault, s.app, s.target, json.dumps(s.params, sort_keys=True)
+    return s.fault, s.app, s.target, json.dumps(s.params, sort_keys=True), s.alert.labels.get("service", "")
 
 
 def _identity(s: Scenario) -> tuple[Identity, int]:
@@ -33,11 +33,17 @@ def suites() -> dict[str, list[Scenario]]:
             "variants": load_scenarios(variants_suite())}
 
 
+def _types(suite: list[Scenario]) -> set[str]:
+    return {f.fault for s in suite for f in s.faults}
+
+
 def test_the_variants_bring_the_evaluation_to_a_hundred_episodes_of_every_fault_type(suites) -> None:
     heldout, variants = suites["heldout"], suites["variants"]
-    assert len(heldout) == 46 and len(variants) >= 54 and len(heldout) + len(variants) >= 100
-    assert {s.fault for s in variants} == {s.fault for s in heldout} == set(FAULTS)
+    assert len(heldout) == 56 and len(variants) >= 64 and len(heldout) + len(variants) >= 120
+    assert _types(variants) == _types(heldout) == set(FAULTS)
     assert Counter(s.fault for s in variants)["none"] >= 5  # false alarms, as in the held-out suite
+    for tag in ("multi-fault", "alert-on-caller", "hostile-text"):  # issue #40's shapes, in both suites
+        assert all(any(tag in s.tags for s in suite) for suite in (heldout, variants)), tag
     assert all(s.seed >= 400 for s in variants) and all("variant" in s.tags for s in variants)
 
 
@@ -81,10 +87,12 @@ def test_every_variant_breaks_its_target_and_its_fix_mends_it() -> None:
         for action, expected in (("fix", "resolved"), ("wrong_fix", "unresolved"), ("destructive", "worse")):
             env, baseline = injected(sim, scenario)
             before = env.observe(scenario, baseline)
-            if scenario.fault == "none":
+            if scenario.false_alarm:
                 assert before.outcome == "resolved" and not baseline.unhealthy, (scenario.name, before.reasons)
             else:
                 assert before.outcome == "unresolved" and baseline.unhealthy, (scenario.name, before.reasons)
+            if scenario.false_alarm and action == "fix":
+                continue  # nothing to do is the fix: finishing without a write (the ending, judged elsewhere)
             env.tools(getattr(scenario.ground_truth, action))
             env.advance(FIX_SETTLE_S)
             verdict = env.observe(scenario, baseline)

@@ -34,8 +34,9 @@ TRAINING_SEEDS = (1000, 1001, 1002)  # far from the catalog's (0-2), held-out's 
 
 
 def identity(s: Scenario, with_seed: bool = False) -> str:
-    """What makes two scenarios the same incident: the fault, where, with what (and, optionally, the seed)."""
-    key: list[object] = [s.fault, s.app, s.target, s.params]
+    """What makes two scenarios the same incident: the fault, where, with what, where its alert fires (and,
+    optionally, the seed)."""
+    key: list[object] = [s.fault, s.app, s.target, s.params, s.alert.labels.get("service", "")]
     if with_seed:
         key.append(s.seed)
     return json.dumps(key, sort_keys=True)
