@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sim_fixtures import NS, Served, seed, served, workload_available  # noqa: F401 (fixture)
+from sim_fixtures import NS, Served, call, seed, served, workload_available  # noqa: F401 (fixture)
 
 from agent_sre.apps.catalog import get_app
 from agent_sre.faults import FAULTS, inject
@@ -46,6 +46,16 @@ def test_get_pods_all_namespaces(served: Served) -> None:
     wide = served.kubectl("get", "pods", "-n", NS, "-o", "wide").stdout
     assert wide.splitlines()[0].split()[5:] == ["IP", "NODE", "NOMINATED", "NODE", "READINESS", "GATES"]
     assert "10.244.2.7   node-2   <none>           <none>" in wide
+
+
+def test_get_pods_ages_are_the_simulators_own(served: Served) -> None:
+    """`kubectl get` prints the apiserver's Table, whose ages the simulator computes on its own clock (it starts at
+    2026-01-01, for reproducible runs); only ages kubectl computes itself (describe's events) use the wall clock."""
+    accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+    _, table = call(served.simulator, "GET", f"/envs/seeded/api/v1/namespaces/{NS}/pods", headers={"Accept": accept})
+    age = [c["name"] for c in table["columnDefinitions"]].index("Age")
+    ages = {row["cells"][0]: row["cells"][age] for row in table["rows"]}
+    assert {r[0]: r[-1] for r in _lines(served.kubectl("get", "pods", "-n", NS).stdout)[1:]} == ages
 
 
 def test_get_several_kinds(served: Served) -> None:
