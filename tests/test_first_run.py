@@ -17,13 +17,14 @@ from rich.table import Table
 from typer.testing import CliRunner
 
 from agent_sre import config
-from agent_sre.cli import app
+from agent_sre.cli import app, learn
 from agent_sre.cli.common import SafeConsole
 from agent_sre.cli.episodes import OPTIONAL_FIGURES, outcome_table, print_outcomes
 from agent_sre.cli.train import progress_line
 from agent_sre.config import Settings
 from agent_sre.learning import drill
 from agent_sre.models.episode import OutcomeStats
+from agent_sre.models.learning import LearningState
 from agent_sre.models.training import TrainingMetrics, TrainingStatus
 from agent_sre.stack.ports import pick_free_ports
 from agent_sre.stack.process import PidFile
@@ -155,3 +156,9 @@ def test_the_demo_s_log_file_takes_warnings_and_log_lines_off_the_terminal(tmp_p
     assert stderr == ""
     logged = (tmp_path / "data/logs/demo.log").read_text()
     assert "FutureWarning: `foo` is deprecated" in logged and '{"event": "model_rollback"}' in logged
+
+
+def test_learn_status_says_why_no_cycle_committed(capsys: pytest.CaptureFixture[str]) -> None:
+    learn.print_state(LearningState(name="demo-drill-1"))
+    assert "no cycle committed yet (a cycle commits only when its candidate passes its gates" in \
+        re.sub(r"\s+", " ", capsys.readouterr().out)

@@ -212,6 +212,8 @@ async def drill_stage(client: Client, settings: Settings, registry: Registry, tr
     fit(console, report_table(report))
     for note in report.notes:
         console.print(f"[yellow]note:[/] {note}")
+    console.print(f"Its learning stream: `agent-sre learn status --name {report.plan.learning.name}` (plain `learn "
+                  "status` shows the default stream, continuous-learning)", soft_wrap=True)
     return report
 
 

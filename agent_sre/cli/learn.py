@@ -310,9 +310,14 @@ def print_status(view: LearningStatus) -> None:
 
 
 def print_state(state: LearningState) -> None:
+    """The watermark and what was committed. Only a cycle whose candidate passed its gates commits: after a cycle
+    that was rejected or skipped "0 committed" is right, and says why rather than looking like a lost cycle."""
     mark = state.watermark
+    committed = (f"{state.committed_cycles} cycles committed" if state.committed_cycles else
+                 "no cycle committed yet (a cycle commits only when its candidate passes its gates; a rejected or "
+                 "skipped one leaves its episodes to the next)")
     line = (f"watermark {mark.through:%F %T} UTC (cycle {mark.cycle_id}) · " if mark else "no watermark yet · ") + \
-        f"{state.committed_cycles} cycles committed · {sum(map(len, state.learnt.values()))} recent episodes learnt"
+        f"{committed} · {sum(map(len, state.learnt.values()))} recent episodes learnt"
     console.print(line + (f" · held by {state.claim.cycle_id}" if state.claim else ""))
 
 
