@@ -530,7 +530,7 @@ def test_unknown_environment_is_a_clear_error(served_sim: tuple[Simulator, Simul
     _, server, _ = served_sim
     kubeconfig = write_kubeconfig(tmp_path / "gone.yaml", f"{server.url}/envs/no-such-env", "gone")
     result = execute(ToolCall(tool="list_pods"), ToolContext(api=api_client(kubeconfig), namespace=NS))
-    assert not result.ok and 'simulated environment "no-such-env" not found' in result.output
+    assert not result.ok and "(NotFound): no simulated environment named 'no-such-env'" in result.output
 
 
 @pytest.mark.parametrize("fault_name", sorted(FAULTS))
