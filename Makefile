@@ -4,7 +4,7 @@ TORCH_SPEC ?= torch==2.13.0
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-all bench clean
+.PHONY: setup demo test unit test-all bench clean
 
 $(BIN)/agent-sre: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,9 @@ demo: setup
 test: setup  # the type check first (a minute or two): the hints are part of every module's contract
 	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q
+
+unit: setup  # the loop while editing: no server started, no slow test (tests/conftest.py marks integration tests)
+	$(BIN)/python -m pytest -q -m "not slow and not integration"
 
 test-all: setup
 	$(BIN)/python -m pytest -q -m ""

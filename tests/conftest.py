@@ -31,6 +31,17 @@ from agent_sre.stack.binaries import find_binary
 from agent_sre.stack.isolated import isolated_env
 
 
+# Fixtures that start a server (Temporal, S3, the simulator's HTTP server, a model server): a test that uses one,
+# directly or through another fixture, is an integration test; `make unit` runs the rest in under a minute.
+SERVERS = frozenset({"temporal_server", "s3_store", "simulator_server", "stack", "time_skipping_env", "served"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SERVERS & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     """This session's settings: free ports, a temp data dir, no KUBECONFIG. Starts nothing."""
