@@ -17,6 +17,7 @@ from agent_sre.models.incident import RemediationLimits
 from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.scenario import Scenario
 from agent_sre.temporal import task_queues
+from agent_sre.workflows.simulated import SimulatedIncidentWorkflow
 
 
 async def run_episode(client: Client, settings: Settings, scenario: Scenario, policy: PolicyRef | None,
@@ -31,7 +32,7 @@ async def run_episode(client: Client, settings: Settings, scenario: Scenario, po
     if limits is not None:
         request.limits = limits
     return await client.execute_workflow(
-        "SimulatedIncidentWorkflow", request, id=workflow_id, task_queue=settings.queue_agent, result_type=EpisodeResult,
+        SimulatedIncidentWorkflow.run, request, id=workflow_id, task_queue=settings.queue_agent,
         request_eager_start=True)
 
 

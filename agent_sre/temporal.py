@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from collections.abc import Awaitable
 from typing import Any, Literal
 
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
@@ -17,15 +18,9 @@ from temporalio.service import RPCError, RPCStatusCode
 from agent_sre.codec import payload_codec
 from agent_sre.config import Settings, get_settings
 from agent_sre.models.incident import Incident
-from agent_sre.models.remediation import (
-    ALERT_RESOLVED,
-    ALERTS_FIRED,
-    IncidentOutcome,
-    PolicyRef,
-    RemediationRequest,
-    TaskQueues,
-)
+from agent_sre.models.remediation import PolicyRef, RemediationRequest, TaskQueues
 from agent_sre.stack.temporal import SEARCH_ATTRIBUTES
+from agent_sre.workflows.incident import IncidentRemediationWorkflow
 
 
 def data_converter(settings: Settings) -> DataConverter:
@@ -98,20 +93,19 @@ async def start_incident(client: Client, incident: Incident, *, policy: PolicyRe
     req = RemediationRequest(incident=incident, policy=policy, queues=task_queues(settings), **request)
     try:
         handle = await client.start_workflow(
-            "IncidentRemediationWorkflow", req, id=incident.workflow_id, task_queue=settings.queue_agent,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL, id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            result_type=IncidentOutcome)
+            IncidentRemediationWorkflow.run, req, id=incident.workflow_id, task_queue=settings.queue_agent,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL, id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE)
         return StartedIncident(handle)
     except WorkflowAlreadyStartedError:
-        handle = client.get_workflow_handle(incident.workflow_id, result_type=IncidentOutcome)
-    running = await _signal_if_running(handle, ALERTS_FIRED, incident.all_alerts)
+        handle = client.get_workflow_handle_for(IncidentRemediationWorkflow.run, incident.workflow_id)
+    running = await _if_running(handle.signal(IncidentRemediationWorkflow.alerts_fired, incident.all_alerts))
     return StartedIncident(handle, "attached" if running else "finished")
 
 
-async def _signal_if_running(handle: WorkflowHandle[Any, Any], signal: str, *args: Any) -> bool:
+async def _if_running(signalling: Awaitable[None]) -> bool:
     """Whether the workflow was running to receive the signal (a closed one answers NOT_FOUND)."""
     try:
-        await handle.signal(signal, *args)
+        await signalling
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             return False
@@ -123,4 +117,4 @@ async def signal_alert_resolved(client: Client, incident: Incident) -> str | Non
     """Tell the running remediation of this incident that its alerts stopped firing. Returns its workflow id, if
     one was running."""
     handle = client.get_workflow_handle(incident.workflow_id)
-    return handle.id if await _signal_if_running(handle, ALERT_RESOLVED) else None
+    return handle.id if await _if_running(handle.signal(IncidentRemediationWorkflow.alert_resolved)) else None

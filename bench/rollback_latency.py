@@ -52,7 +52,6 @@ from agent_sre.models.rollout import (  # noqa: E402
     RolloutPlan,
     RolloutRequest,
     RolloutResult,
-    RolloutStatus,
     SetWeightStep,
 )
 from agent_sre.registry import Registry  # noqa: E402
@@ -61,6 +60,7 @@ from agent_sre.rollout.routing import read_table  # noqa: E402
 from agent_sre.stack.isolated import isolated_env  # noqa: E402
 from agent_sre.stack.ports import pick_free_ports  # noqa: E402
 from agent_sre.temporal import connect  # noqa: E402
+from agent_sre.workflows.rollout import ModelRolloutWorkflow  # noqa: E402
 
 HEADING = "## Rollback latency (bench/rollback_latency.py)"
 TARGET_P99_S = 1.0
@@ -129,7 +129,7 @@ async def trial(client: Client, settings: Settings, registry: Registry, receiver
     request = RolloutRequest(candidate=candidate, baseline="runbook-v1", plan=PLAN, requested_by="bench")
     handle = await start_rollout(client, request, settings)
     while True:  # baking, with the split in the table route_model reads
-        status = await handle.query("status", result_type=RolloutStatus)
+        status = await handle.query(ModelRolloutWorkflow.status)
         table = read_table(registry.client, settings.s3_bucket)
         if status.step is not None and status.step.kind == "bake" and table is not None and table.candidate:
             break

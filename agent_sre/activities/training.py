@@ -290,14 +290,16 @@ class Follower:
 
     async def report(self) -> None:
         """Heartbeat every poll (the SDK throttles); signal the workflow on news, at most every so often."""
+        from agent_sre.workflows.training import TrainingCycleWorkflow  # imported here: it imports this module
+
         activity.heartbeat(self.state)
         due = time.monotonic() - self._signalled_at >= PROGRESS_SIGNAL_EVERY_S
         if self.job.progress_to is None or self.state.metrics is None or not (self._signal_now or due):
             return
         self._signal_now, self._signalled_at = False, time.monotonic()
         try:
-            await activity.client().get_workflow_handle(self.job.progress_to).signal("report_progress",
-                                                                                      self.state.metrics)
+            await activity.client().get_workflow_handle(self.job.progress_to).signal(
+                TrainingCycleWorkflow.report_progress, self.state.metrics)
         except Exception as exc:  # progress display only: training goes on without it
             log.warning("could not report progress to %s: %s", self.job.progress_to, exc)
 

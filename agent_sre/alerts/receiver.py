@@ -39,6 +39,7 @@ from agent_sre.scope import out_of_scope
 from agent_sre.spans import starting
 from agent_sre.temporal import StartHandling, signal_alert_resolved, start_incident
 from agent_sre.validation import explain
+from agent_sre.workflows.rollout import ModelRolloutWorkflow
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +220,7 @@ async def roll_back_rollout(client: Client, alert: Alert) -> AlertReceipt:
                             detail=f"no rollout of {target} is running ({now}); nothing was signalled")
     reason = rollback_reason(alert)
     try:
-        await client.get_workflow_handle(ROLLOUT_WORKFLOW_ID).signal("rollback", reason)
+        await client.get_workflow_handle(ROLLOUT_WORKFLOW_ID).signal(ModelRolloutWorkflow.rollback, reason)
     except RPCError as e:
         if e.status != RPCStatusCode.NOT_FOUND:  # no such workflow, or it has already completed
             raise
@@ -229,8 +230,8 @@ async def roll_back_rollout(client: Client, alert: Alert) -> AlertReceipt:
 
 async def _running_rollout(client: Client) -> RolloutStatus | None:
     try:
-        status = await client.get_workflow_handle(ROLLOUT_WORKFLOW_ID).query(
-            "status", result_type=RolloutStatus, rpc_timeout=QUERY_TIMEOUT)
+        status = await client.get_workflow_handle(ROLLOUT_WORKFLOW_ID).query(ModelRolloutWorkflow.status,
+                                                                             rpc_timeout=QUERY_TIMEOUT)
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             return None

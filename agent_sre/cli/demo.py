@@ -139,7 +139,8 @@ async def _training(client: Client, settings: Settings) -> str | None:
     from temporalio.client import WorkflowFailureError
 
     from agent_sre.cli.train import follow
-    from agent_sre.models.training import TrainingRequest, TrainingStatus
+    from agent_sre.models.training import TrainingRequest
+    from agent_sre.workflows.training import TrainingCycleWorkflow
 
     version = f"demo-sft-grpo-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     request = TrainingRequest.model_validate({
@@ -157,11 +158,11 @@ async def _training(client: Client, settings: Settings) -> str | None:
                   "and the gate. A budget that fits minutes on a CPU: it shows the loop, not a trained agent "
                   "(docs/benchmarks.md has the longer run).")
     workflow_id = f"training-{version}"
-    await client.start_workflow("TrainingCycleWorkflow", request, id=workflow_id, task_queue=settings.queue_training,
-                                result_type=TrainingStatus, static_summary=f"make demo: train {version}")
+    handle = await client.start_workflow(TrainingCycleWorkflow.run, request, id=workflow_id,
+                                         task_queue=settings.queue_training, static_summary=f"make demo: train {version}")
     await follow(client, workflow_id, final=False)
     try:
-        status = await client.get_workflow_handle(workflow_id, result_type=TrainingStatus).result()
+        status = await handle.result()
     except WorkflowFailureError as exc:
         console.print(f"[red]error:[/] the training cycle failed: {getattr(exc.cause, 'message', None) or exc.cause}")
         raise typer.Exit(1) from exc

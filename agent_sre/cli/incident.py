@@ -251,7 +251,7 @@ def steps(
     from temporalio.client import WorkflowExecutionStatus
 
     from agent_sre.cli.steps_view import StepPrinter
-    from agent_sre.models.trajectory import Trajectory
+    from agent_sre.workflows.incident import IncidentRemediationWorkflow
 
     if (workflow_id is None) == (trajectory is None):
         raise typer.BadParameter("give exactly one of ID or --trajectory KEY")
@@ -276,7 +276,7 @@ def steps(
             return
         if (why := await unpolled(client, desc.task_queue)) is not None:
             _fail(f"{handle.id} cannot be asked for its steps: {why}")
-        t = await handle.query("trajectory", result_type=Trajectory, rpc_timeout=QUERY_TIMEOUT)
+        t = await handle.query(IncidentRemediationWorkflow.trajectory, rpc_timeout=QUERY_TIMEOUT)
         if t is None:
             console.print(f"{handle.id} has taken no step yet: it is choosing the model version")
             return
@@ -292,7 +292,7 @@ async def _follow_steps(client: Client, settings: Settings, handle: WorkflowHand
     from temporalio.client import WorkflowExecutionStatus
 
     from agent_sre.cli.steps_view import is_taken
-    from agent_sre.models.trajectory import Trajectory
+    from agent_sre.workflows.incident import IncidentRemediationWorkflow
 
     printed, hinted = 0, -1
     console.print(f"[bold]steps of {escape(handle.id)}[/]")
@@ -309,7 +309,7 @@ async def _follow_steps(client: Client, settings: Settings, handle: WorkflowHand
             _fail(f"{handle.id} ended {desc.status.name.lower() if desc.status else '?'}: {await _why_it_ended(handle)}")
         if (why := await unpolled(client, task_queue)) is not None:
             _fail(f"{handle.id} cannot be followed: {why}")
-        t = await handle.query("trajectory", result_type=Trajectory, rpc_timeout=QUERY_TIMEOUT)
+        t = await handle.query(IncidentRemediationWorkflow.trajectory, rpc_timeout=QUERY_TIMEOUT)
         if t is not None:
             taken = len(t.steps) - (1 if t.steps and not is_taken(t.steps[-1]) else 0)
             for step in t.steps[printed:taken]:
@@ -535,14 +535,14 @@ async def _start_incidents(client: Client, settings: Settings, incidents: list[I
 
 
 async def _start_episode(client: Client, settings: Settings, request: EpisodeRequest, wait: bool) -> None:
-    from agent_sre.models.episode import EpisodeResult
     from agent_sre.temporal import task_queues
+    from agent_sre.workflows.simulated import SimulatedIncidentWorkflow
 
     scenario = request.scenario
     request = request.model_copy(update={"queues": task_queues(settings)})
     episode_id = f"episode-cli-{uuid.uuid4().hex[:8]}-{scenario.name}"
-    handle = await client.start_workflow("SimulatedIncidentWorkflow", request, id=episode_id,
-                                         task_queue=settings.queue_agent, result_type=EpisodeResult)
+    handle = await client.start_workflow(SimulatedIncidentWorkflow.run, request, id=episode_id,
+                                         task_queue=settings.queue_agent)
     console.print(f"started [bold]{episode_id}[/] (scenario {scenario.name}); "
                   f"its remediation will be [bold]{episode_id}-remediation[/]")
     if wait:
@@ -614,9 +614,9 @@ async def _outcome(client: Client, workflow_id: str) -> IncidentOutcome:
 
 
 async def _status(handle: WorkflowHandle[Any, Any]) -> RemediationStatus:
-    from agent_sre.models.remediation import RemediationStatus
+    from agent_sre.workflows.incident import IncidentRemediationWorkflow
 
-    return await handle.query("status", result_type=RemediationStatus, rpc_timeout=QUERY_TIMEOUT)
+    return await handle.query(IncidentRemediationWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
 
 
 def _status_rows(table: Table, st: RemediationStatus, workflow_id: str) -> None:

@@ -25,9 +25,13 @@ from agent_sre.cli.output import Format, OutputOption, emit
 
 if TYPE_CHECKING:
     from temporalio.client import Client
+    from temporalio.workflow import UpdateMethodMultiParam
 
     from agent_sre.config import Settings
-    from agent_sre.models.rollout import RolloutStatus
+    from agent_sre.models.rollout import RolloutControl, RolloutStatus
+    from agent_sre.workflows.rollout import ModelRolloutWorkflow
+
+    Control = UpdateMethodMultiParam[[ModelRolloutWorkflow, RolloutControl], RolloutStatus]  # one of its updates
 
 app = typer.Typer(help="Roll a model version out: A/B test, gradual traffic, automatic rollback.",
                   no_args_is_help=True)
@@ -95,11 +99,11 @@ def start(
 @app.command("status")
 def status(output: OutputOption = Format.table) -> None:
     """Where the rollout stands: step, weight, time left, the latest analysis and the decisions so far."""
-    from agent_sre.models.rollout import RolloutStatus
     from agent_sre.rollout.client import ROLLOUT_WORKFLOW_ID
+    from agent_sre.workflows.rollout import ModelRolloutWorkflow
 
     async def show(client: Client, settings: Settings) -> None:
-        st = await client.get_workflow_handle(ROLLOUT_WORKFLOW_ID).query("status", result_type=RolloutStatus)
+        st = await client.get_workflow_handle(ROLLOUT_WORKFLOW_ID).query(ModelRolloutWorkflow.status)
         emit(output, st, lambda: print_status(st))
 
     _run(show)
@@ -142,17 +146,21 @@ ACTED_ON_BY_THE_LOOP = frozenset({"promote", "promote_full", "abort"})  # the up
 SETTLE_S = 5.0
 
 
-def _control(update: str, reason: str, by: str | None) -> None:
-    from agent_sre.models.rollout import RolloutControl, RolloutStatus, describe_step
+def _control(pick: Callable[[type[ModelRolloutWorkflow]], Control], reason: str, by: str | None) -> None:
+    """Send the update `pick` names on the workflow class (a function of it: the class is imported only here)."""
+    from agent_sre.models.rollout import RolloutControl, describe_step
     from agent_sre.rollout.client import ROLLOUT_WORKFLOW_ID
+    from agent_sre.workflows.rollout import ModelRolloutWorkflow
+
+    update = pick(ModelRolloutWorkflow)
+    name = getattr(update, "__name__")  # the method's, which is the update's: the protocol type does not say so
 
     async def send(client: Client, settings: Settings) -> None:
         handle = client.get_workflow_handle(ROLLOUT_WORKFLOW_ID)
-        st = await handle.execute_update(update, RolloutControl(by=by or getpass.getuser(), reason=reason),
-                                         result_type=RolloutStatus)
-        if update in ACTED_ON_BY_THE_LOOP:  # show where it went, not where it was
-            st = await _moved_on(lambda: handle.query("status", result_type=RolloutStatus), st)
-        console.print(f"{update}: accepted · {st.phase}"
+        st = await handle.execute_update(update, RolloutControl(by=by or getpass.getuser(), reason=reason))
+        if name in ACTED_ON_BY_THE_LOOP:  # show where it went, not where it was
+            st = await _moved_on(lambda: handle.query(ModelRolloutWorkflow.status), st)
+        console.print(f"{name}: accepted · {st.phase}"
                       + (f" · step {st.step_index + 1}/{st.steps}: {describe_step(st.step)}" if st.step else ""))
 
     _run(send)
@@ -177,32 +185,32 @@ BY = typer.Option(None, "--by", help=BY_HELP)
 def promote(full: bool = typer.Option(False, "--full", help="skip every remaining step: 100% and production"),
             reason: str = REASON, by: str = BY) -> None:
     """End the current step now and go on to the next (with --full: finish the rollout now)."""
-    _control("promote_full" if full else "promote", reason, by)
+    _control(lambda w: w.promote_full if full else w.promote, reason, by)
 
 
 @app.command("pause")
 def pause(reason: str = REASON, by: str = BY) -> None:
     """Hold the rollout where it is; timers stop, guardrails keep watching."""
-    _control("pause", reason, by)
+    _control(lambda w: w.pause, reason, by)
 
 
 @app.command("resume")
 def resume(reason: str = REASON, by: str = BY) -> None:
     """Go on where the rollout was paused: the step keeps the time it had left; a pause for an inconclusive analysis
     gets a fresh round of extensions."""
-    _control("resume", reason, by)
+    _control(lambda w: w.resume, reason, by)
 
 
 @app.command("abort")
 def abort(reason: str = REASON, by: str = BY) -> None:
     """Stop the rollout: all traffic to the baseline, the candidate back to the candidate stage."""
-    _control("abort", reason, by)
+    _control(lambda w: w.abort, reason, by)
 
 
 @app.command("retry")
 def retry(reason: str = REASON, by: str = BY) -> None:
     """Withdraw an abort the rollout has not carried out yet (until then every promote is refused)."""
-    _control("retry", reason, by)
+    _control(lambda w: w.retry, reason, by)
 
 
 @app.command("rollback")
@@ -210,10 +218,11 @@ def rollback(reason: str = typer.Option(..., "--reason", help="why (recorded and
              by: str = BY) -> None:
     """Roll back now: all traffic to the baseline, the candidate marked rolled_back, a rollback event."""
     from agent_sre.rollout.client import ROLLOUT_WORKFLOW_ID
+    from agent_sre.workflows.rollout import ModelRolloutWorkflow
 
     async def send(client: Client, settings: Settings) -> None:
         handle = client.get_workflow_handle(ROLLOUT_WORKFLOW_ID)
-        await handle.signal("rollback", f"{reason} (by {by or getpass.getuser()})")
+        await handle.signal(ModelRolloutWorkflow.rollback, f"{reason} (by {by or getpass.getuser()})")
         console.print("rollback requested; `agent-sre rollout status` shows when it is done")
 
     _run(send)

@@ -104,7 +104,7 @@ def start(
         return
     from pydantic import ValidationError
 
-    from agent_sre.models.training import TrainingRequest, TrainingStatus
+    from agent_sre.models.training import TrainingRequest
 
     try:
         if recipe is not None and (recipe not in RECIPES or algorithm or policy or request_file):
@@ -125,15 +125,15 @@ def start(
     except OSError as exc:
         _fail(f"cannot read {request_file}: {exc}")
     from agent_sre.activities.training import base_parent  # heavy: not for every `agent-sre --help`
+    from agent_sre.workflows.training import TrainingCycleWorkflow
 
     registry_call(lambda r: base_parent(r, request.base))  # an unknown base: an error here, no cycle started
     workflow_id = f"training-{request.version}" if request.version else f"training-{datetime.now(UTC):%Y%m%d-%H%M%S}"
 
     async def go(client: Client, settings: Settings) -> None:
         handle = await client.start_workflow(
-            "TrainingCycleWorkflow", request, id=workflow_id, task_queue=settings.queue_training,
-            result_type=TrainingStatus, static_summary=f"train {request.version}: {request.algorithm} from "
-                                                       f"{request.base} on {request.compute}")
+            TrainingCycleWorkflow.run, request, id=workflow_id, task_queue=settings.queue_training,
+            static_summary=f"train {request.version}: {request.algorithm} from {request.base} on {request.compute}")
         console.print(f"training cycle {handle.id} started: {request.algorithm} from {request.base} → "
                       f"{request.version} on {request.compute}")
         console.print(f"follow it: agent-sre train status {handle.id} · {settings.temporal_ui_url}/namespaces/"
@@ -154,6 +154,7 @@ async def follow(client: Client, workflow_id: str, final: bool = True,
     from temporalio.service import RPCError, RPCStatusCode
 
     from agent_sre.models.training import TrainingStatus
+    from agent_sre.workflows.training import TrainingCycleWorkflow
 
     transient = {RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE}
     handle = client.get_workflow_handle(workflow_id, result_type=TrainingStatus)
@@ -164,7 +165,7 @@ async def follow(client: Client, workflow_id: str, final: bool = True,
             description = await handle.describe(rpc_timeout=rpc_timeout)
             if description.status != WorkflowExecutionStatus.RUNNING:
                 break
-            st = await handle.query("progress", result_type=TrainingStatus, rpc_timeout=rpc_timeout)
+            st = await handle.query(TrainingCycleWorkflow.progress, rpc_timeout=rpc_timeout)
             played = await _evaluation_played(client, description.raw_description.pending_activities)
         except RPCError as exc:
             now = loop.time()
@@ -260,6 +261,7 @@ def status(workflow_id: str = typer.Argument(..., metavar="ID"), output: OutputO
     from temporalio.client import WorkflowExecutionStatus
 
     from agent_sre.models.training import TrainingStatus
+    from agent_sre.workflows.training import TrainingCycleWorkflow
 
     async def show(client: Client, settings: Settings) -> None:
         handle = client.get_workflow_handle(workflow_id, result_type=TrainingStatus)
@@ -267,7 +269,7 @@ def status(workflow_id: str = typer.Argument(..., metavar="ID"), output: OutputO
         if desc.status == WorkflowExecutionStatus.RUNNING:
             if (why := await unpolled(client, desc.task_queue)) is not None:
                 _fail(f"{workflow_id} is running, but {why}")
-            st = await handle.query("progress", result_type=TrainingStatus)
+            st = await handle.query(TrainingCycleWorkflow.progress)
             emit(output, st, lambda: print_status(st))
         else:
             await show_final(handle, output)
@@ -279,8 +281,11 @@ def status(workflow_id: str = typer.Argument(..., metavar="ID"), output: OutputO
 def stop(workflow_id: str = typer.Argument(..., metavar="ID"),
          reason: str = typer.Option("", "--reason")) -> None:
     """Stop a training cycle: its training job is terminated and the cycle ends as `stopped`."""
+    from agent_sre.workflows.training import TrainingCycleWorkflow
+
     async def send(client: Client, settings: Settings) -> None:
-        await client.get_workflow_handle(workflow_id).signal("stop", reason or f"stopped by {getpass.getuser()}")
+        await client.get_workflow_handle(workflow_id).signal(TrainingCycleWorkflow.stop,
+                                                             reason or f"stopped by {getpass.getuser()}")
         console.print(f"stop sent to {workflow_id}; `agent-sre train status {workflow_id}` shows when it has ended")
 
     _run(send, not_found=not_running("training cycle", workflow_id))

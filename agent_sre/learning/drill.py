@@ -40,12 +40,13 @@ from agent_sre.models.incident import RemediationLimits
 from agent_sre.models.learning import DrillCycle, DrillIncident, DrillPlan, DrillReport, WindowStats
 from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.rollout import (AbTestStep, AnalysisConfig, GuardrailConfig, RolloutControl, RolloutPlan,
-                                      RolloutResult, RolloutStatus, SetWeightStep)
+                                      RolloutResult, SetWeightStep)
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.verdict import Outcome
 from agent_sre.registry import Registry
 from agent_sre.registry import weights as stored_files
-from agent_sre.workflows.training import version_of_id
+from agent_sre.workflows.rollout import ModelRolloutWorkflow
+from agent_sre.workflows.training import TrainingCycleWorkflow, version_of_id
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +189,7 @@ class Rollouts:
     async def running(self) -> bool:
         for cycle_id, (cycle, handle) in list(self.open.items()):
             if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
-                status = await handle.query("status", result_type=RolloutStatus)
+                status = await handle.query(ModelRolloutWorkflow.status)
                 if status.phase == "paused":
                     await self._abort(handle, f"the drill has no human to decide: {status.pause_reason}")
                 continue
@@ -200,7 +201,7 @@ class Rollouts:
     @staticmethod
     async def _abort(handle: WorkflowHandle, reason: str) -> None:
         try:
-            await handle.execute_update("abort", RolloutControl(by=BY, reason=reason))
+            await handle.execute_update(ModelRolloutWorkflow.abort, RolloutControl(by=BY, reason=reason))
         except (WorkflowUpdateFailedError, RPCError) as exc:  # ending already, or not abortable now: look again
             log.info("the rollout did not take the abort (yet): %s", exc)
 
@@ -273,15 +274,13 @@ async def run_drill(client: Client, settings: Settings, registry: Registry, plan
 # --- the report -----------------------------------------------------------------------------------------------------
 async def _progress(client: Client, name: str, traffic: Traffic, cycles: int, rollout_open: bool) -> str:
     """Where the drill stands: incidents served, cycles ended, and what a running cycle's training is doing."""
-    from agent_sre.models.training import TrainingStatus
-
     served = traffic.served
     parts = [f"{len(served)} incidents served ({sum(i.shifted for i in served)} shifted, {len(traffic.failed)} "
              f"failed)", f"{cycles} cycles ended"]
     for cycle_id in started((await client.get_schedule_handle(name).describe()).info.running_actions):
         try:  # the cycle's training child, once it started (learning workflow: `{cycle id}-training`)
-            training = await client.get_workflow_handle(f"{cycle_id}-training").query("progress",
-                                                                                        result_type=TrainingStatus)
+            training = await client.get_workflow_handle(f"{cycle_id}-training").query(
+                TrainingCycleWorkflow.progress)
             parts.append(f"cycle {cycle_id}: {training.phase} {training.candidate}")
         except (RPCError, WorkflowQueryFailedError):
             parts.append(f"cycle {cycle_id}: reading its episodes")

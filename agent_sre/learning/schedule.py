@@ -17,8 +17,7 @@ from temporalio.client import (Client, Schedule, ScheduleActionExecution, Schedu
                                ScheduleState, ScheduleUpdate, ScheduleUpdateInput)
 
 from agent_sre.models.learning import LearningConfig, LearningCycleInput
-
-WORKFLOW = "ContinuousLearningWorkflow"
+from agent_sre.workflows.learning import ContinuousLearningWorkflow
 
 
 def started(executions: Iterable[ScheduleActionExecution]) -> list[str]:
@@ -29,7 +28,7 @@ def started(executions: Iterable[ScheduleActionExecution]) -> list[str]:
 def schedule_of(config: LearningConfig, every: timedelta, task_queue: str, paused: bool, note: str) -> Schedule:
     return Schedule(
         action=ScheduleActionStartWorkflow(
-            WORKFLOW, LearningCycleInput(config=config), id=f"learning-{config.name}", task_queue=task_queue,
+            ContinuousLearningWorkflow.run, LearningCycleInput(config=config), id=f"learning-{config.name}", task_queue=task_queue,
             static_summary=f"learning cycle of {config.name}: {config.training.algorithm}, at least "
                            f"{config.min_episodes} new episodes"),
         spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),

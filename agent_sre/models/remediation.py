@@ -13,9 +13,6 @@ from agent_sre.models.tools import ToolCall, WriteAssessment
 from agent_sre.models.trajectory import Termination, Trajectory
 from agent_sre.models.verdict import HealthSnapshot
 
-# The incident workflow's signals from outside Python (`alerts serve` does not import the workflow): their names.
-ALERTS_FIRED = "alerts_fired"
-ALERT_RESOLVED = "alert_resolved"
 PolicyName = Literal["runbook", "expert", "scripted", "llm"]
 ToolExecution = Literal["queue", "local"]
 

@@ -5,8 +5,6 @@ One rollout at a time per Temporal namespace (it is the routing table's one writ
 
 from __future__ import annotations
 
-from typing import Any
-
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -14,6 +12,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from agent_sre.config import Settings
 from agent_sre.models.rollout import RolloutRequest, RolloutResult
 from agent_sre.registry import Registry, RegistryError
+from agent_sre.workflows.rollout import ModelRolloutWorkflow
 
 ROLLOUT_WORKFLOW_ID = "model-rollout"
 
@@ -39,12 +38,11 @@ def preflight(registry: Registry, candidate: str, baseline: str | None) -> str:
 
 
 async def start_rollout(client: Client, request: RolloutRequest, settings: Settings,
-                        workflow_id: str = ROLLOUT_WORKFLOW_ID) -> WorkflowHandle[Any, RolloutResult]:
+                        workflow_id: str = ROLLOUT_WORKFLOW_ID) -> WorkflowHandle[ModelRolloutWorkflow, RolloutResult]:
     try:
         return await client.start_workflow(
-            "ModelRolloutWorkflow", request, id=workflow_id, task_queue=settings.queue_agent,
+            ModelRolloutWorkflow.run, request, id=workflow_id, task_queue=settings.queue_agent,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL, id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            result_type=RolloutResult,
             static_summary=f"rollout {request.candidate} against {request.baseline}, plan {request.plan.name}")
     except WorkflowAlreadyStartedError as exc:
         raise RolloutRunningError(f"a rollout is already running as {workflow_id} "

@@ -40,6 +40,7 @@ from agent_sre.models.rollout import (
 from agent_sre.models.scenario import Scenario
 from agent_sre.registry import Registry
 from agent_sre.rollout.client import ROLLOUT_WORKFLOW_ID, RolloutRunningError, preflight, start_rollout
+from agent_sre.workflows.rollout import ModelRolloutWorkflow
 
 DEMO_BY = "agent-sre demo"
 POLL_S = 1.0
@@ -188,14 +189,14 @@ async def _follow(handle: WorkflowHandle, demo: DemoRollout, deadline: float,
 
 
 async def _status(handle: WorkflowHandle) -> RolloutStatus:
-    return await handle.query("status", result_type=RolloutStatus)
+    return await handle.query(ModelRolloutWorkflow.status)
 
 
 async def _abort(handle: WorkflowHandle, reason: str) -> bool:
     """True once the abort is accepted; False when it cannot apply now (the rollout is still starting, already
     ending, or over), which the caller's next look at the status settles."""
     try:
-        await handle.execute_update("abort", RolloutControl(by=DEMO_BY, reason=reason))
+        await handle.execute_update(ModelRolloutWorkflow.abort, RolloutControl(by=DEMO_BY, reason=reason))
     except (WorkflowUpdateFailedError, RPCError):
         return False
     return True

@@ -32,7 +32,6 @@ from agent_sre.models.incident import Incident
 from agent_sre.models.lock import LEASE_GRANTED, AcquireRequest, LeaseGrant, LeaseRequest, lock_id
 from agent_sre.models.policy import ChatMessage, PolicyDecision
 from agent_sre.models.remediation import (
-    ALERTS_FIRED,
     ApprovalDecision,
     IncidentOutcome,
     ObserveRequest,
@@ -461,7 +460,7 @@ class IncidentRemediationWorkflow:
         workflow.set_current_details(detail)
 
     # --- signals and queries ----------------------------------------------------------------------------------
-    @workflow.signal(name=ALERTS_FIRED)
+    @workflow.signal
     def alerts_fired(self, alerts: list[Alert]) -> None:
         """Alertmanager sent the incident's alerts again, maybe one more of its group: the incident keeps the latest
         of each, and its trajectory records them."""

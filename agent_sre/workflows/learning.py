@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_sre.models.training import EvalRequest, GateRequest, TrainingRequest
     from agent_sre.training.gate import failures
     from agent_sre.workflows.options import COLLECT_OPTIONS, EVALUATE_OPTIONS, RECORD_CYCLE_OPTIONS, REGISTRY_OPTIONS
+    from agent_sre.workflows.rollout import ModelRolloutWorkflow
     from agent_sre.workflows.training import TrainingCycleWorkflow
 
 SCHEDULED_AT = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")  # set on runs a Schedule starts
@@ -145,7 +146,7 @@ class ContinuousLearningWorkflow:
                                            RolloutPrep(config=config, candidate=r.version, cycle_id=r.cycle_id),
                                            **REGISTRY_OPTIONS)
             handle = await workflow.start_child_workflow(
-                "ModelRolloutWorkflow", request, id=config.rollout_workflow_id, task_queue=config.rollout_queue,
+                ModelRolloutWorkflow.run, request, id=config.rollout_workflow_id, task_queue=config.rollout_queue,
                 parent_close_policy=ParentClosePolicy.ABANDON, id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
                 static_summary=f"rollout {request.candidate} against {request.baseline}, plan {request.plan.name}")
         except ActivityError as exc:

@@ -46,6 +46,7 @@ class NamespaceLockWorkflow:
         self._holder = request.holder
         self._grants += 1
         try:
+            # By name: a holder may be a workflow of any type (and incident.py, one of them, imports this module).
             await workflow.get_external_workflow_handle(request.holder).signal(LEASE_GRANTED, grant)
         except FailureError:  # the holder has ended: it wrote nothing under this lease
             self._holder = None
