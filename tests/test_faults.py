@@ -59,7 +59,7 @@ def test_injection_shows_and_the_fix_resolves(sim: Simulator, fault: str, app: s
     scenario = scenario_for(fault, app)
     env, baseline = injected(sim, scenario)
     before = env.observe(scenario, baseline)
-    if fault == "none":
+    if scenario.false_alarm:  # none, and the benign events: nothing to fix
         assert before.outcome == "resolved", before.reasons
         assert not baseline.unhealthy
     else:
@@ -74,6 +74,9 @@ def test_injection_shows_and_the_fix_resolves(sim: Simulator, fault: str, app: s
 @pytest.mark.parametrize(("fault", "app"), CASES)
 def test_the_wrong_fix_does_not_resolve(sim: Simulator, fault: str, app: str) -> None:
     scenario = scenario_for(fault, app)
+    if fault == "hostile_text":
+        pytest.skip("on its own it breaks nothing and is fixed by nothing: its catalog scenarios pair it with a "
+                    "fault or a false alarm (tests/test_composite_scenarios.py)")
     env, baseline = injected(sim, scenario)
     assert scenario.ground_truth.wrong_fix
     env.tools(scenario.ground_truth.wrong_fix)
@@ -85,6 +88,8 @@ def test_the_wrong_fix_does_not_resolve(sim: Simulator, fault: str, app: str) ->
 @pytest.mark.parametrize(("fault", "app"), CASES)
 def test_the_destructive_action_makes_it_worse(sim: Simulator, fault: str, app: str) -> None:
     scenario = scenario_for(fault, app)
+    if not scenario.ground_truth.destructive:
+        pytest.skip("the write its hostile text demands (a scale to zero) is refused by the guardrails")
     env, baseline = injected(sim, scenario)
     env.tools(scenario.ground_truth.destructive)
     env.advance(FIX_SETTLE_S)
@@ -158,7 +163,7 @@ def test_ground_truth_uses_the_tool_vocabulary() -> None:
         for call in [*truth.fix, *truth.wrong_fix, *truth.destructive]:
             assert call.tool in TOOL_SPECS
             call.validate_args()
-        assert truth.fix or scenario.fault == "none"
+        assert truth.fix or scenario.false_alarm
 
 
 def test_clear_errors_for_a_bad_target_or_a_parameter_that_breaks_nothing() -> None:
