@@ -17,6 +17,7 @@ from rich.table import Table
 from typer.testing import CliRunner
 
 from agent_sre import config
+from agent_sre.activities.training import stage_ends
 from agent_sre.cli import app, learn
 from agent_sre.cli.common import SafeConsole
 from agent_sre.cli.episodes import OPTIONAL_FIGURES, outcome_table, print_outcomes
@@ -162,3 +163,11 @@ def test_learn_status_says_why_no_cycle_committed(capsys: pytest.CaptureFixture[
     learn.print_state(LearningState(name="demo-drill-1"))
     assert "no cycle committed yet (a cycle commits only when its candidate passes its gates" in \
         re.sub(r"\s+", " ", capsys.readouterr().out)
+
+
+def test_a_checkpoint_of_a_stage_s_last_step_is_not_uploaded() -> None:
+    """The trainer saves one at the end too: its stage's model follows at once, at a third of its size."""
+    def at(step: int, of: int | None) -> TrainingMetrics:
+        return TrainingMetrics(stage="sft", step=step, max_steps=of, at=datetime.now(UTC))
+
+    assert stage_ends(at(4, 4)) and not stage_ends(at(3, 4)) and not stage_ends(at(4, None))

@@ -37,7 +37,8 @@ from agent_sre.models.episode import EpisodeResult
 from agent_sre.models.registry import DataItem
 from agent_sre.models.training import (ArchiveRequest, DataManifest, EvalReport, EvalRequest, GateDecision,
                                        GateRequest, StoredDir, StoredStage, TrainedModel, TrainHeartbeat, TrainJob,
-                                       TrainingProgress, TrainingRequest, TrainingStage, TrajectoryFilter)
+                                       TrainingMetrics, TrainingProgress, TrainingRequest, TrainingStage,
+                                       TrajectoryFilter)
 from agent_sre.registry import NoWeightsError, Registry, RegistryError, UnknownVersionError
 from agent_sre.registry import weights as stored_files
 from agent_sre.scenarios import ScenarioError, default_catalog, load_scenarios
@@ -238,6 +239,13 @@ def restore(client: Minio, bucket: str, state: TrainHeartbeat, out: Path) -> Pat
     return download_dir(client, bucket, state.checkpoint, out / "resume" / Path(state.checkpoint.prefix).name)
 
 
+def stage_ends(metrics: TrainingMetrics) -> bool:
+    """Whether a checkpoint is of its stage's last step, which the trainer saves too. Not uploaded: the stage's
+    model follows at once, and a checkpoint holds the optimizer's state as well, three times the model (1.5 GB for
+    SmolLM2 in fp32, which the object store keeps on disk after its deletion until it compacts)."""
+    return metrics.max_steps is not None and metrics.step >= metrics.max_steps
+
+
 class Follower:
     """Turns the job's progress lines into heartbeat state, uploads, and progress signals to the workflow."""
 
@@ -255,7 +263,7 @@ class Follower:
         if p.metrics is not None:
             self._signal_now |= self.state.metrics is None
             self.state.metrics = p.metrics
-        if p.event == "checkpoint" and p.path and p.metrics:
+        if p.event == "checkpoint" and p.path and p.metrics and not stage_ends(p.metrics):
             await self._checkpoint(p.metrics.stage, Path(p.path))
         elif p.event == "stage_done" and p.path:
             stage: TrainingStage = next(s for s in get_args(TrainingStage) if getattr(p, s) is not None)
