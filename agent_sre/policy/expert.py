@@ -267,6 +267,11 @@ class ExpertPolicy(ActionPolicy):
                               f"node {', '.join(n['name'] for n in nodes)} is cordoned and is where deployment {name} "
                               f"may run ({', '.join(sorted(wanted)) or 'any node'})", _rollout_check(name))
         if "node affinity/selector" in why:
+            change = _last_change(r.read("rollout_history", deployment=name))
+            if change and ("nodeSelector" in change or "affinity" in change):  # rule: undo the change that broke it,
+                return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),  # keeping older pins
+                              f"pods of deployment {name} fit no node since its last change set their placement "
+                              f"({change[:60]})", _rollout_check(name))
             selectors = NODE_SELECTORS.search(described)
             wanted = set((selectors["selectors"] if selectors else "<none>").split(",")) - {"<none>"}
             listing = r.read("list_nodes")
