@@ -40,7 +40,7 @@ from agent_sre.config import Settings
 from agent_sre.learning.data import gather
 from agent_sre.models.incident import Incident
 from agent_sre.models.learning import LearningConfig, LearningState
-from agent_sre.models.remediation import ApprovalDecision, RemediationRequest, RemediationStatus
+from agent_sre.models.remediation import ApprovalDecision, RemediationRequest
 from agent_sre.models.reward import RewardConfig
 from agent_sre.models.training import TrainingRequest
 from agent_sre.scenarios import default_catalog
@@ -51,6 +51,7 @@ from agent_sre.rewards import compute_reward
 from agent_sre.storage import object_store
 from agent_sre.temporal import connect
 from agent_sre.trajectory_store import read_reward, write_trajectory
+from agent_sre.workflows.incident import IncidentRemediationWorkflow
 
 BAD_IMAGE = default_catalog() / "bad-image.yaml"
 
@@ -202,12 +203,13 @@ def test_follow_prints_each_step_once_taken_and_the_approval_a_write_waits_for(c
         handle = client.get_workflow_handle(workflow_id)
         for _ in range(300):
             try:
-                status = await handle.query("status", result_type=RemediationStatus)
+                status = await handle.query(IncidentRemediationWorkflow.status)
             except RPCError:  # not started yet
                 status = None
             if status is not None and status.pending_step is not None:
                 await asyncio.sleep(2 * incident_cli.FOLLOW_POLL_S)  # long enough for the follower to see it wait
-                await handle.signal("approve_action", ApprovalDecision(step=status.pending_step, approved=True))
+                await handle.signal(IncidentRemediationWorkflow.approve_action,
+                                    ApprovalDecision(step=status.pending_step, approved=True))
                 return status.pending_step
             await asyncio.sleep(0.2)
         raise AssertionError(f"{workflow_id} never asked for approval")
@@ -375,7 +377,7 @@ def test_status_names_an_activity_no_worker_picks_up(cli: Callable[..., Result],
 
     async def start() -> None:
         client = await connect(worker.settings)
-        await client.start_workflow("IncidentRemediationWorkflow", request, id=incident.workflow_id,
+        await client.start_workflow(IncidentRemediationWorkflow.run, request, id=incident.workflow_id,
                                     task_queue=worker.settings.queue_agent)
 
     asyncio.run(start())

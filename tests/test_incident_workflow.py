@@ -35,6 +35,7 @@ from agent_sre.tools.client import api_client
 from agent_sre.training.environment import IncidentEnvironment
 from agent_sre.trajectory_store import iter_trajectories
 from agent_sre.workflows.incident import ENDING, OUTCOME, IncidentRemediationWorkflow
+from agent_sre.workflows.simulated import SimulatedIncidentWorkflow
 from isolated_workers import running_workers
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -130,8 +131,8 @@ async def test_a_fix_that_never_rolls_out_is_escalated_not_claimed(stack: Settin
         started = await start_incident(client, incident, policy=PolicyRef(name="runbook"), settings=settings,
                                        escalation_url=url)
         outcome: IncidentOutcome = await started.handle.result()
-        trajectory: Trajectory = await started.handle.query("trajectory", result_type=Trajectory)
-        status: RemediationStatus = await started.handle.query("status", result_type=RemediationStatus)
+        trajectory: Trajectory = await started.handle.query(IncidentRemediationWorkflow.trajectory)
+        status: RemediationStatus = await started.handle.query(IncidentRemediationWorkflow.status)
         listed = (await started.handle.describe()).typed_search_attributes
     assert (outcome.termination, outcome.outcome, outcome.writes) == ("escalated", "unresolved", 1)
     assert (listed[ENDING], listed[OUTCOME]) == ("escalated", "unresolved")  # what on-call filters pages by
@@ -162,7 +163,7 @@ async def test_an_unreachable_pager_is_noted_and_the_incident_goes_on(stack: Set
         started = await start_incident(client, incident, policy=PolicyRef(name="runbook"),
                                        settings=settings.model_copy(update={"escalation_url": url}))
         outcome: IncidentOutcome = await started.handle.result()
-        status: RemediationStatus = await started.handle.query("status", result_type=RemediationStatus)
+        status: RemediationStatus = await started.handle.query(IncidentRemediationWorkflow.status)
     assert (outcome.termination, outcome.outcome) == ("escalated", "unresolved") and outcome.trajectory_key
     assert status.escalation is not None and status.escalation.startswith(f"notifying {url} failed: ")
     assert "Connection refused" in status.escalation
@@ -181,7 +182,7 @@ async def test_refused_and_invalid_actions_are_steps_not_crashes(stack: Settings
         started = await start_incident(client, incident, policy=PolicyRef(name="scripted", script=script),
                                        settings=settings)
         outcome: IncidentOutcome = await started.handle.result()
-        trajectory: Trajectory = await started.handle.query("trajectory", result_type=Trajectory)
+        trajectory: Trajectory = await started.handle.query(IncidentRemediationWorkflow.trajectory)
     assert outcome.invalid == 2 and outcome.refused == 1 and outcome.writes == 0
     assert all(r < 0 for r in outcome.reward.step_rewards[:3])
     # The model is told why, in the conversation it will see next.
@@ -210,7 +211,7 @@ async def test_policies_decide_from_the_workflows_view_of_the_trajectory_as_from
 
 async def _await_phase(handle, phase: str) -> RemediationStatus:
     for _ in range(200):
-        status = await handle.query("status", result_type=RemediationStatus)
+        status = await handle.query(IncidentRemediationWorkflow.status)
         if status.phase == phase:
             return status
         await asyncio.sleep(0.05)
@@ -233,7 +234,7 @@ async def test_repeated_alert_attaches_to_the_running_remediation(stack: Setting
         assert not first.attached and second.attached
         assert second.workflow_id == first.workflow_id
         await _await_phase(first.handle, "awaiting_approval")
-        await first.handle.signal("cancel")
+        await first.handle.signal(IncidentRemediationWorkflow.cancel)
         outcome: IncidentOutcome = await first.handle.result()
     assert outcome.termination == "cancelled" and outcome.refused == 1 and outcome.writes == 0
 
@@ -265,7 +266,8 @@ async def test_approval_gate_and_status_query(stack: Settings, catalog) -> None:
                                        settings=settings)
         status = await _await_phase(started.handle, "awaiting_approval")
         assert status.pending_approval is not None and status.pending_approval.tool == "rollout_restart"
-        await started.handle.signal("approve_action", {"step": 0, "approved": True, "by": "alice"})
+        await started.handle.signal(IncidentRemediationWorkflow.approve_action,
+                                    ApprovalDecision(step=0, approved=True, by="alice"))
         outcome: IncidentOutcome = await started.handle.result()
     assert outcome.writes == 1 and outcome.refused == 0
 
@@ -288,12 +290,14 @@ async def test_a_high_risk_write_waits_for_a_human_and_runs_once_approved(stack:
         assert status.pending_step == 0 and status.pending_approval == fix
         assert status.pending_assessment is not None and status.pending_assessment.risk == "high"
         assert [f.rule for f in status.pending_assessment.findings] == ["secret_data"]
-        await started.handle.signal("approve_action", {"step": 0, "approved": True, "by": "alice"})
+        await started.handle.signal(IncidentRemediationWorkflow.approve_action,
+                                    ApprovalDecision(step=0, approved=True, by="alice"))
         status = await _await_phase(started.handle, "awaiting_approval")
         assert status.pending_step == 1 and status.pending_assessment.findings[0].rule == "env_host"
-        await started.handle.signal("reject_action", {"step": 1, "approved": False, "by": "bob", "reason": "no"})
+        await started.handle.signal(IncidentRemediationWorkflow.reject_action,
+                                    ApprovalDecision(step=1, approved=False, by="bob", reason="no"))
         outcome: IncidentOutcome = await started.handle.result()
-        trajectory: Trajectory = await started.handle.query("trajectory", result_type=Trajectory)
+        trajectory: Trajectory = await started.handle.query(IncidentRemediationWorkflow.trajectory)
     approved, rejected = (trajectory.steps[i].result for i in (0, 1))
     assert approved.ok and approved.needs_approval is None
     assert rejected.refused and rejected.output.startswith("refused: rejected by bob: no (needs approval: env DB_HOST")
@@ -305,8 +309,8 @@ async def test_episode_records_ground_truth_and_user_report(stack: Settings, cat
     scenario = catalog["oom_limit"]
     async with running_workers(client, stack) as settings:
         result: EpisodeResult = await client.execute_workflow(
-            "SimulatedIncidentWorkflow", EpisodeRequest(scenario=scenario, queues=task_queues(settings)),
-            id=f"episode-test-{uuid.uuid4().hex[:8]}", task_queue=settings.queue_agent, result_type=EpisodeResult)
+            SimulatedIncidentWorkflow.run, EpisodeRequest(scenario=scenario, queues=task_queues(settings)),
+            id=f"episode-test-{uuid.uuid4().hex[:8]}", task_queue=settings.queue_agent)
     stored = [t for t in iter_trajectories(object_store(stack), stack.s3_bucket)
               if t.workflow_id == result.outcome.workflow_id]
     assert len(stored) == 1

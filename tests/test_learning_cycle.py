@@ -37,6 +37,7 @@ from agent_sre.scenarios import default_catalog, heldout_suite, load_scenarios
 from agent_sre.storage import object_store
 from agent_sre.temporal import connect
 from agent_sre.trajectory_store import write_trajectory
+from agent_sre.workflows.learning import ContinuousLearningWorkflow
 
 BASE = "tiny-v0"
 # production's incidents in these tests: two catalog scenarios of one fault class that the runbook resolves; the
@@ -83,8 +84,8 @@ class Stream:
         workflow_id = f"learning-{config.name}-{uuid.uuid4().hex[:6]}"
         self.started += [workflow_id, f"{workflow_id}-training", config.rollout_workflow_id]
         return await self.client.execute_workflow(
-            "ContinuousLearningWorkflow", LearningCycleInput(config=config, cutoff=datetime.now(UTC)),
-            id=workflow_id, task_queue=self.isolated.queue_training, result_type=CycleRecord)
+            ContinuousLearningWorkflow.run, LearningCycleInput(config=config, cutoff=datetime.now(UTC)),
+            id=workflow_id, task_queue=self.isolated.queue_training)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from agent_sre.config import Settings
 from agent_sre.models.alert import Alert, AlertmanagerWebhook
 from agent_sre.models.incident import Incident, RemediationLimits
 from agent_sre.models.lock import LockStatus, lock_id
-from agent_sre.models.remediation import IncidentOutcome, PolicyRef, RemediationStatus
+from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, PolicyRef
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.tools import Risk, ToolCall
 from agent_sre.models.trajectory import Trajectory
@@ -24,6 +24,7 @@ from agent_sre.scenarios import load_scenarios
 from agent_sre.simulator.client import SimulatorClient
 from agent_sre.temporal import connect, start_incident
 from agent_sre.tools.client import api_client
+from agent_sre.workflows.incident import IncidentRemediationWorkflow
 from agent_sre.workflows.lock import NamespaceLockWorkflow
 from isolated_workers import running_workers, terminate_running
 
@@ -72,7 +73,7 @@ def _restart(deployment: str) -> ToolCall:
 
 async def _phase(handle: WorkflowHandle, phase: str) -> RemediationStatus:
     for _ in range(400):
-        status = await handle.query("status", result_type=RemediationStatus)
+        status = await handle.query(IncidentRemediationWorkflow.status)
         if status.phase == phase:
             return status
         await asyncio.sleep(0.05)
@@ -85,7 +86,7 @@ async def _lock(client: Client, namespace: str, cluster: str) -> LockStatus:
 
 
 async def _trajectory(handle: WorkflowHandle) -> Trajectory:
-    return await handle.query("trajectory", result_type=Trajectory)
+    return await handle.query(IncidentRemediationWorkflow.trajectory)
 
 
 def _stale(t: Trajectory) -> list[int]:
@@ -159,7 +160,8 @@ async def test_a_write_waits_while_another_incident_holds_the_namespace(stack: S
         await _phase(second.handle, "awaiting_lease")
         lock = await _lock(client, scenario.namespace, cluster)
         assert (lock.holder, lock.waiting) == (first.workflow_id, [second.workflow_id])
-        await first.handle.signal("approve_action", {"step": 0, "approved": True, "by": "alice"})
+        await first.handle.signal(IncidentRemediationWorkflow.approve_action,
+                                  ApprovalDecision(step=0, approved=True, by="alice"))
         outcomes = [await s.handle.result() for s in (first, second)]
         held, waited = [await _trajectory(s.handle) for s in (first, second)]
     assert [o.writes for o in outcomes] == [1, 1]
@@ -202,7 +204,7 @@ async def test_incidents_in_two_namespaces_write_in_parallel(stack: Settings, ca
             other = await start_incident(client, _incident(bank, cluster, _alert(bank, fired)), settings=settings,
                                          policy=PolicyRef(name="scripted", script=[_restart(bank.target)]))
             outcome: IncidentOutcome = await asyncio.wait_for(other.handle.result(), timeout=60)
-            still = await held.handle.query("status", result_type=RemediationStatus)
+            still = await held.handle.query(IncidentRemediationWorkflow.status)
             locks = [await _lock(client, ns, cluster) for ns in (shop.namespace, bank.namespace)]
         finally:
             await terminate_running(client, [held.workflow_id])

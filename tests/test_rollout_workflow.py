@@ -81,7 +81,7 @@ async def rollout(s3_store: Settings, time_skipping_env, tmp_path: Path) -> Asyn
 
 
 async def status(handle: WorkflowHandle) -> RolloutStatus:
-    return await handle.query("status", result_type=RolloutStatus)
+    return await handle.query(ModelRolloutWorkflow.status)
 
 
 def actions(result: RolloutResult | RolloutStatus) -> list[str]:
@@ -167,11 +167,12 @@ async def test_an_inconclusive_analysis_extends_then_pauses_and_never_promotes(r
     st = await status(handle)
     assert st.phase == "paused" and st.step_index == 0
 
-    await handle.execute_update("resume", RolloutControl(by="alice", reason="one more look"))
+    await handle.execute_update(ModelRolloutWorkflow.resume, RolloutControl(by="alice", reason="one more look"))
     await rollout.env.sleep(DAY / 2)
     st = await status(handle)
     assert actions(st)[-2:] == ["resumed", "extended"]  # a fresh round of extensions, not a promotion
-    await handle.execute_update("abort", RolloutControl(by="alice", reason="not enough traffic to judge"))
+    await handle.execute_update(ModelRolloutWorkflow.abort,
+                                RolloutControl(by="alice", reason="not enough traffic to judge"))
     result: RolloutResult = await handle.result()
     assert result.outcome == "aborted" and result.reason == "not enough traffic to judge"
     assert rollout.registry.get(rollout.candidate).stage == "candidate"
@@ -213,7 +214,7 @@ async def _signal_mid_bake(rollout: Rollout, handle: WorkflowHandle, caplog: pyt
     assert "**running**" in shown.current_details and "step 3/8: bake 7d" in shown.current_details
 
     caplog.set_level(logging.WARNING, logger="agent_sre.rollout")
-    await handle.signal("rollback", "alice: customers report slow fixes")
+    await handle.signal(ModelRolloutWorkflow.rollback, "alice: customers report slow fixes")
     result: RolloutResult = await handle.result()
     assert result.outcome == "rolled_back" and result.reason == "alice: customers report slow fixes"
     assert result.decisions[-1].at - result.decisions[0].at < 10 * DAY + timedelta(hours=1)
@@ -237,26 +238,26 @@ async def test_controls_are_validated_and_take_effect(rollout: Rollout) -> None:
     assert isinstance(refusal, ApplicationError) and refusal.type == "Refused"
     assert refusal.message == "cannot resume: the rollout is not paused" and refusal.non_retryable  # not retried
 
-    paused = await handle.execute_update("pause", alice, result_type=RolloutStatus)
+    paused = await handle.execute_update(ModelRolloutWorkflow.pause, alice)
     assert paused.phase == "paused" and paused.time_left_s is not None
     await rollout.env.sleep(3 * DAY)
     st = await status(handle)
     assert st.phase == "paused" and st.time_left_s == paused.time_left_s  # the A/B clock stopped
     with pytest.raises(WorkflowUpdateFailedError) as refused:
-        await handle.execute_update("pause", alice)
+        await handle.execute_update(ModelRolloutWorkflow.pause, alice)
     assert "already paused" in str(refused.value.cause)
 
-    promoted = await handle.execute_update("promote", RolloutControl(by="alice", reason="enough data"),
-                                           result_type=RolloutStatus)
+    promoted = await handle.execute_update(ModelRolloutWorkflow.promote,
+                                           RolloutControl(by="alice", reason="enough data"))
     assert promoted.phase == "running"
     await rollout.env.sleep(timedelta(hours=1))
     st = await status(handle)
     assert st.step_index == 2 and st.weight == 10  # the A/B test was ended by a human, then 10 %
     assert [(d.action, d.by) for d in st.decisions if d.by == "alice"] == [("paused", "alice"), ("promoted", "alice")]
 
-    await handle.execute_update("abort", RolloutControl(by="alice", reason="wrong candidate"))
+    await handle.execute_update(ModelRolloutWorkflow.abort, RolloutControl(by="alice", reason="wrong candidate"))
     with pytest.raises((WorkflowUpdateFailedError, RPCError)) as refused:
-        await handle.execute_update("promote", alice)
+        await handle.execute_update(ModelRolloutWorkflow.promote, alice)
     # Refused by the validator while the abort is under way, or by Temporal once the rollout has ended.
     error = refused.value
     message = str(error.cause) if isinstance(error, WorkflowUpdateFailedError) else str(error)
@@ -304,10 +305,10 @@ async def test_an_abort_outranks_a_concurrent_promotion_to_100_percent(rollout: 
     handle = await rollout.start()
     await rollout.env.sleep(DAY)
     alice, bob = RolloutControl(by="alice", reason="ship it"), RolloutControl(by="bob", reason="bad model")
-    await handle.execute_update("promote_full", alice)
+    await handle.execute_update(ModelRolloutWorkflow.promote_full, alice)
     await held.reached()
     try:
-        await handle.execute_update("abort", bob)
+        await handle.execute_update(ModelRolloutWorkflow.abort, bob)
         for update in ("promote", "promote_full"):
             assert "being aborted (by bob: bad model)" in await _refusal(handle, update, alice)
     finally:
@@ -327,10 +328,11 @@ async def test_retry_withdraws_an_abort_not_yet_carried_out(rollout: Rollout,
     alice = RolloutControl(by="alice", reason="wrong candidate?")
     try:
         assert "no abort is pending" in await _refusal(handle, "retry", alice)
-        await handle.execute_update("abort", alice)
+        await handle.execute_update(ModelRolloutWorkflow.abort, alice)
         assert "being aborted (by alice: wrong candidate?)" in await _refusal(handle, "promote", alice)
-        await handle.execute_update("retry", RolloutControl(by="alice", reason="it was the right one"))
-        await handle.execute_update("promote", alice)  # accepted again
+        await handle.execute_update(ModelRolloutWorkflow.retry,
+                                    RolloutControl(by="alice", reason="it was the right one"))
+        await handle.execute_update(ModelRolloutWorkflow.promote, alice)  # accepted again
     finally:
         held.release.set()
     await rollout.env.sleep(timedelta(hours=1))

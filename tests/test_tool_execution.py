@@ -17,19 +17,19 @@ from temporalio.client import Client
 
 from agent_sre import faults
 from agent_sre.config import Settings
-from agent_sre.models.episode import EpisodeRequest, EpisodeResult
+from agent_sre.models.episode import EpisodeRequest
 from agent_sre.models.incident import Incident, RemediationLimits
 from agent_sre.models.remediation import IncidentOutcome, PolicyRef, ToolExecution
 from agent_sre.models.tools import MAX_WAIT_S, ToolCall
-from agent_sre.models.trajectory import Trajectory
 from agent_sre.scenarios import load_scenarios
 from agent_sre.simulator.client import SimulatorClient
 from agent_sre.temporal import connect, start_incident, task_queues
 from agent_sre.tools.client import api_client
 from agent_sre.workers.main import queue_contents
-from agent_sre.workflows.incident import ENDING, FAULT_CLASS, MODEL_VERSION, OUTCOME, SERVICE
+from agent_sre.workflows.incident import (ENDING, FAULT_CLASS, MODEL_VERSION, OUTCOME, SERVICE,
+                                         IncidentRemediationWorkflow)
 from agent_sre.workflows.options import QUICK_TIMEOUT
-from agent_sre.workflows.simulated import environment_name
+from agent_sre.workflows.simulated import SimulatedIncidentWorkflow, environment_name
 from crash_once_worker import CRASH_EXIT_CODE
 from isolated_workers import isolated_queues, running_workers
 from worker_process import start_worker, stop_worker
@@ -79,10 +79,10 @@ async def test_each_mode_runs_the_episode_where_it_says(stack: Settings, mode: T
         queues = task_queues(settings).model_copy(update={"tool_execution": mode})
         episode_id = f"episode-mode-{mode}-{uuid.uuid4().hex[:8]}"
         result = await client.execute_workflow(
-            "SimulatedIncidentWorkflow",
+            SimulatedIncidentWorkflow.run,
             EpisodeRequest(scenario=SCENARIO, policy=PolicyRef(name="scripted", script=script), queues=queues,
                            limits=RemediationLimits(settle_s=0)),
-            id=episode_id, task_queue=settings.queue_agent, result_type=EpisodeResult)
+            id=episode_id, task_queue=settings.queue_agent)
         parent, parent_markers = await _activities_and_markers(client, episode_id)
         timeouts = await _activity_timeouts(client, result.outcome.workflow_id)
         child, child_markers = await _activities_and_markers(client, result.outcome.workflow_id)
@@ -163,7 +163,7 @@ async def test_a_crash_after_a_local_read_re_runs_the_reads_and_writes_once(stac
                           AGENT_SRE_QUEUE_TRAINING=settings.queue_training)
     try:
         outcome: IncidentOutcome = await asyncio.wait_for(started.handle.result(), timeout=120)
-        trajectory = await started.handle.query("trajectory", result_type=Trajectory)
+        trajectory = await started.handle.query(IncidentRemediationWorkflow.trajectory)
     finally:
         stop_worker(second)
     assert outcome.outcome == "resolved" and outcome.writes == 2 and outcome.steps == 5, outcome

@@ -48,6 +48,7 @@ from agent_sre.storage import object_store
 from agent_sre.temporal import connect
 from agent_sre.training.gate import judge, load_suite
 from agent_sre.trajectory_store import write_trajectory
+from agent_sre.workflows.training import TrainingCycleWorkflow
 
 BASE = "tiny-v0"
 QUICK_EVAL = EvaluationConfig(suite=str(heldout_suite()), limit=2, max_turns=2, max_new_tokens=16)
@@ -280,7 +281,7 @@ async def test_a_training_cycle_trains_evaluates_gates_and_registers_with_lineag
             seen: list[TrainingStatus] = []
             while not cli.done():
                 with contextlib.suppress(RPCError):  # not started yet
-                    seen.append(await handle.query("progress", result_type=TrainingStatus))
+                    seen.append(await handle.query(TrainingCycleWorkflow.progress))
                 await asyncio.sleep(0.3)
             followed = await cli
             status = await handle.result()
@@ -365,19 +366,19 @@ async def test_stop_cancels_the_training_job_and_ends_the_cycle_stopped(temporal
     long = request(version=f"long-{uuid.uuid4().hex[:6]}", checkpoint_steps=1000,
                    sft={**FAST_SFT.model_dump(), "max_steps": 10_000})
     async with running_workers(client, settings) as isolated:
-        handle = await client.start_workflow("TrainingCycleWorkflow", long, id=f"training-{long.version}",
-                                             task_queue=isolated.queue_training, result_type=TrainingStatus)
+        handle = await client.start_workflow(TrainingCycleWorkflow.run, long, id=f"training-{long.version}",
+                                             task_queue=isolated.queue_training)
         try:
             pid = None
             for _ in range(600):  # until the job trains (a step is logged) and its pid is in the heartbeat
-                progress = await handle.query("progress", result_type=TrainingStatus)
+                progress = await handle.query(TrainingCycleWorkflow.progress)
                 beat = await pending_heartbeat(client, handle)
                 if progress.metrics is not None and beat is not None and beat.pid is not None:
                     pid = beat.pid
                     break
                 await asyncio.sleep(0.2)
             assert pid is not None and not gone(pid)
-            await handle.signal("stop", "enough")
+            await handle.signal(TrainingCycleWorkflow.stop, "enough")
             status = await asyncio.wait_for(handle.result(), timeout=60)
         finally:
             await terminate_running(client, [handle.id])
