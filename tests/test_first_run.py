@@ -17,7 +17,7 @@ from rich.table import Table
 from typer.testing import CliRunner
 
 from agent_sre import config
-from agent_sre.activities.training import stage_ends
+from agent_sre.activities.training import Follower, stage_ends
 from agent_sre.cli import app, learn
 from agent_sre.cli.common import SafeConsole
 from agent_sre.cli.episodes import OPTIONAL_FIGURES, outcome_table, print_outcomes
@@ -26,7 +26,7 @@ from agent_sre.config import Settings
 from agent_sre.learning import drill
 from agent_sre.models.episode import OutcomeStats
 from agent_sre.models.learning import LearningState
-from agent_sre.models.training import TrainingMetrics, TrainingStatus
+from agent_sre.models.training import TrainHeartbeat, TrainingMetrics, TrainingRequest, TrainingStatus, TrainJob
 from agent_sre.stack.ports import pick_free_ports
 from agent_sre.stack.process import PidFile
 
@@ -171,3 +171,12 @@ def test_a_checkpoint_of_a_stage_s_last_step_is_not_uploaded() -> None:
         return TrainingMetrics(stage="sft", step=step, max_steps=of, at=datetime.now(UTC))
 
     assert stage_ends(at(4, 4)) and not stage_ends(at(3, 4)) and not stage_ends(at(4, None))
+
+
+def test_when_a_stage_ends_progress_shows_the_next_one_at_step_0() -> None:
+    request = TrainingRequest.model_validate({"algorithm": "sft+grpo", "base": "base", "grpo": {"max_steps": 1}})
+    job = TrainJob.model_construct(request=request, version="v1")
+    follower = Follower(job, TrainHeartbeat(), None, "b")  # type: ignore[arg-type]  # no store: nothing uploads
+    after_sft = follower._next_stage("sft")
+    assert after_sft is not None and (after_sft.stage, after_sft.step, after_sft.max_steps) == ("grpo", 0, 1)
+    assert follower._next_stage("grpo") is None

@@ -22,6 +22,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, get_args
 
@@ -275,7 +276,19 @@ class Follower:
             if self.state.checkpoint is not None and self.state.checkpoint.prefix.startswith(
                     f"{self.prefix}/{stage}/"):  # not a restored stage's: the checkpoint being resumed from
                 await self._drop_checkpoint()
+            self.state.metrics = self._next_stage(stage) or self.state.metrics
             self._signal_now = True
+
+    def _next_stage(self, done: TrainingStage) -> TrainingMetrics | None:
+        """Step 0 of the stage after `done`: its first step can take minutes on a CPU (a GRPO step plays its
+        episodes first), and until it logs, progress would still show the finished stage's last step."""
+        stages = self.job.request.stages
+        following = stages[stages.index(done) + 1:] if done in stages else []
+        if not following:
+            return None
+        config = getattr(self.job.request, following[0])
+        return TrainingMetrics(stage=following[0], step=0, max_steps=config.max_steps if config else None,
+                               at=datetime.now(UTC))
 
     async def _checkpoint(self, stage: TrainingStage, path: Path) -> None:
         if not path.is_dir():
