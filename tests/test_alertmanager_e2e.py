@@ -24,9 +24,9 @@ from temporalio.service import RPCError
 from agent_sre.alerts.receiver import create_app
 from agent_sre.config import Settings
 from agent_sre.models.alert import Alert
-from agent_sre.models.remediation import RemediationStatus
 from agent_sre.stack.ports import pick_free_ports
 from agent_sre.temporal import connect
+from agent_sre.workflows.incident import IncidentRemediationWorkflow
 
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 TOKEN = "e2e-token-41d9"
@@ -153,7 +153,7 @@ async def test_alertmanager_delivers_firing_and_resolved(receiver: tuple[Client,
             await post_alert(http, alertmanager, labels, ends_at=datetime.now(UTC))  # the alert stops firing
 
             async def resolved() -> bool:
-                return (await handle.query("status", result_type=RemediationStatus)).alert_resolved
+                return (await handle.query(IncidentRemediationWorkflow.status)).alert_resolved
 
             await poll(resolved)
         finally:

@@ -30,7 +30,6 @@ from agent_sre.alerts.receiver import ROLLOUT_LABEL, create_app
 from agent_sre.config import Settings
 from agent_sre.models.alert import Alert
 from agent_sre.models.incident import Incident
-from agent_sre.models.remediation import RemediationStatus
 from agent_sre.models.rollout import (
     AnalyzeStep,
     BakeStep,
@@ -38,7 +37,6 @@ from agent_sre.models.rollout import (
     RolloutPlan,
     RolloutRequest,
     RolloutResult,
-    RolloutStatus,
     SetWeightStep,
 )
 from agent_sre.registry import Registry
@@ -47,6 +45,8 @@ from agent_sre.rollout.routing import read_table
 from agent_sre.stack.ports import pick_free_ports
 from agent_sre.policy.conversation import incident_message
 from agent_sre.temporal import connect
+from agent_sre.workflows.incident import IncidentRemediationWorkflow
+from agent_sre.workflows.rollout import ModelRolloutWorkflow
 
 TOKEN = "test-token-7f3a"
 
@@ -203,7 +203,7 @@ async def test_firing_starts_then_attaches_and_resolved_signals(receiver: Receiv
     assert status == 200, reply
     assert reply["receipts"][0] == {**reply["receipts"][0], "handling": "signalled",
                                     "workflow_id": first["workflow_id"], "status": "resolved"}
-    st = await _eventually(lambda: handle.query("status", result_type=RemediationStatus),
+    st = await _eventually(lambda: handle.query(IncidentRemediationWorkflow.status),
                            lambda s: s.alert_resolved)
     assert st.incident_id == _episode(a)
 
@@ -270,7 +270,7 @@ async def test_a_group_is_one_incident_and_a_later_delivery_attaches_its_new_ale
             assert [r["handling"] for r in reply["receipts"]] == ["attached"] * 4
             async with serving(receiver.temporal, unserved):
                 handle = receiver.temporal.get_workflow_handle(_workflow_id(db))
-                incident = await handle.query("incident", result_type=Incident)
+                incident = await handle.query(IncidentRemediationWorkflow.incident)
         finally:
             await terminate_running(receiver.temporal, group.started)
     assert incident.id == _episode(db) and incident.alert is not None and incident.alert.labels["service"] == "postgres"
@@ -306,7 +306,7 @@ async def baking_rollout(receiver: Receiver, registry: Registry, candidate: str)
     request = RolloutRequest(candidate=candidate, baseline="runbook-v1", plan=ROLLOUT_PLAN, requested_by="test")
     handle = await start_rollout(receiver.temporal, request, receiver.settings)
     receiver.started.append(handle.id)
-    await _eventually(lambda: handle.query("status", result_type=RolloutStatus),
+    await _eventually(lambda: handle.query(ModelRolloutWorkflow.status),
                       lambda st: st.step is not None and st.step.kind == "bake")
     return handle
 
@@ -324,7 +324,7 @@ async def test_a_rollout_alert_rolls_back_only_the_rollout_it_names(receiver: Re
     # A resolved rollout alert undoes nothing.
     status, reply = await receiver.post(webhook(rollout_alert("runbook-v2", status="resolved"), status="resolved"))
     assert status == 200 and reply["receipts"][0]["handling"] == "ignored", reply
-    assert (await handle.query("status", result_type=RolloutStatus)).phase == "running"
+    assert (await handle.query(ModelRolloutWorkflow.status)).phase == "running"
 
     before = received("firing", "rollback_signalled")
     incident = alert()

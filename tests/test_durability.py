@@ -17,12 +17,13 @@ import pytest
 from agent_sre import faults
 from agent_sre.config import Settings
 from agent_sre.models.incident import Incident, RemediationLimits
-from agent_sre.models.remediation import IncidentOutcome, PolicyRef, RemediationStatus
+from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, PolicyRef
 from agent_sre.models.tools import Risk, ToolCall
 from agent_sre.scenarios import load_scenarios
 from agent_sre.simulator.client import SimulatorClient
 from agent_sre.temporal import connect, start_incident
 from agent_sre.tools.client import api_client
+from agent_sre.workflows.incident import IncidentRemediationWorkflow
 from isolated_workers import isolated_queues
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -37,7 +38,7 @@ def _worker_process(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
 
 async def _await_phase(handle, phase: str, timeout_s: float = 60) -> RemediationStatus:
     for _ in range(int(timeout_s / 0.1)):
-        status = await handle.query("status", result_type=RemediationStatus)
+        status = await handle.query(IncidentRemediationWorkflow.status)
         if status.phase == phase:
             return status
         await asyncio.sleep(0.1)
@@ -82,7 +83,8 @@ async def test_worker_ended_mid_incident_completes_without_double_writes(stack: 
         if first.poll() is None:  # SIGKILL, or a failed graceful stop: the process and its threads vanish
             os.killpg(first.pid, signal.SIGKILL)
             first.wait()
-    await started.handle.signal("approve_action", {"step": 1, "approved": True, "by": "test"})
+    await started.handle.signal(IncidentRemediationWorkflow.approve_action,
+                                ApprovalDecision(step=1, approved=True, by="test"))
     second = _worker_process(settings, logs[1])
     try:
         outcome: IncidentOutcome = await asyncio.wait_for(started.handle.result(), timeout=120)

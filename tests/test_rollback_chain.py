@@ -45,7 +45,6 @@ from agent_sre.models.rollout import (
     RolloutPlan,
     RolloutRequest,
     RolloutResult,
-    RolloutStatus,
     SetWeightStep,
 )
 from agent_sre.registry import Registry
@@ -56,6 +55,7 @@ from agent_sre.simulator.client import SimulatorClient
 from agent_sre.stack.ports import pick_free_ports
 from agent_sre.temporal import connect, start_incident
 from agent_sre.tools.client import api_client
+from agent_sre.workflows.rollout import ModelRolloutWorkflow
 
 PROMETHEUS = shutil.which("prometheus")
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
@@ -261,7 +261,7 @@ async def test_a_degraded_candidate_is_rolled_back_by_the_alert_chain(chain: Cha
     done = asyncio.Event()
     try:
         async def split() -> bool:
-            return (await rollout.query("status", result_type=RolloutStatus)).weight == 50
+            return (await rollout.query(ModelRolloutWorkflow.status)).weight == 50
 
         await wait_until(split, "the rollout to route 50% to the candidate")
         table = read_table(chain.registry.client, chain.settings.s3_bucket)
@@ -271,7 +271,7 @@ async def test_a_degraded_candidate_is_rolled_back_by_the_alert_chain(chain: Cha
         try:
             result: RolloutResult = await asyncio.wait_for(rollout.result(), timeout=CHAIN_TIMEOUT_S)
         except TimeoutError:
-            status = await rollout.query("status", result_type=RolloutStatus)
+            status = await rollout.query(ModelRolloutWorkflow.status)
             pytest.fail(f"no rollback after {CHAIN_TIMEOUT_S:.0f}s: {len(incidents.served(CANDIDATE))} incidents "
                         f"served by {CANDIDATE}, {len(incidents.served(BASELINE))} by {BASELINE}; rollout "
                         f"{status.phase}, decisions {[d.action for d in status.decisions]} (logs in {chain.tmp})")

@@ -23,7 +23,6 @@ from agent_sre.models.rollout import (
     RolloutPlan,
     RolloutRequest,
     RolloutResult,
-    RolloutStatus,
     SetWeightStep,
 )
 from agent_sre.registry import Registry
@@ -31,6 +30,7 @@ from agent_sre.rollout.client import start_rollout
 from agent_sre.stack.isolated import isolated_env
 from agent_sre.temporal import connect
 from agent_sre.trajectory_store import write_trajectory
+from agent_sre.workflows.rollout import ModelRolloutWorkflow
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="session")]
 BAKE = timedelta(seconds=45)
@@ -70,7 +70,7 @@ async def test_a_rollout_survives_a_temporal_and_worker_restart_mid_bake(s3_stor
             request = RolloutRequest(candidate="runbook-v2", baseline="runbook-v1", plan=PLAN, requested_by="test")
             handle = await start_rollout(client, request, settings)
             for _ in range(100):
-                st = await handle.query("status", result_type=RolloutStatus)
+                st = await handle.query(ModelRolloutWorkflow.status)
                 if st.step is not None and st.step.kind == "bake":
                     break
                 await asyncio.sleep(0.1)

@@ -37,7 +37,7 @@ from agent_sre.config import Settings
 from agent_sre.faults import oracle
 from agent_sre.models.incident import Incident, RemediationLimits
 from agent_sre.models.policy import PolicyDecision
-from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, PolicyRef, RemediationStatus
+from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, PolicyRef
 from agent_sre.models.reward import RewardConfig
 from agent_sre.models.tools import Risk, ToolCall, ToolResult, WriteAssessment
 from agent_sre.stack.ports import pick_free_ports
@@ -46,6 +46,7 @@ from agent_sre.rewards import compute_reward
 from agent_sre.temporal import connect, start_incident
 from agent_sre.tools.client import api_client
 from agent_sre.workers.main import queue_contents
+from agent_sre.workflows.incident import IncidentRemediationWorkflow
 
 FINISH = ToolCall(tool="finish", args={"diagnosis": "telemetry test", "summary": "looked, changed nothing"})
 
@@ -385,12 +386,13 @@ async def run_rejected_then_executed_write(settings: Settings, kubeconfig: str, 
                                            policy=PolicyRef(name="scripted", version=version, script=script))
             handle = started.handle
             deadline = time.monotonic() + 120  # generous: a loaded CI machine is slow, a hang is still caught
-            status = await handle.query("status", result_type=RemediationStatus)
+            status = await handle.query(IncidentRemediationWorkflow.status)
             while status.pending_approval is None and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
-                status = await handle.query("status", result_type=RemediationStatus)
+                status = await handle.query(IncidentRemediationWorkflow.status)
             assert status.pending_approval is not None and status.pending_approval.tool == "scale", status
-            await handle.signal("reject_action", ApprovalDecision(step=1, approved=False, by="test", reason="no"))
+            await handle.signal(IncidentRemediationWorkflow.reject_action,
+                                ApprovalDecision(step=1, approved=False, by="test", reason="no"))
             return IncidentOutcome.model_validate(await handle.result())
     finally:
         await terminate_running(client, [incident.workflow_id])
