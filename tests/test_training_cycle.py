@@ -33,6 +33,7 @@ from agent_sre.activities import training as activities
 from agent_sre.activities.policy import registered_model_dir
 from agent_sre.cli import app
 from agent_sre.cli import models as models_cli
+from agent_sre.faults import FAULTS
 from agent_sre.cli import train as train_cli
 from agent_sre.config import Settings, get_settings
 from agent_sre.models.episode import OutcomeStats
@@ -147,14 +148,15 @@ def test_the_expert_recipe_trains_on_the_demonstrations_the_ground_truth_verifie
     settings, _ = store
     stored = invoke("train", "demonstrations", "--per-family", "1")
     assert stored.exit_code == 0, stored.output
-    assert "stored 25 verified expert demonstrations of 25 played (0 rejected)" in stored.output
+    families = len(FAULTS)  # one demonstration of each fault family
+    assert f"stored {families} verified expert demonstrations of {families} played (0 rejected)" in stored.output
     recipe = train_cli.build_request("sft", BASE, 1, "cpu", "recipe", None, ["expert"], None, None, 1, "", "test",
                            resolved_only=True)
     assert recipe.sft is not None and recipe.sft.expert_policies == ["expert"]
     assert recipe.data.trajectories.policies == ["expert"] and recipe.data.trajectories.resolved_only
     write_trajectory(object_store(settings), settings.s3_bucket, runbook_episode("oom", run_id="not-the-teacher"))
     manifest = collect(recipe)
-    assert manifest.episodes == 25 and manifest.expert_episodes == 25  # the runbook's episode is not read
+    assert manifest.episodes == families and manifest.expert_episodes == families  # not the runbook's episode
     refused = invoke("train", "--recipe", "runbook")
     assert refused.exit_code != 0 and "--recipe takes expert" in refused.output
 
