@@ -142,8 +142,9 @@ class IncidentRemediationWorkflow:
     async def run(self, request: RemediationRequest) -> IncidentOutcome:
         try:
             return await self._remediate(request)
-        except (Exception, asyncio.CancelledError):  # failed or cancelled (not evicted from a worker's cache): the
-            await self._release_namespace()  # next remediation of the namespace need not wait for the lease to run out
+        except (Exception, asyncio.CancelledError):  # failed or cancelled: the next remediation of the namespace
+            if workflow.in_workflow():  # need not wait for the lease to run out. (Not a coroutine closed outside the
+                await self._release_namespace()  # workflow's loop, as a worker that shuts down leaves them.)
             raise
 
     async def _remediate(self, request: RemediationRequest) -> IncidentOutcome:
