@@ -40,7 +40,7 @@ def demo(
     n: int = typer.Option(50, "--n", min=1, help="simulated incidents to run"),
     concurrency: int = typer.Option(10, "--concurrency", min=1),
     training: bool = typer.Option(True, "--training/--no-training",
-                                  help="a short training cycle of SmolLM2 on those incidents (about 10 minutes "
+                                  help="a short training cycle of SmolLM2 on those incidents (10-20 minutes "
                                        "on 2 CPU cores)"),
     rollouts: bool = typer.Option(True, "--rollouts/--no-rollouts",
                                   help="a compressed rollout and a rollback (a few minutes)"),
@@ -120,7 +120,8 @@ def demo(
 
 
 def _disk_note(settings: Settings, before: int) -> str:
-    """How much the demo wrote, and where: its data outlives it, a few GB of it."""
+    """How much the data dir grew during the demo, and what it holds: the data outlives the demo, a few GB of it.
+    (Growth, not bytes written: the object store reclaims deleted objects' space while the demo runs.)"""
     from agent_sre import stack
     from agent_sre.cli.dev import human_bytes
 
@@ -128,7 +129,7 @@ def _disk_note(settings: Settings, before: int) -> str:
     parts = {"S3 data": data / "seaweedfs", "models": settings.models_dir.resolve(), "logs": data / "logs"}
     sizes = " · ".join(f"{name} {human_bytes(stack.disk_usage(path))}" for name, path in parts.items())
     wrote = stack.disk_usage(data) - before
-    return f"Disk:         the demo wrote {human_bytes(max(wrote, 0))} to {data} (now {sizes})"
+    return f"Disk:         {data} grew by {human_bytes(max(wrote, 0))} and holds {sizes}"
 
 
 async def _training(client: Client, settings: Settings) -> str | None:

@@ -45,6 +45,7 @@ from agent_sre.models.scenario import Scenario
 from agent_sre.models.verdict import Outcome
 from agent_sre.registry import Registry
 from agent_sre.registry import weights as stored_files
+from agent_sre.workflows.learning import ContinuousLearningWorkflow
 from agent_sre.workflows.rollout import ModelRolloutWorkflow
 from agent_sre.workflows.training import TrainingCycleWorkflow, version_of_id
 
@@ -278,15 +279,28 @@ async def _progress(client: Client, name: str, traffic: Traffic, cycles: int, ro
     parts = [f"{len(served)} incidents served ({sum(i.shifted for i in served)} shifted, {len(traffic.failed)} "
              f"failed)", f"{cycles} cycles ended"]
     for cycle_id in started((await client.get_schedule_handle(name).describe()).info.running_actions):
-        try:  # the cycle's training child, once it started (learning workflow: `{cycle id}-training`)
-            training = await client.get_workflow_handle(f"{cycle_id}-training").query(
-                TrainingCycleWorkflow.progress)
-            parts.append(f"cycle {cycle_id}: {training.phase} {training.candidate}")
+        try:
+            parts.append(f"a learning cycle is {await _cycle_doing(client, cycle_id)}")
         except (RPCError, WorkflowQueryFailedError):
-            parts.append(f"cycle {cycle_id}: reading its episodes")
+            parts.append("a learning cycle is starting")
     if rollout_open:
         parts.append("its rollout is running")
     return " · ".join(parts)
+
+
+async def _cycle_doing(client: Client, cycle_id: str) -> str:
+    """What a running learning cycle does, from its record and, while it trains, its training child's phase
+    (the learning workflow names its child `{cycle id}-training`)."""
+    record = await client.get_workflow_handle(cycle_id).query(ContinuousLearningWorkflow.progress)
+    if record.rollout is not None:
+        return "starting its candidate's rollout"
+    if record.training is not None:
+        return "judging its candidate against production on re-created recent incidents"
+    if record.version is None:
+        return "reading the episodes production served"
+    training = await client.get_workflow_handle(f"{cycle_id}-training").query(TrainingCycleWorkflow.progress)
+    return f"{training.phase} its candidate" if training.phase in ("training", "evaluating") else \
+        f"training its candidate ({training.phase})"
 
 
 def _pct(value: float | None) -> str:
