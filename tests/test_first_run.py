@@ -21,6 +21,7 @@ from agent_sre.activities.training import Follower, stage_ends
 from agent_sre.cli import app, learn
 from agent_sre.cli.common import SafeConsole
 from agent_sre.cli.episodes import OPTIONAL_FIGURES, outcome_table, print_outcomes
+from agent_sre.cli.output import fit
 from agent_sre.cli.train import progress_line
 from agent_sre.config import Settings
 from agent_sre.learning import drill
@@ -180,3 +181,13 @@ def test_when_a_stage_ends_progress_shows_the_next_one_at_step_0() -> None:
     after_sft = follower._next_stage("sft")
     assert after_sft is not None and (after_sft.stage, after_sft.step, after_sft.max_steps) == ("grpo", 0, 1)
     assert follower._next_stage("grpo") is None
+
+
+def test_a_long_name_in_a_wrapping_column_folds_rather_than_ends_in_an_ellipsis() -> None:
+    table = Table(title="drill")
+    table.add_column("", no_wrap=True)
+    table.add_column("cycle 1")
+    table.add_row("decision", "rejected: demo-drill-20261127-054700-20261127-054800 is worse than production")
+    out = io.StringIO()
+    fit(SafeConsole(file=out, width=50), table)
+    assert "…" not in out.getvalue() and "054800" in out.getvalue(), out.getvalue()

@@ -75,6 +75,9 @@ def fit(console: Console, table: Table, optional: Sequence[str] = (),
     from rich.text import Text
 
     whole = [c for c in table.columns if c.no_wrap]
+    for column in table.columns:
+        if not column.no_wrap:
+            column.overflow = "fold"  # a word longer than its column (a version name) breaks, never ends in "…"
     widest = {id(c): max([_width(v) for v in c.cells] or [1]) for c in table.columns}
     for column in whole:
         column.min_width = max(widest[id(column)], len(str(column.header)))
