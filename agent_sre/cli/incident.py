@@ -645,7 +645,8 @@ def _outcome_rows(table: Table, o: IncidentOutcome) -> None:
     table.add_row("writes / refused / invalid", f"{o.writes} / {o.refused} / {o.invalid}")
     table.add_row("diagnosis", escape(o.diagnosis or "-"))
     table.add_row("summary", escape(o.summary or "-"))
-    table.add_row("time to mitigate", f"{o.time_to_mitigate_s:.1f}s" if o.time_to_mitigate_s is not None else "-")
+    table.add_row("time to mitigate (wall)", f"{o.time_to_mitigate_s:.1f}s" if o.time_to_mitigate_s is not None
+                  else "-")
     parts = ", ".join(f"{k} {v:+g}" for k, v in o.reward.components.items())
     table.add_row("reward", f"{o.reward.total:+.2f} ({o.reward.function}: {parts})")
     if o.trajectory_key:

@@ -112,7 +112,8 @@ def list_(directory: Path = typer.Option(None, "--dir", help="scenario file or d
 def _print_scenarios(loaded: list[Scenario]) -> None:
     from agent_sre.faults import FAULTS
 
-    table = Table(title=f"{len(loaded)} scenarios, {len({s.fault for s in loaded})} of {len(FAULTS)} fault types")
+    covered = {f.fault for s in loaded for f in s.faults}  # a scenario may hold several
+    table = Table(title=f"{len(loaded)} scenarios, {len(covered)} of {len(FAULTS)} fault types")
     for column in ("NAME", "APP", "FAULT", "TARGET", "ALERT", "ROOT CAUSE", "FIX"):
         table.add_column(column, overflow="fold", no_wrap=column in WHOLE,
                          min_width=NAME_WIDTH if column == "NAME" else None)
