@@ -33,13 +33,11 @@ import os
 import random
 import string
 import sys
-import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, cast
 
@@ -72,6 +70,7 @@ from agent_sre.stack.binaries import find_binary  # noqa: E402
 from agent_sre.temporal import data_converter  # noqa: E402
 from agent_sre.training.evaluate import play  # noqa: E402
 from agent_sre.trajectory_store import write_trajectory  # noqa: E402
+from agent_sre.webhooks import receiving  # noqa: E402
 
 HEADING = "## Planted secrets (bench/planted_secrets.py)"
 CHANNELS = ("object store", "escalation webhook", "Temporal history", "logs")
@@ -216,24 +215,8 @@ def stored(t: Trajectory) -> str:
 
 
 def paged(t: Trajectory) -> str:
-    bodies: list[bytes] = []
-
-    class Hook(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
-            bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        notify_escalation(f"http://127.0.0.1:{server.server_address[1]}/page", escalation_notice(t, datetime.now(UTC)))
-    finally:
-        server.shutdown()
-        server.server_close()
+    with receiving("/page") as (url, bodies):
+        notify_escalation(url, escalation_notice(t, datetime.now(UTC)))
     return b"".join(bodies).decode()
 
 

@@ -4,10 +4,8 @@ notices, as a local HTTP server receives them; and the rollback's log line."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from trajectory_factory import make_trajectory, step
@@ -18,7 +16,7 @@ from agent_sre.models.rollout import RollbackEvent
 from agent_sre.models.tools import ToolCall, ToolResult
 from agent_sre.outcome import escalation_notice
 from agent_sre.rollout import events
-from agent_sre.webhooks import post_json
+from agent_sre.webhooks import post_json, receiving
 
 AT = datetime(2026, 3, 14, 9, 30, tzinfo=UTC)
 SECRET_YAML = ("apiVersion: v1\nkind: Secret\nmetadata:\n  name: db-credentials\ndata:\n  username: cart_service\n"
@@ -29,22 +27,8 @@ ENV = "DB_HOST=db.shop.svc\nDB_PASSWORD=Zq8-opaque-Pw\nAWS_ACCESS_KEY_ID=AKIAIOS
 @pytest.fixture
 def received() -> Iterator[tuple[str, list[bytes]]]:
     """A webhook receiver on a free port: its URL and the bodies POSTed to it."""
-    bodies: list[bytes] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
-            bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hook", bodies
-    server.shutdown()
-    server.server_close()
+    with receiving() as endpoint:
+        yield endpoint
 
 
 def test_post_json_redacts_any_body(received: tuple[str, list[bytes]]) -> None:
