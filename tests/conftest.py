@@ -31,14 +31,15 @@ from agent_sre.stack.binaries import find_binary
 from agent_sre.stack.isolated import isolated_env
 
 
-# Fixtures that start a server (Temporal, S3, the simulator's HTTP server, a model server): a test that uses one,
-# directly or through another fixture, is an integration test; `make unit` runs the rest in under a minute.
-SERVERS = frozenset({"temporal_server", "s3_store", "simulator_server", "stack", "time_skipping_env", "served"})
+# Fixtures that start a server (Temporal, S3, the simulator's HTTP server, a model server) or load a model: a test
+# that uses one, directly or through another fixture, is an integration test; `make unit` runs the rest.
+HEAVY_FIXTURES = frozenset({"temporal_server", "s3_store", "simulator_server", "stack", "time_skipping_env", "served",
+                            "tiny_model_dir", "tiny"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if SERVERS & set(getattr(item, "fixturenames", ())):
+        if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
 
 

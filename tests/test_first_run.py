@@ -135,6 +135,7 @@ def _stderr_of(code: str, tmp_path: Path) -> str:
     return done.stderr
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_converting_and_loading_the_model_prints_no_progress_bar_or_warning(tmp_path: Path) -> None:
     stderr = _stderr_of(textwrap.dedent("""
         import agent_sre

@@ -42,6 +42,7 @@ def _own_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     return Settings()
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_dev_cli_up_status_down(tmp_path: Path) -> None:
     env = isolated_env(tmp_path / "data")
     runner = CliRunner()
@@ -102,6 +103,7 @@ async def test_temporal_registers_the_custom_search_attributes(temporal_server: 
     assert await unregistered_search_attributes(client) == {}
 
 
+@pytest.mark.integration  # starts processes of its own
 async def test_temporal_keeps_workflows_across_a_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """...and a store kept from an older agent-sre, without a search attribute added since, gains it."""
     settings = _own_stack(tmp_path, monkeypatch)
