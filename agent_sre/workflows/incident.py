@@ -458,7 +458,8 @@ class IncidentRemediationWorkflow:
         detail = f"**{phase}** · model `{self._model_version or '?'}` · step {steps}"
         if last_action:
             detail += f" · last action `{last_action}`"
-        workflow.set_current_details(detail)
+        if workflow.in_workflow():  # not from a `finally` of a coroutine a shutting-down worker closes
+            workflow.set_current_details(detail)
 
     # --- signals and queries ----------------------------------------------------------------------------------
     @workflow.signal
