@@ -54,6 +54,18 @@ def test_scenarios_list_as_json_and_yaml_are_the_scenario_models() -> None:
         s.model_dump(mode="json") for s in catalog if s.fault == catalog[0].fault]
 
 
+def test_fault_types_and_the_stack_status_as_json() -> None:
+    from agent_sre.faults import FAULTS
+
+    faults = json.loads(_ok("scenarios", "faults", "-o", "json"))
+    assert [f["name"] for f in faults] == list(FAULTS) and all(f["modelled_on"] for f in faults)
+    # This session's ports answer nothing (no server started): the status says so, and exits 1 as the table does.
+    down = CliRunner().invoke(app, ["dev", "status", "-o", "json"])
+    assert down.exit_code == 1, down.output
+    components = json.loads(down.stdout)
+    assert [c["component"] for c in components] == list(stack.COMPONENTS) and not any(c["answers"] for c in components)
+
+
 def test_a_piped_table_keeps_whole_lines(tmp_path: Path) -> None:
     family = tmp_path / "long.yaml"
     family.write_text(f"family: {LONG_FAMILY}\napp: shop\nfault: bad_command\nmatrix:\n  target: [cart]\n"

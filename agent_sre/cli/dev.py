@@ -15,8 +15,10 @@ import typer
 from rich.table import Table
 
 from agent_sre.cli.common import SafeConsole
+from agent_sre.cli.output import Format, OutputOption, emit
 
 if TYPE_CHECKING:
+    from agent_sre.cli.views import ComponentView
     from agent_sre.config import Settings
 
 app = typer.Typer(
@@ -146,18 +148,25 @@ def human_bytes(size: int) -> str:
 
 
 @app.command()
-def status(only: Only = None) -> None:
+def status(only: Only = None, output: OutputOption = Format.table) -> None:
     """Print each endpoint and whether it answers; exit code 1 when any does not."""
     from agent_sre import stack
+    from agent_sre.cli.views import ComponentView
 
     settings = _settings()
     with _reported_errors(), console.status("Probing endpoints…"):
         rows = asyncio.run(stack.status(settings, only))
-    table = Table("component", "endpoint", "answers", "pid", "detail", title="agent-sre dev stack")
-    for row in rows:
-        answers = "[green]yes[/]" if row.health.answers else "[red]no[/]"
-        table.add_row(row.component, row.endpoint, answers, str(row.pid or "-"), row.health.detail)
-    console.print(table)
-    _where_to_look(settings, [r.component for r in rows])
-    if not all(r.health.answers for r in rows):
+    views = [ComponentView(component=r.component, endpoint=r.endpoint, answers=r.health.answers, pid=r.pid,
+                           detail=r.health.detail) for r in rows]
+    emit(output, views, lambda: _print_status(settings, views))
+    if not all(v.answers for v in views):
         raise typer.Exit(1)
+
+
+def _print_status(settings: Settings, views: list[ComponentView]) -> None:
+    table = Table("component", "endpoint", "answers", "pid", "detail", title="agent-sre dev stack")
+    for v in views:
+        table.add_row(v.component, v.endpoint, "[green]yes[/]" if v.answers else "[red]no[/]", str(v.pid or "-"),
+                      v.detail)
+    console.print(table)
+    _where_to_look(settings, [v.component for v in views])

@@ -18,6 +18,7 @@ from agent_sre.cli.output import Format, OutputOption, emit, fit, make_console
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
+    from agent_sre.cli.views import FaultTypeView
     from agent_sre.models.scenario import Scenario
 
 app = typer.Typer(no_args_is_help=True)
@@ -130,15 +131,22 @@ NAME_WIDTH = 38  # all but the longest few names whole (those fold: the longest 
 
 
 @app.command()
-def faults() -> None:
+def faults(output: OutputOption = Format.table) -> None:
     """Print the fault types, what each does and the benchmark fault it is modelled on."""
+    from agent_sre.cli.views import FaultTypeView
     from agent_sre.faults import FAULTS
 
-    table = Table(title=f"{len(FAULTS)} fault types")
+    views = [FaultTypeView(name=f.name, fault_class=f.fault_class, summary=f.summary, modelled_on=f.modelled_on)
+             for f in FAULTS.values()]
+    emit(output, views, lambda: _print_faults(views))
+
+
+def _print_faults(views: list[FaultTypeView]) -> None:
+    table = Table(title=f"{len(views)} fault types")
     for column in ("FAULT", "CLASS", "WHAT IT DOES", "MODELLED ON"):
         table.add_column(column, overflow="fold", no_wrap=column in IDENTIFIERS)
-    for f in FAULTS.values():
-        table.add_row(f.name, f.fault_class, f.summary, f.modelled_on)
+    for v in views:
+        table.add_row(v.name, v.fault_class, v.summary, v.modelled_on)
     _console().print(table)
 
 

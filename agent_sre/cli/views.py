@@ -67,3 +67,22 @@ class LearningStatus(BaseModel):
     schedule: ScheduleSummary | None
     state: LearningState
     cycles: list[CycleRecord]
+
+
+class FaultTypeView(BaseModel):
+    """`scenarios faults`: a fault type, what it does and the public benchmark fault it follows."""
+
+    name: str
+    fault_class: str
+    summary: str
+    modelled_on: str
+
+
+class ComponentView(BaseModel):
+    """`dev status`: a component of the embedded stack, where it listens, and whether it answers."""
+
+    component: str
+    endpoint: str
+    answers: bool
+    pid: int | None = None
+    detail: str
