@@ -38,6 +38,7 @@ from agent_sre.cli import common as cli_common
 from agent_sre.cli import incident as incident_cli
 from agent_sre.config import Settings
 from agent_sre.learning.data import gather
+from agent_sre.models.episode import EpisodeResult
 from agent_sre.models.incident import Incident
 from agent_sre.models.learning import LearningConfig, LearningState
 from agent_sre.models.remediation import ApprovalDecision, RemediationRequest
@@ -432,6 +433,10 @@ def test_episodes_run_plays_a_batch_with_the_policy_named_and_prints_the_outcome
     # the runbook fixes a bad image, so every episode wrote (success, TTM, steps, wrote)
     assert re.search(r"│ bad_image │ 3 │ 100% │ [\d.]+ │ [\d.]+ │ 100% │", text), text
     assert "not resolved" not in text
+    as_json = cli("episodes", "run", "--scenarios", str(BAD_IMAGE), "--n", "2", "--policy", "runbook-v1", "-o", "json")
+    assert as_json.exit_code == 0, as_json.output
+    episodes = [EpisodeResult.model_validate(e) for e in json.loads(as_json.stdout)]
+    assert [e.outcome.outcome for e in episodes] == ["resolved", "resolved"]
 
 
 def test_episodes_run_names_the_unresolved_episodes_whose_steps_show_why(cli: Callable[..., Result]) -> None:

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agent_sre.cli.common import POLICY_HELP, fail, policy_ref, run_with_client
-from agent_sre.cli.output import fit, make_console
+from agent_sre.cli.output import Format, OutputOption, emit, fit, make_console
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -73,8 +73,10 @@ def run(
     n: int = typer.Option(20, "--n", min=1, help="number of episodes"),
     policy: str = typer.Option("runbook", "--policy", help=POLICY_HELP),
     concurrency: int = typer.Option(8, "--concurrency", min=1),
+    output: OutputOption = Format.table,
 ) -> None:
-    """Run N simulated incidents (scenarios cycled) and print success, time-to-mitigate, false positives."""
+    """Run N simulated incidents (scenarios cycled) and print success, time-to-mitigate, false positives
+    (`-o json|yaml`: every episode's result)."""
     from agent_sre.episodes import run_episodes, summarize
     from agent_sre.scenarios import default_catalog, load_scenarios
 
@@ -85,14 +87,19 @@ def run(
     ref = policy_ref(policy)
 
     async def go(client: Client, settings: Settings) -> None:
+        progress_to = console if output is Format.table else make_console(stderr=True)  # stdout is the data's
         with Progress(TextColumn("[bold]episodes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console) as progress:
+                      console=progress_to) as progress:
             task = progress.add_task("episodes", total=n)
             results = await run_episodes(client, settings, loaded, n, ref, concurrency,
                                          on_done=lambda _: progress.advance(task))
-        print_outcomes(console, outcome_table(summarize(results), f"{n} simulated incidents · policy {policy}",
-                                              "wall"))
-        print_unresolved(results)
+
+        def table() -> None:
+            print_outcomes(console, outcome_table(summarize(results), f"{n} simulated incidents · policy {policy}",
+                                                  "wall"))
+            print_unresolved(results)
+
+        emit(output, results, table)
 
     run_with_client(go)
 
