@@ -25,8 +25,7 @@ from agent_sre.cli import common
 from agent_sre.cli.common import fail as _fail
 from agent_sre.cli.common import POLICY_HELP, no_workflow, not_running, policy_ref, run_with_client, unpolled
 from agent_sre.cli.output import Format, OutputOption, emit, make_console
-from agent_sre.models.trajectory import Termination  # option types: typer reads them when the CLI starts
-from agent_sre.models.verdict import Outcome
+from agent_sre.models.endings import Outcome, Termination  # option types: typer reads them when the CLI starts
 
 if TYPE_CHECKING:  # the commands import what they use when they run: `--help` stays quick (bench/cli_startup.py)
     from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHandle

@@ -7,14 +7,13 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from agent_sre.models.endings import Termination
 from agent_sre.models.incident import Incident
 from agent_sre.models.policy import ChatMessage, PolicyDecision
 from agent_sre.models.reward import HumanFeedback, RewardRecord
 from agent_sre.models.tools import ToolCall, ToolResult
 from agent_sre.models.verdict import Verdict
 
-# `cluster_lost`: the cluster or namespace went away before the outcome could be observed; the episode is unjudged.
-Termination = Literal["finished", "escalated", "step_limit", "deadline", "cancelled", "cluster_lost"]
 # The actions that end an episode: `finish` presents the agent's work as done (a claimed fix, when it wrote),
 # `escalate` hands the incident to a human as not fixed, so it claims nothing.
 ENDINGS: dict[str, Termination] = {"finish": "finished", "escalate": "escalated"}

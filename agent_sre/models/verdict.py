@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, Field
 
-Outcome = Literal["resolved", "unresolved", "worse"]
+from agent_sre.models.endings import Outcome
 
 
 class HealthSnapshot(BaseModel):
