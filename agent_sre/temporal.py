@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from collections.abc import Awaitable
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest

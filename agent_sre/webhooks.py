@@ -35,7 +35,7 @@ def receiving(path: str = "/hook") -> Iterator[tuple[str, list[bytes]]]:
     bodies: list[bytes] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        def do_POST(self) -> None:
             bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
             self.send_response(204)
             self.end_headers()

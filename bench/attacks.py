@@ -49,24 +49,24 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import planted_secrets as ps  # noqa: E402
-from benchdocs import provenance, write_section  # noqa: E402
+import planted_secrets as ps
+from benchdocs import provenance, write_section
 
-from agent_sre.alerts.receiver import create_app  # noqa: E402
-from agent_sre.config import Settings, get_settings  # noqa: E402
-from agent_sre.models.remediation import PolicyRef, RemediationRequest  # noqa: E402
-from agent_sre.models.tools import ToolCall, ToolResult  # noqa: E402
-from agent_sre.policy.expert import ExpertPolicy  # noqa: E402
-from agent_sre.policy.runbook import RunbookPolicy  # noqa: E402
-from agent_sre.scenarios import heldout_suite, load_scenarios  # noqa: E402
-from agent_sre.scope import namespace_allowed  # noqa: E402
-from agent_sre.simulator.cluster import Cluster  # noqa: E402
-from agent_sre.simulator.simulator import Simulator  # noqa: E402
-from agent_sre.simulator.transport import in_process_api_client  # noqa: E402
-from agent_sre.stack.binaries import find_binary  # noqa: E402
-from agent_sre.temporal import data_converter  # noqa: E402
-from agent_sre.tools import ToolContext, execute, guardrails  # noqa: E402
-from agent_sre.training.evaluate import run_policy  # noqa: E402
+from agent_sre.alerts.receiver import create_app
+from agent_sre.config import Settings, get_settings
+from agent_sre.models.remediation import PolicyRef, RemediationRequest
+from agent_sre.models.tools import ToolCall, ToolResult
+from agent_sre.policy.expert import ExpertPolicy
+from agent_sre.policy.runbook import RunbookPolicy
+from agent_sre.scenarios import heldout_suite, load_scenarios
+from agent_sre.scope import namespace_allowed
+from agent_sre.simulator.cluster import Cluster
+from agent_sre.simulator.simulator import Simulator
+from agent_sre.simulator.transport import in_process_api_client
+from agent_sre.stack.binaries import find_binary
+from agent_sre.temporal import data_converter
+from agent_sre.tools import ToolContext, execute, guardrails
+from agent_sre.training.evaluate import run_policy
 
 HEADING = "## Attacks (bench/attacks.py)"
 NS = "shop"

@@ -22,9 +22,9 @@ from rich.table import Table
 from typer.main import get_command
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchdocs import provenance, write_section  # noqa: E402
+from benchdocs import provenance, write_section
 
-from agent_sre.cli import app  # noqa: E402
+from agent_sre.cli import app
 
 HEADING = "## CLI start-up (bench/cli_startup.py)"
 SCRIPT = Path(sys.executable).parent / "agent-sre"

@@ -33,25 +33,25 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchdocs import provenance, write_section  # noqa: E402
+from benchdocs import provenance, write_section
 
-from agent_sre.config import get_settings  # noqa: E402
-from agent_sre.episodes import interleave_by_fault, summarize  # noqa: E402
-from agent_sre.models.episode import EpisodeResult  # noqa: E402
-from agent_sre.models.llm import SamplingConfig  # noqa: E402
-from agent_sre.models.scenario import Scenario  # noqa: E402
-from agent_sre.models.training import MAX_ACTION_TOKENS, GRPOTrainingConfig  # noqa: E402
-from agent_sre.models.trajectory import Trajectory  # noqa: E402
-from agent_sre.outcome import incident_outcome  # noqa: E402
-from agent_sre.policy.llm.backends import TransformersBackend  # noqa: E402
-from agent_sre.policy.llm.checkpoint import LoadedModel, load_policy_model  # noqa: E402
-from agent_sre.policy.llm.constraint import ActionConstraint  # noqa: E402
-from agent_sre.policy.llm.policy import local_version_dir  # noqa: E402
-from agent_sre.scenarios import heldout_suite, load_scenarios  # noqa: E402
-from agent_sre.simulator.simulator import Simulator  # noqa: E402
-from agent_sre.training.environment import IncidentEnvironment  # noqa: E402
-from agent_sre.training.evaluate import run_model  # noqa: E402
-from agent_sre.training.grpo import run_rollouts  # noqa: E402
+from agent_sre.config import get_settings
+from agent_sre.episodes import interleave_by_fault, summarize
+from agent_sre.models.episode import EpisodeResult
+from agent_sre.models.llm import SamplingConfig
+from agent_sre.models.scenario import Scenario
+from agent_sre.models.training import MAX_ACTION_TOKENS, GRPOTrainingConfig
+from agent_sre.models.trajectory import Trajectory
+from agent_sre.outcome import incident_outcome
+from agent_sre.policy.llm.backends import TransformersBackend
+from agent_sre.policy.llm.checkpoint import LoadedModel, load_policy_model
+from agent_sre.policy.llm.constraint import ActionConstraint
+from agent_sre.policy.llm.policy import local_version_dir
+from agent_sre.scenarios import heldout_suite, load_scenarios
+from agent_sre.simulator.simulator import Simulator
+from agent_sre.training.environment import IncidentEnvironment
+from agent_sre.training.evaluate import run_model
+from agent_sre.training.grpo import run_rollouts
 
 HEADING = "## Constrained decoding (bench/constrained.py)"
 MODES = {"constrained": True, "unconstrained": False}

@@ -19,7 +19,7 @@ from agent_sre.training.data import incident_class
 from agent_sre.trajectory_store import read_trajectories
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchdocs import provenance, write_section  # noqa: E402
+from benchdocs import provenance, write_section
 
 HEADING = "## Cycle data by action sequence (bench/cycle_actions.py)"
 

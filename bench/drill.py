@@ -20,7 +20,7 @@ from agent_sre.learning.drill import markdown
 from agent_sre.models.learning import DrillReport
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchdocs import provenance, write_section  # noqa: E402
+from benchdocs import provenance, write_section
 
 HEADING = "## Production drill (bench/drill.py)"
 

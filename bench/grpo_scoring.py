@@ -24,16 +24,16 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchdocs import provenance, write_section  # noqa: E402
-from precision import timed  # noqa: E402
+from benchdocs import provenance, write_section
+from precision import timed
 
-from agent_sre.config import get_settings  # noqa: E402
-from agent_sre.models.training import GRPOTrainingConfig, Precision  # noqa: E402
-from agent_sre.policy.llm.checkpoint import load_policy_model, train_in_bf16  # noqa: E402
-from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir  # noqa: E402
-from agent_sre.scenarios import default_catalog, load_scenarios  # noqa: E402
-from agent_sre.simulator.simulator import Simulator  # noqa: E402
-from agent_sre.training.grpo import Rollout, returned_reward, run_rollouts  # noqa: E402
+from agent_sre.config import get_settings
+from agent_sre.models.training import GRPOTrainingConfig, Precision
+from agent_sre.policy.llm.checkpoint import load_policy_model, train_in_bf16
+from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir
+from agent_sre.scenarios import default_catalog, load_scenarios
+from agent_sre.simulator.simulator import Simulator
+from agent_sre.training.grpo import Rollout, returned_reward, run_rollouts
 
 HEADING = "## GRPO scoring passes (bench/grpo_scoring.py)"
 

@@ -44,26 +44,31 @@ from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchdocs import provenance, write_section  # noqa: E402
+from benchdocs import provenance, write_section
 
-from agent_sre import stack  # noqa: E402
-from agent_sre.activities import observer, policy, rewards, simulation, tools, trajectories  # noqa: E402
-from agent_sre.config import Settings, get_settings  # noqa: E402
-from agent_sre.episodes import interleave_by_fault, run_episode, run_episodes  # noqa: E402
-from agent_sre.models.episode import EpisodeRequest, InjectRequest  # noqa: E402
-from agent_sre.models.remediation import ToolExecution  # noqa: E402
-from agent_sre.models.incident import Incident, RemediationLimits  # noqa: E402
-from agent_sre.models.policy import ChatMessage, PolicyDecision  # noqa: E402
-from agent_sre.models.remediation import ObserveRequest, PolicyRef, PolicyRequest, RewardRequest  # noqa: E402
-from agent_sre.models.scenario import Scenario  # noqa: E402
-from agent_sre.models.tools import ToolInvocation  # noqa: E402
-from agent_sre.models.trajectory import Step, Trajectory  # noqa: E402
-from agent_sre.scenarios import load_scenarios  # noqa: E402
-from agent_sre.stack.isolated import isolated_env  # noqa: E402
-from agent_sre.stack.manager import pid_file  # noqa: E402
-from agent_sre.temporal import connect  # noqa: E402
-from agent_sre.workers.main import build_workers, settle_heap  # noqa: E402
-from agent_sre.workflows.simulated import environment_name  # noqa: E402
+from agent_sre import stack
+from agent_sre.activities import observer, policy, rewards, simulation, tools, trajectories
+from agent_sre.config import Settings, get_settings
+from agent_sre.episodes import interleave_by_fault, run_episode, run_episodes
+from agent_sre.models.episode import EpisodeRequest, InjectRequest
+from agent_sre.models.incident import Incident, RemediationLimits
+from agent_sre.models.policy import ChatMessage, PolicyDecision
+from agent_sre.models.remediation import (
+    ObserveRequest,
+    PolicyRef,
+    PolicyRequest,
+    RewardRequest,
+    ToolExecution,
+)
+from agent_sre.models.scenario import Scenario
+from agent_sre.models.tools import ToolInvocation
+from agent_sre.models.trajectory import Step, Trajectory
+from agent_sre.scenarios import load_scenarios
+from agent_sre.stack.isolated import isolated_env
+from agent_sre.stack.manager import pid_file
+from agent_sre.temporal import connect
+from agent_sre.workers.main import build_workers, settle_heap
+from agent_sre.workflows.simulated import environment_name
 
 LIMITS = RemediationLimits(settle_s=0.0)
 WARM_UP = 5

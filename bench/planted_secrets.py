@@ -53,24 +53,24 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchdocs import provenance, write_section  # noqa: E402
+from benchdocs import provenance, write_section
 
-from agent_sre.activities.escalation import notify_escalation  # noqa: E402
-from agent_sre.config import Settings, get_settings  # noqa: E402
-from agent_sre.models.policy import PolicyDecision  # noqa: E402
-from agent_sre.models.remediation import PolicyRef  # noqa: E402
-from agent_sre.models.tools import ToolCall, ToolResult  # noqa: E402
-from agent_sre.models.trajectory import Step, Trajectory  # noqa: E402
-from agent_sre.outcome import escalation_notice  # noqa: E402
-from agent_sre.policy.runbook import RunbookPolicy  # noqa: E402
-from agent_sre.redaction import install_log_redaction  # noqa: E402
-from agent_sre.scenarios import load_scenarios  # noqa: E402
-from agent_sre.simulator.simulator import Simulator  # noqa: E402
-from agent_sre.stack.binaries import find_binary  # noqa: E402
-from agent_sre.temporal import data_converter  # noqa: E402
-from agent_sre.training.evaluate import play  # noqa: E402
-from agent_sre.trajectory_store import write_trajectory  # noqa: E402
-from agent_sre.webhooks import receiving  # noqa: E402
+from agent_sre.activities.escalation import notify_escalation
+from agent_sre.config import Settings, get_settings
+from agent_sre.models.policy import PolicyDecision
+from agent_sre.models.remediation import PolicyRef
+from agent_sre.models.tools import ToolCall, ToolResult
+from agent_sre.models.trajectory import Step, Trajectory
+from agent_sre.outcome import escalation_notice
+from agent_sre.policy.runbook import RunbookPolicy
+from agent_sre.redaction import install_log_redaction
+from agent_sre.scenarios import load_scenarios
+from agent_sre.simulator.simulator import Simulator
+from agent_sre.stack.binaries import find_binary
+from agent_sre.temporal import data_converter
+from agent_sre.training.evaluate import play
+from agent_sre.trajectory_store import write_trajectory
+from agent_sre.webhooks import receiving
 
 HEADING = "## Planted secrets (bench/planted_secrets.py)"
 CHANNELS = ("object store", "escalation webhook", "Temporal history", "logs")

@@ -22,16 +22,16 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchdocs import provenance, write_section  # noqa: E402
+from benchdocs import provenance, write_section
 
-from agent_sre.config import get_settings  # noqa: E402
-from agent_sre.models.llm import SamplingConfig  # noqa: E402
-from agent_sre.models.training import GRPOTrainingConfig  # noqa: E402
-from agent_sre.policy.llm.checkpoint import load_policy_model  # noqa: E402
-from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir  # noqa: E402
-from agent_sre.scenarios import default_catalog, load_scenarios  # noqa: E402
-from agent_sre.simulator.simulator import Simulator  # noqa: E402
-from agent_sre.training.grpo import run_rollouts  # noqa: E402
+from agent_sre.config import get_settings
+from agent_sre.models.llm import SamplingConfig
+from agent_sre.models.training import GRPOTrainingConfig
+from agent_sre.policy.llm.checkpoint import load_policy_model
+from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir
+from agent_sre.scenarios import default_catalog, load_scenarios
+from agent_sre.simulator.simulator import Simulator
+from agent_sre.training.grpo import run_rollouts
 
 HEADING = "## Training arithmetic (bench/precision.py)"
 

@@ -23,16 +23,16 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchdocs import provenance, write_section  # noqa: E402
+from benchdocs import provenance, write_section
 
-from agent_sre import redaction  # noqa: E402
-from agent_sre.episodes import interleave_by_fault  # noqa: E402
-from agent_sre.models.remediation import PolicyRef  # noqa: E402
-from agent_sre.models.trajectory import Trajectory  # noqa: E402
-from agent_sre.policy.runbook import RunbookPolicy  # noqa: E402
-from agent_sre.scenarios import load_scenarios  # noqa: E402
-from agent_sre.simulator.simulator import Simulator  # noqa: E402
-from agent_sre.training.evaluate import play  # noqa: E402
+from agent_sre import redaction
+from agent_sre.episodes import interleave_by_fault
+from agent_sre.models.remediation import PolicyRef
+from agent_sre.models.trajectory import Trajectory
+from agent_sre.policy.runbook import RunbookPolicy
+from agent_sre.scenarios import load_scenarios
+from agent_sre.simulator.simulator import Simulator
+from agent_sre.training.evaluate import play
 
 HEADING = "## Redaction (bench/redaction.py)"
 T = TypeVar("T")

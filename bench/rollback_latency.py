@@ -41,11 +41,11 @@ from rich.table import Table
 from temporalio.client import Client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchdocs import provenance, write_section  # noqa: E402
+from benchdocs import provenance, write_section
 
-from agent_sre import stack  # noqa: E402
-from agent_sre.config import Settings, get_settings  # noqa: E402
-from agent_sre.models.rollout import (  # noqa: E402
+from agent_sre import stack
+from agent_sre.config import Settings, get_settings
+from agent_sre.models.rollout import (
     AnalyzeStep,
     BakeStep,
     GuardrailConfig,
@@ -54,13 +54,13 @@ from agent_sre.models.rollout import (  # noqa: E402
     RolloutResult,
     SetWeightStep,
 )
-from agent_sre.registry import Registry  # noqa: E402
-from agent_sre.rollout.client import start_rollout  # noqa: E402
-from agent_sre.rollout.routing import read_table  # noqa: E402
-from agent_sre.stack.isolated import isolated_env  # noqa: E402
-from agent_sre.stack.ports import pick_free_ports  # noqa: E402
-from agent_sre.temporal import connect  # noqa: E402
-from agent_sre.workflows.rollout import ModelRolloutWorkflow  # noqa: E402
+from agent_sre.registry import Registry
+from agent_sre.rollout.client import start_rollout
+from agent_sre.rollout.routing import read_table
+from agent_sre.stack.isolated import isolated_env
+from agent_sre.stack.ports import pick_free_ports
+from agent_sre.temporal import connect
+from agent_sre.workflows.rollout import ModelRolloutWorkflow
 
 HEADING = "## Rollback latency (bench/rollback_latency.py)"
 TARGET_P99_S = 1.0

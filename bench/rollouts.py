@@ -37,22 +37,22 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchdocs import provenance, write_section  # noqa: E402
+from benchdocs import provenance, write_section
 
-from agent_sre.config import get_settings  # noqa: E402
-from agent_sre.episodes import interleave_by_fault  # noqa: E402
-from agent_sre.models.training import GRPOTrainingConfig  # noqa: E402
-from agent_sre.policy.llm.checkpoint import (  # noqa: E402
+from agent_sre.config import get_settings
+from agent_sre.episodes import interleave_by_fault
+from agent_sre.models.training import GRPOTrainingConfig
+from agent_sre.policy.llm.checkpoint import (
     GENERATION_KERNELS,
     LoadedModel,
     SdpaKernel,
     device_name,
     load_policy_model,
 )
-from agent_sre.policy.llm.policy import local_version_dir  # noqa: E402
-from agent_sre.scenarios import default_catalog, load_scenarios  # noqa: E402
-from agent_sre.simulator.simulator import Simulator  # noqa: E402
-from agent_sre.training.grpo import run_rollouts  # noqa: E402
+from agent_sre.policy.llm.policy import local_version_dir
+from agent_sre.scenarios import default_catalog, load_scenarios
+from agent_sre.simulator.simulator import Simulator
+from agent_sre.training.grpo import run_rollouts
 
 HEADING = "## GRPO rollouts (bench/rollouts.py)"
 
@@ -89,7 +89,7 @@ class GenerateTimer:
                 self.synchronize()
                 self.seconds += time.perf_counter() - began
 
-        setattr(loaded.model, "generate", timed)  # an instance attribute: only this model is timed
+        loaded.model.generate = timed  # an instance attribute: only this model is timed
 
 
 def load(args: argparse.Namespace) -> LoadedModel:

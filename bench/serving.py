@@ -28,21 +28,21 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchdocs import provenance, write_section  # noqa: E402
-from orchestration import direct_trajectory  # noqa: E402
+from benchdocs import provenance, write_section
+from orchestration import direct_trajectory
 
-from agent_sre import stack  # noqa: E402
-from agent_sre.config import get_settings  # noqa: E402
-from agent_sre.episodes import interleave_by_fault  # noqa: E402
-from agent_sre.models.incident import RemediationLimits  # noqa: E402
-from agent_sre.models.llm import SamplingConfig  # noqa: E402
-from agent_sre.models.policy import PolicyDecision  # noqa: E402
-from agent_sre.models.remediation import PolicyRef, PolicyRequest  # noqa: E402
-from agent_sre.models.trajectory import Trajectory  # noqa: E402
-from agent_sre.policy.llm import LLMPolicy  # noqa: E402
-from agent_sre.policy.llm.policy import LocalModels, local_version_dir  # noqa: E402
-from agent_sre.scenarios import load_scenarios  # noqa: E402
-from agent_sre.stack.isolated import isolated_env  # noqa: E402
+from agent_sre import stack
+from agent_sre.config import get_settings
+from agent_sre.episodes import interleave_by_fault
+from agent_sre.models.incident import RemediationLimits
+from agent_sre.models.llm import SamplingConfig
+from agent_sre.models.policy import PolicyDecision
+from agent_sre.models.remediation import PolicyRef, PolicyRequest
+from agent_sre.models.trajectory import Trajectory
+from agent_sre.policy.llm import LLMPolicy
+from agent_sre.policy.llm.policy import LocalModels, local_version_dir
+from agent_sre.scenarios import load_scenarios
+from agent_sre.stack.isolated import isolated_env
 
 HEADING = "## Serving (bench/serving.py)"
 GREEDY = SamplingConfig(temperature=0.0, max_new_tokens=256)

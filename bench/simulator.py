@@ -36,19 +36,19 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchdocs import DOCS, provenance, write_section  # noqa: E402
+from benchdocs import DOCS, provenance, write_section
 
-from agent_sre.faults import FAULTS, inject  # noqa: E402
-from agent_sre.faults.oracle import observe, snapshot  # noqa: E402
-from agent_sre.models.scenario import Scenario  # noqa: E402
-from agent_sre.models.tools import ToolCall  # noqa: E402
-from agent_sre.scenarios import load_scenarios  # noqa: E402
-from agent_sre.simulator.client import SimulatorClient  # noqa: E402
-from agent_sre.simulator.server import write_kubeconfig  # noqa: E402
-from agent_sre.simulator.simulator import Simulator  # noqa: E402
-from agent_sre.simulator.transport import in_process_api_client  # noqa: E402
-from agent_sre.tools import ToolContext, execute  # noqa: E402
-from agent_sre.tools.client import api_client  # noqa: E402
+from agent_sre.faults import FAULTS, inject
+from agent_sre.faults.oracle import observe, snapshot
+from agent_sre.models.scenario import Scenario
+from agent_sre.models.tools import ToolCall
+from agent_sre.scenarios import load_scenarios
+from agent_sre.simulator.client import SimulatorClient
+from agent_sre.simulator.server import write_kubeconfig
+from agent_sre.simulator.simulator import Simulator
+from agent_sre.simulator.transport import in_process_api_client
+from agent_sre.tools import ToolContext, execute
+from agent_sre.tools.client import api_client
 
 SECTION = "## Simulator (bench/simulator.py)"
 INJECT_SETTLE_S = 300.0  # simulated seconds for the fault to show (crash loops, back-offs, alerts)

@@ -31,24 +31,29 @@ from typing import TypeVar, get_args
 from pydantic import BaseModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchdocs import provenance, write_section  # noqa: E402
+from benchdocs import provenance, write_section
 
-from agent_sre.config import get_settings  # noqa: E402
-from agent_sre.models.episode import EpisodeResult  # noqa: E402
-from agent_sre.models.evaluation import EvaluationComparison  # noqa: E402
-from agent_sre.models.remediation import PolicyRef  # noqa: E402
-from agent_sre.models.scenario import Scenario  # noqa: E402
-from agent_sre.models.training import MAX_ACTION_TOKENS, SIMULATED_MAX_ACTIONS, Precision, SFTConfig, SFTResult  # noqa: E402
-from agent_sre.policy.expert import ExpertPolicy  # noqa: E402
-from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir  # noqa: E402
-from agent_sre.policy.runbook import RunbookPolicy  # noqa: E402
-from agent_sre.scenarios import heldout_suite, load_scenarios, variants_suite  # noqa: E402
-from agent_sre.training.comparison import compare, markdown_table  # noqa: E402
-from agent_sre.training.dagger import labelled_states, student_states, train_on_labels  # noqa: E402
-from agent_sre.training.demonstrations import (TRAINING_SEEDS, Demonstrations, demonstrations,  # noqa: E402
-                                                sample_per_family, training_scenarios)
-from agent_sre.training.evaluate import run_model, run_policy  # noqa: E402
-from agent_sre.training.sft import train_sft  # noqa: E402
+from agent_sre.config import get_settings
+from agent_sre.models.episode import EpisodeResult
+from agent_sre.models.evaluation import EvaluationComparison
+from agent_sre.models.remediation import PolicyRef
+from agent_sre.models.scenario import Scenario
+from agent_sre.models.training import MAX_ACTION_TOKENS, SIMULATED_MAX_ACTIONS, Precision, SFTConfig, SFTResult
+from agent_sre.policy.expert import ExpertPolicy
+from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir
+from agent_sre.policy.runbook import RunbookPolicy
+from agent_sre.scenarios import heldout_suite, load_scenarios, variants_suite
+from agent_sre.training.comparison import compare, markdown_table
+from agent_sre.training.dagger import labelled_states, student_states, train_on_labels
+from agent_sre.training.demonstrations import (
+    TRAINING_SEEDS,
+    Demonstrations,
+    demonstrations,
+    sample_per_family,
+    training_scenarios,
+)
+from agent_sre.training.evaluate import run_model, run_policy
+from agent_sre.training.sft import train_sft
 
 HEADING = "## Stage-1 expert recipe (bench/stage1.py)"
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks"

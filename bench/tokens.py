@@ -30,20 +30,20 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchdocs import provenance, write_section  # noqa: E402
+from benchdocs import provenance, write_section
 
-from agent_sre.config import get_settings  # noqa: E402
-from agent_sre.models.remediation import PolicyRef  # noqa: E402
-from agent_sre.models.trajectory import Trajectory  # noqa: E402
-from agent_sre.outcome import incident_outcome  # noqa: E402
-from agent_sre.policy.llm.chat import chat_messages, chat_token_ids, install_chat_template  # noqa: E402
-from agent_sre.policy.llm.checkpoint import smollm2_gguf  # noqa: E402
-from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir  # noqa: E402
-from agent_sre.policy.base import ActionPolicy  # noqa: E402
-from agent_sre.policy.runbook import RunbookPolicy  # noqa: E402
-from agent_sre.scenarios import default_catalog, heldout_suite, load_scenarios, variants_suite  # noqa: E402
-from agent_sre.simulator.simulator import Simulator  # noqa: E402
-from agent_sre.training.evaluate import play  # noqa: E402
+from agent_sre.config import get_settings
+from agent_sre.models.remediation import PolicyRef
+from agent_sre.models.trajectory import Trajectory
+from agent_sre.outcome import incident_outcome
+from agent_sre.policy.base import ActionPolicy
+from agent_sre.policy.llm.chat import chat_messages, chat_token_ids, install_chat_template
+from agent_sre.policy.llm.checkpoint import smollm2_gguf
+from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir
+from agent_sre.policy.runbook import RunbookPolicy
+from agent_sre.scenarios import default_catalog, heldout_suite, load_scenarios, variants_suite
+from agent_sre.simulator.simulator import Simulator
+from agent_sre.training.evaluate import play
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

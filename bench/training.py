@@ -31,25 +31,32 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchdocs import provenance, write_section  # noqa: E402
+from benchdocs import provenance, write_section
 
-from agent_sre.config import get_settings  # noqa: E402
-from agent_sre.cli.episodes import outcome_cells  # noqa: E402
-from agent_sre.episodes import interleave_by_fault, summarize  # noqa: E402
-from agent_sre.models.episode import EpisodeResult, OutcomeStats  # noqa: E402
-from agent_sre.models.remediation import PolicyRef  # noqa: E402
-from agent_sre.models.scenario import Scenario  # noqa: E402
-from agent_sre.models.training import (MAX_ACTION_TOKENS, SIMULATED_MAX_ACTIONS, GRPOResult,  # noqa: E402
-                                       GRPOTrainingConfig, Precision, SFTConfig, SFTResult)
-from agent_sre.models.trajectory import Trajectory  # noqa: E402
-from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir  # noqa: E402
-from agent_sre.policy.runbook import RunbookPolicy  # noqa: E402
-from agent_sre.scenarios import default_catalog, heldout_suite, load_scenarios  # noqa: E402
-from agent_sre.simulator.simulator import Simulator  # noqa: E402
-from agent_sre.training.evaluate import play, run_model, run_policy  # noqa: E402
-from agent_sre.training.flops import mfu, model_flops, parameter_count, peak_bf16_flops  # noqa: E402
-from agent_sre.training.grpo import train_grpo  # noqa: E402
-from agent_sre.training.sft import is_expert_episode, train_sft  # noqa: E402
+from agent_sre.cli.episodes import outcome_cells
+from agent_sre.config import get_settings
+from agent_sre.episodes import interleave_by_fault, summarize
+from agent_sre.models.episode import EpisodeResult, OutcomeStats
+from agent_sre.models.remediation import PolicyRef
+from agent_sre.models.scenario import Scenario
+from agent_sre.models.training import (
+    MAX_ACTION_TOKENS,
+    SIMULATED_MAX_ACTIONS,
+    GRPOResult,
+    GRPOTrainingConfig,
+    Precision,
+    SFTConfig,
+    SFTResult,
+)
+from agent_sre.models.trajectory import Trajectory
+from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir
+from agent_sre.policy.runbook import RunbookPolicy
+from agent_sre.scenarios import default_catalog, heldout_suite, load_scenarios
+from agent_sre.simulator.simulator import Simulator
+from agent_sre.training.evaluate import play, run_model, run_policy
+from agent_sre.training.flops import mfu, model_flops, parameter_count, peak_bf16_flops
+from agent_sre.training.grpo import train_grpo
+from agent_sre.training.sft import is_expert_episode, train_sft
 
 HEADING = "## Stage-1 training (bench/training.py)"
 RUNBOOK = PolicyRef(name="runbook", version="runbook")

@@ -30,7 +30,6 @@ from agent_sre.config import Settings, get_settings
 from agent_sre.stack.binaries import find_binary
 from agent_sre.stack.isolated import isolated_env
 
-
 # Fixtures that start a server (Temporal, S3, the simulator's HTTP server, a model server) or load a model: a test
 # that uses one, directly or through another fixture, is an integration test; `make unit` runs the rest.
 HEAVY_FIXTURES = frozenset({"temporal_server", "s3_store", "simulator_server", "stack", "time_skipping_env", "served",

@@ -29,7 +29,6 @@ from temporalio.service import RPCError, RPCStatusCode
 from agent_sre.alerts.receiver import ROLLOUT_LABEL, create_app
 from agent_sre.config import Settings
 from agent_sre.models.alert import Alert
-from agent_sre.models.incident import Incident
 from agent_sre.models.rollout import (
     AnalyzeStep,
     BakeStep,
@@ -39,11 +38,11 @@ from agent_sre.models.rollout import (
     RolloutResult,
     SetWeightStep,
 )
+from agent_sre.policy.conversation import incident_message
 from agent_sre.registry import Registry
 from agent_sre.rollout.client import ROLLOUT_WORKFLOW_ID, start_rollout
 from agent_sre.rollout.routing import read_table
 from agent_sre.stack.ports import pick_free_ports
-from agent_sre.policy.conversation import incident_message
 from agent_sre.temporal import connect
 from agent_sre.workflows.incident import IncidentRemediationWorkflow
 from agent_sre.workflows.rollout import ModelRolloutWorkflow

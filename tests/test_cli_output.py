@@ -4,6 +4,7 @@ the terminal; and the worker's /metrics listens on the loopback unless a setting
 from __future__ import annotations
 
 import io
+
 from rich.table import Table
 
 from agent_sre import telemetry

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from temporalio import activity, workflow
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.api.history.v1 import History
-from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
+from temporalio.client import Client, WorkflowHistory
 from temporalio.common import RetryPolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ActivityError

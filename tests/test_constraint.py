@@ -11,17 +11,17 @@ import torch
 from llm_fixtures import runbook_episode, tiny_model_dir  # noqa: F401 (fixture)
 
 from agent_sre.models.llm import SamplingConfig
-from agent_sre.models.training import MAX_ACTION_TOKENS
 from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.tools import TOOL_SPECS, Describe, ToolCall, _spec
 from agent_sre.models.tools import Risk as ToolRisk
+from agent_sre.models.training import MAX_ACTION_TOKENS
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.policy.conversation import parse_action, render_action
+from agent_sre.policy.expert import ExpertPolicy
 from agent_sre.policy.llm import ensure_base_model, load_policy_model, prompt_messages, prompt_token_ids
 from agent_sre.policy.llm.backends import OpenAIBackend, TransformersBackend
 from agent_sre.policy.llm.checkpoint import LoadedModel
 from agent_sre.policy.llm.constraint import ActionGrammar, action_grammar, action_json_schema
-from agent_sre.policy.expert import ExpertPolicy
 from agent_sre.policy.runbook import RunbookPolicy
 from agent_sre.scenarios import load_scenarios
 from agent_sre.simulator.simulator import Simulator

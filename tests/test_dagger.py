@@ -21,7 +21,7 @@ from agent_sre.training.sft import _trainer
 SCENARIO = next(s for s in load_scenarios(default_catalog()) if s.fault == "bad_config")
 
 
-def _runbook_episode():  # noqa: ANN202 - a Trajectory
+def _runbook_episode():
     """The runbook on a config value the service cannot parse: it rolls back a revision that was fine."""
     return play(RunbookPolicy(), PolicyRef(name="runbook", version="runbook"), SCENARIO, Simulator(speed=0))
 

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from isolated_workers import isolated_queues
 
 from agent_sre import faults
 from agent_sre.config import Settings
@@ -24,7 +25,6 @@ from agent_sre.simulator.client import SimulatorClient
 from agent_sre.temporal import connect, start_incident
 from agent_sre.tools.client import api_client
 from agent_sre.workflows.incident import IncidentRemediationWorkflow
-from isolated_workers import isolated_queues
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -7,18 +7,25 @@ from pathlib import Path
 
 import pytest
 import torch
+from trajectory_factory import finish, make_trajectory, read, step, write
 
 from agent_sre.models.llm import SamplingConfig
+from agent_sre.models.reward import RewardConfig
 from agent_sre.models.training import GRPOTrainingConfig
 from agent_sre.policy.llm.chat import chat_messages
 from agent_sre.policy.llm.checkpoint import load_policy_model, tiny_model
+from agent_sre.rewards import compute_reward
 from agent_sre.scenarios import load_scenarios
 from agent_sre.simulator.simulator import Simulator
-from agent_sre.training.grpo import (Curriculum, Rollout, episode_return, mask_penalised_turns,
-                                     rollout_batch_layout, run_rollouts, train_grpo)
-from agent_sre.models.reward import RewardConfig
-from agent_sre.rewards import compute_reward
-from trajectory_factory import finish, make_trajectory, read, step, write
+from agent_sre.training.grpo import (
+    Curriculum,
+    Rollout,
+    episode_return,
+    mask_penalised_turns,
+    rollout_batch_layout,
+    run_rollouts,
+    train_grpo,
+)
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 from google.protobuf.duration_pb2 import Duration
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from isolated_workers import isolated_queues
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
@@ -44,11 +44,11 @@ from agent_sre.models.learning import LearningConfig, LearningState
 from agent_sre.models.remediation import ApprovalDecision, RemediationRequest
 from agent_sre.models.reward import RewardConfig
 from agent_sre.models.training import TrainingRequest
+from agent_sre.rewards import compute_reward
 from agent_sre.scenarios import default_catalog
 from agent_sre.simulator.client import SimulatorClient
 from agent_sre.stack.ports import pick_free_ports
 from agent_sre.stack.temporal import SEARCH_ATTRIBUTES
-from agent_sre.rewards import compute_reward
 from agent_sre.storage import object_store
 from agent_sre.temporal import connect
 from agent_sre.trajectory_store import read_reward, write_trajectory

@@ -9,15 +9,16 @@ import uuid
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from isolated_workers import running_workers
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from agent_sre import faults
+from agent_sre.activities import observer
 from agent_sre.config import Settings
 from agent_sre.episodes import run_episodes, summarize
 from agent_sre.models.episode import EpisodeRequest, EpisodeResult
 from agent_sre.models.incident import Incident, RemediationLimits
-from agent_sre.activities import observer
 from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, PolicyRef, RemediationStatus
 from agent_sre.models.reward import HumanFeedback
 from agent_sre.models.scenario import Scenario
@@ -36,7 +37,6 @@ from agent_sre.training.environment import IncidentEnvironment
 from agent_sre.trajectory_store import iter_trajectories
 from agent_sre.workflows.incident import ENDING, OUTCOME, IncidentRemediationWorkflow
 from agent_sre.workflows.simulated import SimulatedIncidentWorkflow
-from isolated_workers import running_workers
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -337,7 +337,7 @@ def _limited(incident: Incident, **limits: object) -> Incident:
     return incident.model_copy(update={"limits": incident.limits.model_copy(update=limits)})
 
 
-async def _refusal(handle, update, arg) -> ApplicationError:  # noqa: ANN001 - a handle and one of its updates
+async def _refusal(handle, update, arg) -> ApplicationError:
     with pytest.raises(WorkflowUpdateFailedError) as refused:
         await handle.execute_update(update, arg)
     cause = refused.value.cause

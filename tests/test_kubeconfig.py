@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from kubernetes.client import ApiClient, CoreV1Api
+from sim_fixtures import SEEDED_ENV, seed
 from typer.testing import CliRunner, Result
 
 from agent_sre.cli import app
@@ -32,7 +33,7 @@ from agent_sre.simulator.server import SimulatorServer, write_kubeconfig
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.tools import client as kube_client
 from agent_sre.tools.client import KubeconfigError, api_client
-from sim_fixtures import SEEDED_ENV, seed
+
 
 @pytest.fixture(scope="module")
 def simulator() -> Simulator:

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from sim_fixtures import NS, Served, call, seed, served, workload_available  # noqa: F401 (fixture)
 
 from agent_sre.apps.catalog import get_app

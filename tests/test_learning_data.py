@@ -22,18 +22,25 @@ from temporalio.testing import ActivityEnvironment
 
 from agent_sre import cas
 from agent_sre.activities import learning as activities
+from agent_sre.config import Settings
 from agent_sre.learning import store as streams
 from agent_sre.learning.data import usable_for
 from agent_sre.learning.replay import replay_scenario, replay_sets, scenario_file
-from agent_sre.models.learning import (BeginCycle, CycleClaim, CycleData, CycleRecord, FinishRequest, GatherRequest,
-                                       LearningConfig)
+from agent_sre.models.learning import (
+    BeginCycle,
+    CycleClaim,
+    CycleData,
+    CycleRecord,
+    FinishRequest,
+    GatherRequest,
+    LearningConfig,
+)
 from agent_sre.models.registry import DataItem
 from agent_sre.models.reward import HumanFeedback
 from agent_sre.models.training import DataSelection, OffPolicyConfig, TrainingRequest, TrajectoryFilter
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.rewards import compute_reward
 from agent_sre.scenarios import default_catalog, heldout_suite, load_scenarios
-from agent_sre.config import Settings
 from agent_sre.storage import object_store
 from agent_sre.temporal import connect
 from agent_sre.trajectory_store import feedback_prefix, write_late_feedback, write_trajectory

@@ -29,12 +29,11 @@ from agent_sre.cli import demo as demo_cli
 from agent_sre.cli import drill as drill_cli
 from agent_sre.config import Settings, get_settings
 from agent_sre.episodes import interleave_by_fault
-from agent_sre.learning import store as streams
 from agent_sre.learning import demo as drill_demo
+from agent_sre.learning import store as streams
 from agent_sre.learning.drill import Rollouts, Traffic, families, production_model, window
 from agent_sre.models.episode import OutcomeStats
-from agent_sre.models.learning import (CycleRecord, DrillCycle, DrillPlan, DrillReport, LearningConfig,
-                                      RolloutStarted)
+from agent_sre.models.learning import CycleRecord, DrillCycle, DrillPlan, DrillReport, LearningConfig, RolloutStarted
 from agent_sre.models.rollout import AbTestStep, PauseStep, RolloutPlan, RolloutRequest
 from agent_sre.models.training import TrajectoryFilter
 from agent_sre.registry import Registry

@@ -58,7 +58,7 @@ async def learning(temporal_server: Settings, s3_store: Settings,
                 get_settings.cache_clear()
 
 
-async def until(condition, timeout_s: float = 60.0) -> None:  # noqa: ANN001 - an async predicate
+async def until(condition, timeout_s: float = 60.0) -> None:
     for _ in range(int(timeout_s / 0.5)):
         if await condition():
             return

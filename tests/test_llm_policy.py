@@ -32,17 +32,31 @@ from agent_sre.models.policy import ChatMessage
 from agent_sre.models.remediation import IncidentOutcome, PolicyRef
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.policy.conversation import pending_messages
-from agent_sre.policy.llm import (BASE_VERSION, BackendError, LLMPolicy, LocalModels, ModelDirError, OpenAIBackend,
-                                  backends_from_settings, chat_messages, convert_gguf, load_policy_model,
-                                  local_version_dir, prompt_messages, prompt_token_ids, smollm2_gguf, tiny_model)
+from agent_sre.policy.llm import (
+    BASE_VERSION,
+    BackendError,
+    LLMPolicy,
+    LocalModels,
+    ModelDirError,
+    OpenAIBackend,
+    backends_from_settings,
+    chat_messages,
+    convert_gguf,
+    load_policy_model,
+    local_version_dir,
+    prompt_messages,
+    prompt_token_ids,
+    smollm2_gguf,
+    tiny_model,
+)
+from agent_sre.policy.llm.backends import ConversationCaches, PrefixCache, TransformersBackend
+from agent_sre.policy.llm.chat import CHATML_TEMPLATE, TOOL_RESULT_PREFIX, install_chat_template, render_chat
 from agent_sre.scenarios import load_scenarios
 from agent_sre.simulator.client import SimulatorClient
 from agent_sre.storage import object_store
 from agent_sre.temporal import connect, start_incident
 from agent_sre.tools.client import api_client
 from agent_sre.trajectory_store import read_trajectories
-from agent_sre.policy.llm.backends import ConversationCaches, PrefixCache, TransformersBackend
-from agent_sre.policy.llm.chat import CHATML_TEMPLATE, TOOL_RESULT_PREFIX, install_chat_template, render_chat
 
 SHORT = SamplingConfig(temperature=1.0, max_new_tokens=12)
 GREEDY = SamplingConfig(temperature=0.0, max_new_tokens=6)

@@ -25,8 +25,15 @@ from transformers import AutoTokenizer
 from agent_sre.activities import training as activities
 from agent_sre.cli import train as train_cli
 from agent_sre.config import Settings
-from agent_sre.models.training import (DataSelection, GRPOTrainingConfig, OffPolicyConfig, TrainingRequest,
-                                       TrainingStatus, TrainJob, TrajectoryFilter)
+from agent_sre.models.training import (
+    DataSelection,
+    GRPOTrainingConfig,
+    OffPolicyConfig,
+    TrainingRequest,
+    TrainingStatus,
+    TrainJob,
+    TrajectoryFilter,
+)
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.policy.llm.chat import chat_messages
 from agent_sre.policy.llm.checkpoint import load_policy_model

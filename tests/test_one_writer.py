@@ -8,6 +8,7 @@ import random
 from datetime import datetime, timedelta
 
 import pytest
+from isolated_workers import running_workers, terminate_running
 from temporalio.client import Client, WorkflowHandle
 
 from agent_sre import faults
@@ -26,7 +27,6 @@ from agent_sre.temporal import connect, start_incident
 from agent_sre.tools.client import api_client
 from agent_sre.workflows.incident import IncidentRemediationWorkflow
 from agent_sre.workflows.lock import NamespaceLockWorkflow
-from isolated_workers import running_workers, terminate_running
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 RUNBOOK = PolicyRef(name="runbook")

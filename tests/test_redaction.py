@@ -16,8 +16,16 @@ from agent_sre.models.policy import ChatMessage
 from agent_sre.models.reward import HumanFeedback
 from agent_sre.models.tools import ToolCall, ToolResult
 from agent_sre.models.trajectory import Trajectory
-from agent_sre.redaction import (_RULES, _may_match, incident_secrets, install_log_redaction, is_secret_key, redact,
-                                 redact_data, redact_trajectory)
+from agent_sre.redaction import (
+    _RULES,
+    _may_match,
+    incident_secrets,
+    install_log_redaction,
+    is_secret_key,
+    redact,
+    redact_data,
+    redact_trajectory,
+)
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.simulator.transport import in_process_api_client
 from agent_sre.tools import ToolContext, execute

@@ -33,9 +33,9 @@ from temporalio.testing import WorkflowEnvironment
 from agent_sre.config import Settings
 from agent_sre.models.rollout import RolloutControl, RolloutPlan, RolloutRequest, RolloutResult, RolloutStatus
 from agent_sre.registry import Registry
-from agent_sre.rollout.plans import DEFAULT_PLAN
-from agent_sre.rollout.client import start_rollout
 from agent_sre.rollout import routing
+from agent_sre.rollout.client import start_rollout
+from agent_sre.rollout.plans import DEFAULT_PLAN
 from agent_sre.rollout.routing import read_table
 from agent_sre.stack.ports import pick_free_ports
 from agent_sre.workflows.rollout import ModelRolloutWorkflow
@@ -62,7 +62,7 @@ class Rollout:
                                  reason="test rollout", **kw)
         return await start_rollout(self.client, request, self.settings, workflow_id=f"rollout-{uuid.uuid4().hex[:8]}")
 
-    def routing(self):  # noqa: ANN201 - RoutingTable | None
+    def routing(self):
         return read_table(self.registry.client, self.settings.s3_bucket)
 
 
@@ -278,7 +278,7 @@ class HeldRouting:
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         write = routing.write_table
 
-        def held(client, bucket, table):  # noqa: ANN001, ANN202 - routing.write_table's own signature
+        def held(client, bucket, table):
             if table.candidate is not None and table.weight == self.weight:
                 self.entered.set()
                 self.release.wait(timeout=60)

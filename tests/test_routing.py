@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from store_fixtures import settings_with_own_bucket
 from temporalio.testing import ActivityEnvironment
 
 from agent_sre.activities.routing import route_model
@@ -15,7 +16,6 @@ from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.rollout import RoutingTable
 from agent_sre.registry import Registry
 from agent_sre.rollout.routing import assign, bucket_of, read_table, write_table
-from store_fixtures import settings_with_own_bucket
 
 BASELINE = PolicyRef(name="runbook", version="runbook-v1")
 CANDIDATE = PolicyRef(name="llm", version="smol-grpo-7")

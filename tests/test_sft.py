@@ -18,8 +18,14 @@ from agent_sre.models.llm import SamplingConfig
 from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.tools import ToolCall
 from agent_sre.models.training import SFTConfig
-from agent_sre.policy.llm import (LLMPolicy, LocalModels, chat_messages, load_policy_model, local_version_dir,
-                                  prompt_token_ids)
+from agent_sre.policy.llm import (
+    LLMPolicy,
+    LocalModels,
+    chat_messages,
+    load_policy_model,
+    local_version_dir,
+    prompt_token_ids,
+)
 from agent_sre.policy.llm.checkpoint import ModelDirError, merge_adapter, train_in_bf16
 from agent_sre.storage import ensure_bucket, object_store
 from agent_sre.training.sft import build_sft_trainer, expert_conversations, is_expert_episode, train_sft

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client, config, watch
+from sim_fixtures import NS, Served, call, seed, served, workload_available  # noqa: F401 (fixture)
 
 from agent_sre.kube.errors import ApiError
 from agent_sre.kube.selectors import parse_label_selector, selector_matches, selector_to_string
@@ -26,7 +27,6 @@ from agent_sre.simulator.server import SimulatorServer
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.simulator.tables import to_table
 from agent_sre.simulator.transport import in_process_api_client
-from sim_fixtures import NS, Served, call, seed, served, workload_available  # noqa: F401 (fixture)
 
 _env_ids = itertools.count(1)
 

@@ -13,8 +13,8 @@ import urllib.request
 from pathlib import Path
 
 from agent_sre.config import Settings
-from agent_sre.stack.seaweedfs import SeaweedS3
 from agent_sre.stack.component import data_dir
+from agent_sre.stack.seaweedfs import SeaweedS3
 from agent_sre.storage import object_store
 
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000")  # + an empty SETTINGS

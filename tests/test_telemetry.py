@@ -28,7 +28,6 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 from temporalio.activity import _Definition as ActivityDefinition
-from temporalio.client import Client
 from trajectory_factory import escalate, make_trajectory, read, write
 
 from agent_sre import spans, telemetry
@@ -40,9 +39,9 @@ from agent_sre.models.policy import PolicyDecision
 from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, PolicyRef
 from agent_sre.models.reward import RewardConfig
 from agent_sre.models.tools import Risk, ToolCall, ToolResult, WriteAssessment
-from agent_sre.stack.ports import pick_free_ports
-from agent_sre.simulator.client import SimulatorClient
 from agent_sre.rewards import compute_reward
+from agent_sre.simulator.client import SimulatorClient
+from agent_sre.stack.ports import pick_free_ports
 from agent_sre.temporal import connect, start_incident
 from agent_sre.tools.client import api_client
 from agent_sre.workers.main import queue_contents

@@ -12,8 +12,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from crash_once_worker import CRASH_EXIT_CODE
+from isolated_workers import isolated_queues, running_workers
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from worker_process import start_worker, stop_worker
 
 from agent_sre import faults
 from agent_sre.config import Settings
@@ -26,13 +29,16 @@ from agent_sre.simulator.client import SimulatorClient
 from agent_sre.temporal import connect, start_incident, task_queues
 from agent_sre.tools.client import api_client
 from agent_sre.workers.main import queue_contents
-from agent_sre.workflows.incident import (ENDING, FAULT_CLASS, MODEL_VERSION, OUTCOME, SERVICE,
-                                         IncidentRemediationWorkflow)
+from agent_sre.workflows.incident import (
+    ENDING,
+    FAULT_CLASS,
+    MODEL_VERSION,
+    OUTCOME,
+    SERVICE,
+    IncidentRemediationWorkflow,
+)
 from agent_sre.workflows.options import QUICK_TIMEOUT
 from agent_sre.workflows.simulated import SimulatedIncidentWorkflow, environment_name
-from crash_once_worker import CRASH_EXIT_CODE
-from isolated_workers import isolated_queues, running_workers
-from worker_process import start_worker, stop_worker
 
 SCENARIO = next(s for s in load_scenarios() if s.fault == "bad_image")
 QUICK_S = QUICK_TIMEOUT.total_seconds()

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from isolated_workers import running_workers, terminate_running
-from llm_fixtures import runbook_episode, tiny_model_dir  # noqa: F401,F811 (fixture)
+from llm_fixtures import runbook_episode, tiny_model_dir  # noqa: F401 (fixture)
 from rich.console import Console
 from store_fixtures import settings_with_own_bucket
 from temporalio.api.sdk.v1 import WorkflowMetadata
@@ -33,15 +33,25 @@ from agent_sre.activities import training as activities
 from agent_sre.activities.policy import registered_model_dir
 from agent_sre.cli import app
 from agent_sre.cli import models as models_cli
-from agent_sre.faults import FAULTS
 from agent_sre.cli import train as train_cli
 from agent_sre.config import Settings, get_settings
+from agent_sre.faults import FAULTS
 from agent_sre.models.episode import OutcomeStats
 from agent_sre.models.llm import SamplingConfig
 from agent_sre.models.remediation import PolicyRef
-from agent_sre.models.training import (ArchiveRequest, DataManifest, EvalReport, EvaluationConfig, GateRequest,
-                                       GateTolerances, SFTConfig, TrainHeartbeat, TrainingRequest, TrainingStatus,
-                                       TrainJob)
+from agent_sre.models.training import (
+    ArchiveRequest,
+    DataManifest,
+    EvalReport,
+    EvaluationConfig,
+    GateRequest,
+    GateTolerances,
+    SFTConfig,
+    TrainHeartbeat,
+    TrainingRequest,
+    TrainingStatus,
+    TrainJob,
+)
 from agent_sre.policy.llm import LLMPolicy
 from agent_sre.registry import Registry, StageError
 from agent_sre.scenarios import heldout_suite, load_scenarios

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 from kubernetes import client, config
+from sim_fixtures import NS, Served, seed, served, workload_available  # noqa: F401 (fixture)
 
 from agent_sre.faults import inject
 from agent_sre.scenarios import load_scenarios
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.simulator.transport import in_process_api_client
 from agent_sre.tools import ToolContext, execute
-from sim_fixtures import NS, Served, seed, served, workload_available  # noqa: F401 (fixture)
 
 
 def _same(a: Any, b: Any, path: str = "") -> None:

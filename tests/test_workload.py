@@ -14,10 +14,10 @@ from agent_sre.kube import deployments
 from agent_sre.kube.client import Kube
 from agent_sre.models.tools import ToolCall
 from agent_sre.simulator import workload
-from agent_sre.simulator.install import install as install_app
 from agent_sre.simulator.cluster import SIM_EPOCH, Cluster, SimClock
 from agent_sre.simulator.controllers.context import Pass
 from agent_sre.simulator.controllers.state import Index, WorkloadState
+from agent_sre.simulator.install import install as install_app
 from agent_sre.simulator.kubelet import crash_timeline
 from agent_sre.simulator.signals import golden_signals, render_prometheus
 from agent_sre.simulator.simulator import Simulator
@@ -227,9 +227,9 @@ def test_a_renewed_log_reads_as_a_new_one() -> None:
     """A pass renews the log of an unchanged run instead of rendering a new one (`LazyLog.renew`): reads then give
     what a new one gives, also in the 7-second bucket of an earlier read (a hang's count grows within one), and a
     log of another run, another clock or from a template (no clock) is not renewed."""
+    from agent_sre.apps.software import Outcome
     from agent_sre.simulator import logs
     from agent_sre.simulator.kubelet import Run
-    from agent_sre.apps.software import Outcome
 
     clock = SimClock(speed=0.0)
     pod = {"metadata": {"name": "api-1"}}

@@ -29,8 +29,18 @@ from agent_sre.config import Settings
 from agent_sre.learning import store as streams
 from agent_sre.learning.data import episodes_file, gather, learnt_by_day, usable_for
 from agent_sre.learning.replay import replay_sets, scenario_file
-from agent_sre.models.learning import (BeginCycle, CycleData, CycleRecord, CycleStart, FinishRequest, GatherRequest,
-                                       LearningConfig, ReplaySet, RolloutPrep, Watermark)
+from agent_sre.models.learning import (
+    BeginCycle,
+    CycleData,
+    CycleRecord,
+    CycleStart,
+    FinishRequest,
+    GatherRequest,
+    LearningConfig,
+    ReplaySet,
+    RolloutPrep,
+    Watermark,
+)
 from agent_sre.models.rollout import RolloutRequest
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.registry import RegistryError

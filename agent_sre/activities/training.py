@@ -36,10 +36,24 @@ from agent_sre.config import Settings, get_settings
 from agent_sre.episodes import summarize
 from agent_sre.models.episode import EpisodeResult
 from agent_sre.models.registry import DataItem
-from agent_sre.models.training import (ArchiveRequest, DataManifest, EvalReport, EvalRequest, GateDecision,
-                                       GateRequest, StoredDir, StoredStage, TrainedModel, TrainHeartbeat, TrainJob,
-                                       TrainingMetrics, TrainingProgress, TrainingRequest, TrainingStage,
-                                       TrajectoryFilter)
+from agent_sre.models.training import (
+    ArchiveRequest,
+    DataManifest,
+    EvalReport,
+    EvalRequest,
+    GateDecision,
+    GateRequest,
+    StoredDir,
+    StoredStage,
+    TrainedModel,
+    TrainHeartbeat,
+    TrainingMetrics,
+    TrainingProgress,
+    TrainingRequest,
+    TrainingStage,
+    TrainJob,
+    TrajectoryFilter,
+)
 from agent_sre.registry import NoWeightsError, Registry, RegistryError, UnknownVersionError
 from agent_sre.registry import weights as stored_files
 from agent_sre.scenarios import ScenarioError, default_catalog, load_scenarios

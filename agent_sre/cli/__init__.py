@@ -41,8 +41,22 @@ def _settings_are_valid(
 
 def _register() -> None:
     """Attach every area's sub-app. Imported lazily so `agent-sre --help` stays quick."""
-    from agent_sre.cli import (alerts, codec, demo, dev, drill, episodes, incident, learn, models, rollout, scenarios,
-                               sim, train, worker)
+    from agent_sre.cli import (
+        alerts,
+        codec,
+        demo,
+        dev,
+        drill,
+        episodes,
+        incident,
+        learn,
+        models,
+        rollout,
+        scenarios,
+        sim,
+        train,
+        worker,
+    )
 
     app.add_typer(dev.app, name="dev")
     app.add_typer(sim.app, name="sim")

@@ -15,8 +15,15 @@ from rich.table import Table
 
 from agent_sre.cli import dev
 from agent_sre.cli.common import log_to_file
-from agent_sre.cli.episodes import (CLOCK_NOTE, console, outcome_cells, outcome_headers, outcome_table,
-                                   print_outcomes, print_unresolved)
+from agent_sre.cli.episodes import (
+    CLOCK_NOTE,
+    console,
+    outcome_cells,
+    outcome_headers,
+    outcome_table,
+    print_outcomes,
+    print_unresolved,
+)
 from agent_sre.cli.output import fit
 
 DEMO_SFT_STEPS = 4
@@ -30,8 +37,8 @@ if TYPE_CHECKING:
     from agent_sre.models.episode import OutcomeStats
     from agent_sre.models.learning import DrillReport
     from agent_sre.models.rollout import Decision
-    from agent_sre.models.training import TrainingStatus
     from agent_sre.models.scenario import Scenario
+    from agent_sre.models.training import TrainingStatus
     from agent_sre.registry import Registry
     from agent_sre.rollout.demo import DemoRollout
 
@@ -55,6 +62,7 @@ def demo(
     model; roll a new version out in minutes and roll a degraded one back, with incidents routed by the rollout;
     then a production drill, in which a scheduled learning cycle trains on what production served after its mix
     shifted. The stack is left running."""
+    from agent_sre import stack
     from agent_sre.config import get_settings
     from agent_sre.episodes import run_episodes, summarize
     from agent_sre.models.remediation import PolicyRef
@@ -64,8 +72,6 @@ def demo(
     from agent_sre.scenarios import default_catalog, load_scenarios
     from agent_sre.temporal import connect
     from agent_sre.workers.main import build_workers
-
-    from agent_sre import stack
 
     settings = get_settings()
     log = log_to_file(settings, "demo")

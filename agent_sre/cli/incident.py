@@ -22,8 +22,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from agent_sre.cli import common
-from agent_sre.cli.common import fail as _fail
 from agent_sre.cli.common import POLICY_HELP, no_workflow, not_running, policy_ref, run_with_client, unpolled
+from agent_sre.cli.common import fail as _fail
 from agent_sre.cli.output import Format, OutputOption, emit, make_console
 from agent_sre.models.endings import Outcome, Termination  # option types: typer reads them when the CLI starts
 

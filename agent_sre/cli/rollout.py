@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 import typer
 from rich.table import Table
 
-from agent_sre.cli.models import console as models_console
-from agent_sre.cli.models import registry_call
 from agent_sre.cli.common import fail as _fail
 from agent_sre.cli.common import run_with_client
+from agent_sre.cli.models import console as models_console
+from agent_sre.cli.models import registry_call
 from agent_sre.cli.output import Format, OutputOption, emit
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ def _control(pick: Callable[[type[ModelRolloutWorkflow]], Control], reason: str,
     from agent_sre.workflows.rollout import ModelRolloutWorkflow
 
     update = pick(ModelRolloutWorkflow)
-    name = getattr(update, "__name__")  # the method's, which is the update's: the protocol type does not say so
+    name = update.__name__  # the method's, which is the update's: the protocol type does not say so
 
     async def send(client: Client, settings: Settings) -> None:
         handle = client.get_workflow_handle(ROLLOUT_WORKFLOW_ID)

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, get_args
 import typer
 from rich.table import Table
 
-from agent_sre.cli.episodes import outcome_table, print_outcomes
-from agent_sre.cli.models import console, registry_call
 from agent_sre.cli.common import fail as _fail
 from agent_sre.cli.common import get_settings, no_workflow, not_running, run_with_client, unpolled
+from agent_sre.cli.episodes import outcome_table, print_outcomes
+from agent_sre.cli.models import console, registry_call
 from agent_sre.cli.output import Format, OutputOption, dump, emit
 
 if TYPE_CHECKING:  # the commands import what they use when they run: `--help` stays quick
@@ -215,7 +215,7 @@ def _minutes(seconds: float) -> str:
     return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
 
 
-async def show_final(handle, output: Format = Format.table) -> None:  # noqa: ANN001 - WorkflowHandle[Any, TrainingStatus]
+async def show_final(handle, output: Format = Format.table) -> None:
     from temporalio.client import WorkflowFailureError
 
     try:

@@ -9,12 +9,24 @@ from kubernetes.client import ApiClient
 from agent_sre.faults.base import FaultContext, FaultError, FaultType
 from agent_sre.faults.benign import HostileText, PodDeleted, RollingRestart
 from agent_sre.faults.chaos import (
-    ChaosHttpAbort, ChaosNetworkDelay, ChaosNetworkLoss, ChaosPodFailure, ChaosPodKill, ChaosStress,
+    ChaosHttpAbort,
+    ChaosNetworkDelay,
+    ChaosNetworkLoss,
+    ChaosPodFailure,
+    ChaosPodKill,
+    ChaosStress,
 )
 from agent_sre.faults.config import BadConfig, SecretPassword
 from agent_sre.faults.deployment import (
-    BadCommand, BadEnv, BadImage, CpuUnschedulable, InitContainerFail, InitContainerHang, NodeSelectorMissing,
-    OomLimit, ReadinessProbe,
+    BadCommand,
+    BadEnv,
+    BadImage,
+    CpuUnschedulable,
+    InitContainerFail,
+    InitContainerHang,
+    NodeSelectorMissing,
+    OomLimit,
+    ReadinessProbe,
 )
 from agent_sre.faults.none import FalseAlarm
 from agent_sre.faults.platform import CordonedNode, NetworkPolicyDeny, QuotaExceeded

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from agent_sre.apps.catalog import NODES, NODE_ALLOCATABLE_CPU, AppSpec, ServiceSpec, run_context
+from agent_sre.apps.catalog import NODE_ALLOCATABLE_CPU, NODES, AppSpec, ServiceSpec, run_context
 from agent_sre.apps.software import check_value, effective_argv
 from agent_sre.faults.base import FaultContext, FaultError, FaultParams, RolloutFault, restart_cause
 from agent_sre.kube.client import Kube

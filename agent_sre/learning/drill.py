@@ -28,8 +28,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from statistics import fmean
 
-from temporalio.client import (Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle,
-                               WorkflowQueryFailedError, WorkflowUpdateFailedError)
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+)
 from temporalio.service import RPCError
 
 from agent_sre.config import Settings
@@ -39,8 +45,15 @@ from agent_sre.learning.schedule import started, upsert_schedule
 from agent_sre.models.incident import RemediationLimits
 from agent_sre.models.learning import DrillCycle, DrillIncident, DrillPlan, DrillReport, WindowStats
 from agent_sre.models.remediation import PolicyRef
-from agent_sre.models.rollout import (AbTestStep, AnalysisConfig, GuardrailConfig, RolloutControl, RolloutPlan,
-                                      RolloutResult, SetWeightStep)
+from agent_sre.models.rollout import (
+    AbTestStep,
+    AnalysisConfig,
+    GuardrailConfig,
+    RolloutControl,
+    RolloutPlan,
+    RolloutResult,
+    SetWeightStep,
+)
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.verdict import Outcome
 from agent_sre.registry import Registry

@@ -11,10 +11,22 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Literal
 
-from temporalio.client import (Client, Schedule, ScheduleActionExecution, ScheduleActionExecutionStartWorkflow,
-                               ScheduleActionStartWorkflow, ScheduleAlreadyRunningError, ScheduleBackfill,
-                               ScheduleIntervalSpec, ScheduleOverlapPolicy, SchedulePolicy, ScheduleSpec,
-                               ScheduleState, ScheduleUpdate, ScheduleUpdateInput)
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionExecution,
+    ScheduleActionExecutionStartWorkflow,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleBackfill,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleState,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
+)
 
 from agent_sre.models.learning import LearningConfig, LearningCycleInput
 from agent_sre.workflows.learning import ContinuousLearningWorkflow

@@ -24,8 +24,18 @@ from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.tools import TOOL_SPECS, ToolCall
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.policy.base import ActionPolicy
-from agent_sre.policy.evidence import (CHAOS_KIND_CASE, CHAOS_ROW, MEMORY_LIMIT, MIB, REPLICAS, ROLLED_OUT,
-                                       SCALED_FROM, Pod, object_name, scaled_from)
+from agent_sre.policy.evidence import (
+    CHAOS_KIND_CASE,
+    CHAOS_ROW,
+    MEMORY_LIMIT,
+    MIB,
+    REPLICAS,
+    ROLLED_OUT,
+    SCALED_FROM,
+    Pod,
+    object_name,
+    scaled_from,
+)
 from agent_sre.policy.evidence import pods as _pods
 
 MAX_ERROR_CHARS = 80  # of a failed fix's error, quoted in the escalation

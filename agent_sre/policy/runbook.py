@@ -19,9 +19,21 @@ from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.tools import TOOL_SPECS, ToolCall
 from agent_sre.models.trajectory import Step, Trajectory
 from agent_sre.policy.base import ActionPolicy
-from agent_sre.policy.evidence import (CHAOS_KIND_CASE, CHAOS_ROW, CHAOS_SLASH, MEMORY_LIMIT, MIB, REPLICAS,
-                                       ROLLED_OUT, SCALED_FROM, Pod, age_seconds, object_name, pods,
-                                       scaled_from)
+from agent_sre.policy.evidence import (
+    CHAOS_KIND_CASE,
+    CHAOS_ROW,
+    CHAOS_SLASH,
+    MEMORY_LIMIT,
+    MIB,
+    REPLICAS,
+    ROLLED_OUT,
+    SCALED_FROM,
+    Pod,
+    age_seconds,
+    object_name,
+    pods,
+    scaled_from,
+)
 
 NODE_CORDONED = re.compile(r"^(?P<name>[-a-z0-9.]+)\s.*SchedulingDisabled", re.MULTILINE)
 QUOTA_NAME = re.compile(r'exceeded quota: (?P<name>[-a-z0-9]+)')

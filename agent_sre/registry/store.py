@@ -26,8 +26,16 @@ from minio import Minio
 from agent_sre import cas
 from agent_sre.config import Settings
 from agent_sre.models.episode import OutcomeStats
-from agent_sre.models.registry import (DataItem, EvalRecord, IndexEntry, ModelCard, ModelVersion, RegistryIndex, Stage,
-                                       StageChange)
+from agent_sre.models.registry import (
+    DataItem,
+    EvalRecord,
+    IndexEntry,
+    ModelCard,
+    ModelVersion,
+    RegistryIndex,
+    Stage,
+    StageChange,
+)
 from agent_sre.models.remediation import PolicyName, PolicyRef
 from agent_sre.registry import stages, weights
 from agent_sre.registry.errors import CorruptVersionError, NoWeightsError, RegistryError, VersionExistsError

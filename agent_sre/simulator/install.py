@@ -15,7 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agent_sre.apps.catalog import APPS, NODES, NODE_ALLOCATABLE_CPU, AppSpec, get_app
+from agent_sre.apps.catalog import APPS, NODE_ALLOCATABLE_CPU, NODES, AppSpec, get_app
 from agent_sre.apps.manifests import deployment, manifests
 from agent_sre.kube.times import rfc3339
 from agent_sre.simulator import admission, noise, workload

@@ -21,7 +21,16 @@ from typing import Any
 from agent_sre.simulator import signals
 from agent_sre.simulator.cluster import Cluster
 from agent_sre.simulator.controllers import (
-    chaos, deployment, endpoints, kubelet, logs, nodes, quota, replicaset, scheduler, usage,
+    chaos,
+    deployment,
+    endpoints,
+    kubelet,
+    logs,
+    nodes,
+    quota,
+    replicaset,
+    scheduler,
+    usage,
 )
 from agent_sre.simulator.controllers.context import SIGNAL_INPUTS, Pass
 from agent_sre.simulator.controllers.state import Index, WorkloadState

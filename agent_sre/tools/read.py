@@ -15,7 +15,8 @@ from kubernetes.utils import parse_quantity
 from agent_sre.kube.client import KINDS, Kube, KubeError, Obj
 from agent_sre.kube.times import age
 from agent_sre.models import tools as m
-from agent_sre.tools import compact, describe as describers
+from agent_sre.tools import compact
+from agent_sre.tools import describe as describers
 from agent_sre.tools.context import ToolContext
 from agent_sre.tools.render import NONE, clean, clip, fit, labels, selector, table
 from agent_sre.tools.status import pod_ready, pod_restarts, pod_status, rollout_progress

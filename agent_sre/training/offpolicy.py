@@ -37,8 +37,14 @@ from agent_sre.models.trajectory import Trajectory
 from agent_sre.policy.llm.chat import chat_messages, decode_text, prompt_token_ids, render_chat
 from agent_sre.rewards import compute_reward
 from agent_sre.training.data import incident_class
-from agent_sre.training.grpo import (SENTINEL, Rollout, environment_tokens, episode_return, returned_reward,
-                                     rollout_batch_layout)
+from agent_sre.training.grpo import (
+    SENTINEL,
+    Rollout,
+    environment_tokens,
+    episode_return,
+    returned_reward,
+    rollout_batch_layout,
+)
 
 if TYPE_CHECKING:
     import torch

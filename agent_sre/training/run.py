@@ -29,8 +29,15 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from agent_sre.models.training import (GRPOResult, OffPolicyResult, SFTResult, TrainingMetrics, TrainingProgress,
-                                       TrainingRequest, TrainingStage)
+from agent_sre.models.training import (
+    GRPOResult,
+    OffPolicyResult,
+    SFTResult,
+    TrainingMetrics,
+    TrainingProgress,
+    TrainingRequest,
+    TrainingStage,
+)
 from agent_sre.models.trajectory import Trajectory
 
 BAD_INPUT = 2

@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 from agent_sre.models.training import SFTConfig, SFTResult
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.policy.llm.chat import chat_messages, chat_token_ids
-from agent_sre.policy.llm.checkpoint import (check_model_dir, device_name, pick_device, save_trained,
-                                             train_in_bf16)
+from agent_sre.policy.llm.checkpoint import check_model_dir, device_name, pick_device, save_trained, train_in_bf16
 from agent_sre.training.data import escalated_honestly, resolved_cleanly
 
 if TYPE_CHECKING:

@@ -19,8 +19,20 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from agent_sre.activities import (escalation, learning, locks, observer, policy, rewards, rollout, routing,
-                                  simulation, tools, training, trajectories)
+from agent_sre.activities import (
+    escalation,
+    learning,
+    locks,
+    observer,
+    policy,
+    rewards,
+    rollout,
+    routing,
+    simulation,
+    tools,
+    training,
+    trajectories,
+)
 from agent_sre.config import Settings
 from agent_sre.redaction import install_log_redaction
 from agent_sre.workers.signals import SignalArgumentsInterceptor

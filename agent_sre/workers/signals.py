@@ -11,8 +11,7 @@ from __future__ import annotations
 import inspect
 
 from temporalio import workflow
-from temporalio.worker import (HandleSignalInput, Interceptor, WorkflowInboundInterceptor,
-                               WorkflowInterceptorClassInput)
+from temporalio.worker import HandleSignalInput, Interceptor, WorkflowInboundInterceptor, WorkflowInterceptorClassInput
 
 
 class SignalArgumentsInterceptor(Interceptor):

@@ -27,9 +27,19 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from agent_sre.activities import learning as activities
     from agent_sre.activities import training as training_activities
-    from agent_sre.models.learning import (BeginCycle, CycleClaim, CycleData, CycleRecord, CycleStatus,
-                                           FinishRequest, GatherRequest, LearningConfig, LearningCycleInput,
-                                           RolloutPrep, RolloutStarted)
+    from agent_sre.models.learning import (
+        BeginCycle,
+        CycleClaim,
+        CycleData,
+        CycleRecord,
+        CycleStatus,
+        FinishRequest,
+        GatherRequest,
+        LearningConfig,
+        LearningCycleInput,
+        RolloutPrep,
+        RolloutStarted,
+    )
     from agent_sre.models.training import EvalRequest, GateRequest, TrainingRequest
     from agent_sre.training.gate import failures
     from agent_sre.workflows.options import COLLECT_OPTIONS, EVALUATE_OPTIONS, RECORD_CYCLE_OPTIONS, REGISTRY_OPTIONS

@@ -45,8 +45,13 @@ with workflow.unsafe.imports_passed_through():
         format_duration,
     )
     from agent_sre.workflows import refusal
-    from agent_sre.workflows.options import (ANALYSIS_TIMEOUT, GUARDRAIL_TIMEOUT, NOTIFY_RETRY, QUICK_TIMEOUT,
-                                             ROUTING_RETRY)
+    from agent_sre.workflows.options import (
+        ANALYSIS_TIMEOUT,
+        GUARDRAIL_TIMEOUT,
+        NOTIFY_RETRY,
+        QUICK_TIMEOUT,
+        ROUTING_RETRY,
+    )
 
 ABORT_OUTRANKS_PROMOTION = "abort-outranks-promotion"  # histories from before it never stopped a promotion
 

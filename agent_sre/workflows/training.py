@@ -23,10 +23,23 @@ from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from agent_sre.activities import training as activities
-    from agent_sre.models.training import (ArchiveRequest, EvalRequest, GateRequest, TrainingMetrics,
-                                           TrainingPhase, TrainingRequest, TrainingStatus, TrainJob)
-    from agent_sre.workflows.options import (COLLECT_OPTIONS, EVALUATE_OPTIONS, REGISTRY_OPTIONS,
-                                             TRAIN_HEARTBEAT_TIMEOUT, TRAIN_RETRY)
+    from agent_sre.models.training import (
+        ArchiveRequest,
+        EvalRequest,
+        GateRequest,
+        TrainingMetrics,
+        TrainingPhase,
+        TrainingRequest,
+        TrainingStatus,
+        TrainJob,
+    )
+    from agent_sre.workflows.options import (
+        COLLECT_OPTIONS,
+        EVALUATE_OPTIONS,
+        REGISTRY_OPTIONS,
+        TRAIN_HEARTBEAT_TIMEOUT,
+        TRAIN_RETRY,
+    )
 
 T = TypeVar("T")
 

@@ -21,8 +21,13 @@ from agent_sre.models.trajectory import Trajectory
 from agent_sre.policy.conversation import parse_action, pending_messages
 from agent_sre.policy.llm.backends import Backend, Generation, OpenAIBackend, TransformersBackend
 from agent_sre.policy.llm.chat import prompt_messages
-from agent_sre.policy.llm.checkpoint import (LoadedModel, ModelDirError, check_model_dir, ensure_base_model,
-                                             load_policy_model)
+from agent_sre.policy.llm.checkpoint import (
+    LoadedModel,
+    ModelDirError,
+    check_model_dir,
+    ensure_base_model,
+    load_policy_model,
+)
 
 BASE_VERSION = "base"
 BASE_DIR_NAME = "base-smollm2-135m"

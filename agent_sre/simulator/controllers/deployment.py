@@ -15,7 +15,6 @@ from agent_sre.simulator.controllers.context import Pass
 from agent_sre.simulator.controllers.state import safe_encode, stable_uid
 from agent_sre.simulator.kubelet import INF
 
-
 REVISION = deployments.REVISION
 HASH_LABEL = "pod-template-hash"
 

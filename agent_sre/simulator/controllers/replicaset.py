@@ -11,7 +11,6 @@ from agent_sre.simulator.cluster import Obj, clone
 from agent_sre.simulator.controllers.context import Pass
 from agent_sre.simulator.controllers.state import stable_suffix, stable_uid
 
-
 CREATE_RETRY_S = 30.0  # the ReplicaSet controller retries a pod the quota refused
 
 

@@ -9,7 +9,6 @@ from agent_sre.simulator import kubelet, scheduling
 from agent_sre.simulator.controllers.context import Pass
 from agent_sre.simulator.kubelet import PodState
 
-
 SCHEDULE_RETRY_S = 60.0  # the scheduler retries an unschedulable pod
 
 
