@@ -153,7 +153,7 @@ def _control(pick: Callable[[type[ModelRolloutWorkflow]], Control], reason: str,
     from agent_sre.workflows.rollout import ModelRolloutWorkflow
 
     update = pick(ModelRolloutWorkflow)
-    name = update.__name__  # the method's, which is the update's: the protocol type does not say so
+    name = getattr(update, "__name__")  # noqa: B009 - the method's, which is the update's: the protocol type does not say so
 
     async def send(client: Client, settings: Settings) -> None:
         handle = client.get_workflow_handle(ROLLOUT_WORKFLOW_ID)
