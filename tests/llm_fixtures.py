@@ -1,12 +1,10 @@
-"""Fixtures for the LLM policy and SFT tests: a tiny random model with SmolLM2's tokenizer, and runbook episodes
+"""Helpers for the LLM policy and SFT tests (the tiny model is tests/conftest.py's `tiny_model_dir`): runbook episodes
 built by running the real RunbookPolicy over canned kubectl output (the shared conversation format, no cluster)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
-import pytest
 from trajectory_factory import ALERT, START, scenario
 
 from agent_sre.models.incident import Incident
@@ -15,7 +13,6 @@ from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.tools import TOOL_SPECS, ToolResult
 from agent_sre.models.trajectory import Step, Trajectory
 from agent_sre.models.verdict import Verdict
-from agent_sre.policy.llm import tiny_model
 from agent_sre.policy.runbook import RunbookPolicy
 
 PODS_HEADER = "NAME                    READY   STATUS             RESTARTS   AGE\n"
@@ -91,10 +88,3 @@ def runbook_episode(fault: str = "bad-image", outcome: str = "resolved", run_id:
     t.mitigated_at = START + timedelta(seconds=len(t.steps))
     t.ended_at = t.mitigated_at + timedelta(seconds=30)
     return t
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One tiny random model per session, on disk, shared by every test module that imports this fixture."""
-    path = tmp_path_factory.getbasetemp() / "tiny-smollm2"
-    return path if (path / "config.json").is_file() else tiny_model(path)

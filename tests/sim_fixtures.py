@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from agent_sre.kube.times import rfc3339
 from agent_sre.simulator import api
 from agent_sre.simulator.cluster import Cluster
@@ -202,11 +200,10 @@ class Served:
         return result
 
 
-@pytest.fixture(scope="session")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def serve_seeded(home: Path) -> Iterator[Served]:
+    """The body of the session's `served` fixture (tests/conftest.py): kubectl's HOME and the kubeconfig in `home`."""
     simulator = Simulator()
     cluster = seed(simulator, SEEDED_ENV)
-    home = tmp_path_factory.mktemp("kubectl-home")
     with SimulatorServer(simulator) as server:
         kubeconfig = write_kubeconfig(home / "kubeconfig", f"{server.url}/envs/{SEEDED_ENV}", "sim-seeded")
         yield Served(simulator, server, cluster, kubeconfig, home)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from llm_fixtures import runbook_episode, tiny_model_dir  # noqa: F401 (fixture)
+from llm_fixtures import runbook_episode
 
 from agent_sre.models.llm import SamplingConfig
 from agent_sre.models.remediation import PolicyRef
@@ -78,7 +78,7 @@ def teacher_calls() -> list[ToolCall]:
 
 
 def test_the_action_schema_is_any_tool_with_its_own_arguments_and_follows_the_tools(
-        tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     schema = action_json_schema()
     branches = {b["properties"]["tool"]["const"]: b for b in schema["anyOf"]}
     assert list(branches) == list(TOOL_SPECS)
@@ -102,7 +102,7 @@ def test_the_action_schema_is_any_tool_with_its_own_arguments_and_follows_the_to
     assert "kubectl_exec" in [b["properties"]["tool"]["const"] for b in action_json_schema()["anyOf"]]
 
 
-def test_every_canonical_completion_is_a_whole_action_under_the_grammar(tiny_model_dir: Path) -> None:  # noqa: F811
+def test_every_canonical_completion_is_a_whole_action_under_the_grammar(tiny_model_dir: Path) -> None:
     """What SFT trains on must be what the grammar allows, token for token as the tokenizer splits it, the end of
     the turn allowed right after the object closes and nothing else there: the teachers' every action on the
     training catalog, and a call of each tool they never make."""
@@ -127,7 +127,7 @@ def test_every_canonical_completion_is_a_whole_action_under_the_grammar(tiny_mod
 
 
 def test_constrained_logprobs_are_the_models_own_and_answers_end_with_their_object(
-        tiny_model_dir: Path) -> None:  # noqa: F811
+        tiny_model_dir: Path) -> None:
     """A random model under the grammar: every answer is a prefix of an action, ending with the end of the turn
     just after the object when it ends; the logprobs recorded are the model's own (what GRPO and the off-policy
     trainer compute for those tokens), not the renormalised ones it was sampled from."""

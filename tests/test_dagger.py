@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from llm_fixtures import tiny_model_dir  # noqa: F401 (fixture)
-
 from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.training import SFTConfig
 from agent_sre.policy.conversation import parse_action
@@ -43,7 +41,7 @@ def test_every_state_is_labelled_by_the_expert_after_the_students_mistake_too() 
     assert examples[0]["prompt"][0]["role"] == "system" and examples[0]["prompt"][-1]["role"] == "user"
 
 
-def test_sft_on_labels_trains_the_completions_only(tiny_model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_sft_on_labels_trains_the_completions_only(tiny_model_dir: Path, tmp_path: Path) -> None:
     examples = labelled_states([_runbook_episode()])
     config = SFTConfig(max_steps=1, learning_rate=1e-3, max_length=4096)
     trainer = _trainer(tiny_model_dir, list(examples), tmp_path / "work", config)
@@ -59,7 +57,7 @@ def test_sft_on_labels_trains_the_completions_only(tiny_model_dir: Path, tmp_pat
     assert json.loads((tmp_path / "dagger" / "config.json").read_text())["num_hidden_layers"] == 2
 
 
-def test_the_students_own_episodes_are_what_a_round_labels(tiny_model_dir: Path) -> None:  # noqa: F811
+def test_the_students_own_episodes_are_what_a_round_labels(tiny_model_dir: Path) -> None:
     played, resolved = student_states(tiny_model_dir, [SCENARIO], device="cpu", max_turns=2, max_new_tokens=24)
     assert len(played) == 1 and 0.0 <= resolved <= 1.0
     assert played[0].policy == "llm" and len(labelled_states(played)) == len(played[0].steps) >= 1

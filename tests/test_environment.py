@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from llm_fixtures import runbook_episode, tiny_model_dir  # noqa: F401 (fixture)
+from llm_fixtures import runbook_episode
 from transformers import AutoTokenizer
 
 from agent_sre.apps.catalog import get_app

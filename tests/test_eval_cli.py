@@ -10,7 +10,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from llm_fixtures import tiny_model_dir  # noqa: F401 (fixture)
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -70,7 +69,7 @@ def test_a_suite_is_a_path_anywhere_or_the_name_of_an_evaluation_suite(suite_dir
     assert name.startswith("variants-25-") and len({s.fault for s in scenarios}) == 25  # one of each fault type
 
 
-def test_a_model_directory_on_a_suite_of_its_own(tiny_model_dir: Path, suite_dir: Path) -> None:  # noqa: F811
+def test_a_model_directory_on_a_suite_of_its_own(tiny_model_dir: Path, suite_dir: Path) -> None:
     result = invoke("--model", str(tiny_model_dir), "--suite", str(suite_dir), "--max-turns", "1", "--per-scenario")
     assert result.exit_code == 0, result.output
     assert f"{tiny_model_dir.name} on my-suite-2-" in result.output and "not stored (a model directory)" in result.output

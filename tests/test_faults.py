@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pytest
 from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
-from sim_fixtures import NS, Served, served  # noqa: F401 (fixture)
+from sim_fixtures import NS, Served
 
 from agent_sre.apps.catalog import APPS
 from agent_sre.faults import FAULTS, FaultError, clear, get_fault, inject
@@ -196,7 +196,7 @@ def test_every_catalog_and_heldout_scenario_behaves(sim: Simulator) -> None:
 
 
 @pytest.mark.parametrize("transport", ["http", "in-process"])
-def test_the_oracle_reads_what_the_typed_api_reads(served: Served, transport: str) -> None:  # noqa: F811
+def test_the_oracle_reads_what_the_typed_api_reads(served: Served, transport: str) -> None:
     """Kube reads API paths through the client's own machinery: the same documents, and the same errors, as the
     typed methods give, over HTTP with a kubeconfig as in-process."""
     api = api_client(served.kubeconfig) if transport == "http" else \

@@ -5,10 +5,9 @@ from pathlib import Path
 import pytest
 
 from agent_sre.training.flops import mfu, model_flops, parameter_count, peak_bf16_flops
-from tests.llm_fixtures import tiny_model_dir  # noqa: F401  (fixture)
 
 
-def test_parameter_count_is_the_loaded_models(tiny_model_dir: Path) -> None:  # noqa: F811
+def test_parameter_count_is_the_loaded_models(tiny_model_dir: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, local_files_only=True)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sim_fixtures import NS, Served, call, seed, served, workload_available  # noqa: F401 (fixture)
+from sim_fixtures import NS, Served, call, seed, workload_available
 
 from agent_sre.apps.catalog import get_app
 from agent_sre.faults import FAULTS, inject

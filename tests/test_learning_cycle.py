@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from isolated_workers import running_workers, terminate_running
 from learning_fixtures import recent
-from llm_fixtures import runbook_episode, tiny_model_dir  # noqa: F401 (fixture)
+from llm_fixtures import runbook_episode
 from rich.console import Console
 from store_fixtures import settings_with_own_bucket
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -90,7 +90,7 @@ class Stream:
 
 @pytest.fixture
 async def stream(temporal_server: Settings, s3_store: Settings,
-                 tiny_model_dir: Path) -> AsyncIterator[Stream]:  # noqa: F811
+                 tiny_model_dir: Path) -> AsyncIterator[Stream]:
     with settings_with_own_bucket(s3_store, "cycle") as settings:
         Registry.from_settings(settings).register(BASE, policy="llm", by="test", weights_dir=tiny_model_dir,
                                                   reason="tiny test base")

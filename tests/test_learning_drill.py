@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from isolated_workers import running_workers, terminate_running
-from llm_fixtures import runbook_episode, tiny_model_dir  # noqa: F401 (fixture)
+from llm_fixtures import runbook_episode
 from rich.console import Console
 from store_fixtures import settings_with_own_bucket
 from temporalio.service import RPCError
@@ -51,7 +51,7 @@ TINY_TRAINING = {"settle_s": 5, "training": {"algorithm": "grpo", "base": "base"
 
 
 async def test_the_drill_serves_production_shifts_the_mix_and_records_the_scheduled_cycles(
-        stack: Settings, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        stack: Settings, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(drill_cli, "console", Console(width=250))
     (tmp_path / "learning.json").write_text(json.dumps(TINY_TRAINING))
     name = f"drill-{uuid.uuid4().hex[:6]}"
@@ -202,7 +202,7 @@ def test_the_demo_drill_shifts_to_the_fault_type_production_did_worst_on() -> No
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # the schedule's first whole minute, the cycle, two windows of incidents
 async def test_the_demo_drill_stage_runs_a_scheduled_cycle_on_what_production_served(
-        stack: Settings, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        stack: Settings, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     catalog = load_scenarios(default_catalog())
     batch = [stats("bad_image", 1.0), stats("service_target_port", 0.0)]  # what the runbook does on them
     shown = Console(record=True, width=250)

@@ -21,7 +21,7 @@ import pytest_asyncio
 import torch
 from aiohttp import web
 from isolated_workers import running_workers
-from llm_fixtures import runbook_episode, tiny_model_dir  # noqa: F401 (fixture)
+from llm_fixtures import runbook_episode
 
 from agent_sre import faults
 from agent_sre.activities.policy import POLICIES

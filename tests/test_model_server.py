@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from llm_fixtures import tiny_model_dir  # noqa: F401 (fixture)
 
 from agent_sre.models.llm import SamplingConfig
 from agent_sre.models.remediation import PolicyRef
@@ -48,7 +47,7 @@ def _ready(url: str, process: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture(scope="module")
-def served(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:  # noqa: F811
+def served(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = _free_port()
     log = (tmp_path_factory.mktemp("serve") / "serve.log").open("wb")
     process = subprocess.Popen([str(Path(sys.executable).parent / "transformers"), "serve", "--host", "127.0.0.1",
@@ -64,7 +63,7 @@ def served(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 def test_the_llm_policy_plays_an_incident_through_a_real_openai_compatible_server(
-        served: str, tiny_model_dir: Path) -> None:  # noqa: F811
+        served: str, tiny_model_dir: Path) -> None:
     scenario = next(s for s in load_scenarios() if s.fault == "oom_limit")
     policy = LLMPolicy(lambda version: OpenAIBackend(f"{served}/v1", model=version),
                        SamplingConfig(temperature=0.0, max_new_tokens=24, constrained=False))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from llm_fixtures import runbook_episode, tiny_model_dir  # noqa: F401 (fixture)
+from llm_fixtures import runbook_episode
 from pydantic import ValidationError
 from safetensors.torch import load_file
 from store_fixtures import settings_with_own_bucket
@@ -49,7 +49,7 @@ FAST = {"max_steps": 1, "batch_size": 2, "learning_rate": 1e-3, "device": "cpu"}
 
 
 @pytest.fixture(scope="module")
-def logged(tiny_model_dir: Path) -> list[Rollout]:  # noqa: F811
+def logged(tiny_model_dir: Path) -> list[Rollout]:
     """Two episodes the tiny model played in the simulator: answers logged with token ids and logprobs."""
     scenario = next(s for s in load_scenarios() if s.fault == "bad_image")
     return run_rollouts(load_policy_model(tiny_model_dir, device="cpu"), [scenario, scenario],
@@ -66,7 +66,7 @@ def weights_changed(before: Path, after: Path) -> bool:
 
 
 def test_the_replay_is_the_rollout_grpo_trained_on_and_runbook_answers_are_retokenised(
-        logged: list[Rollout], tiny_model_dir: Path) -> None:  # noqa: F811
+        logged: list[Rollout], tiny_model_dir: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     for rollout, episode in zip(logged, score_episodes(episodes_of(logged), OffPolicyConfig()).episodes,
                                 strict=True):
@@ -156,7 +156,7 @@ def test_importance_ratios_are_truncated_and_unknown_logprobs_count_as_on_policy
 
 
 def test_awpg_replays_logged_episodes_through_trl_and_saves_a_servable_policy(
-        logged: list[Rollout], tiny_model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+        logged: list[Rollout], tiny_model_dir: Path, tmp_path: Path) -> None:
     data = [*episodes_of(logged), runbook_episode("bad-image")]  # one batch: every episode in the first step
     config = OffPolicyConfig(**{**FAST, "batch_size": 3}, baseline="global", beta=0.0)
     result = train_offpolicy(tiny_model_dir, data, tmp_path / "policy", config)
@@ -186,7 +186,7 @@ def test_kto_labels_turns_by_advantage_and_penalised_steps() -> None:
         assert row["prompt"] == chat_messages(t.conversation[:at])
 
 
-def test_kto_trains_on_desirable_and_undesirable_turns(tiny_model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_kto_trains_on_desirable_and_undesirable_turns(tiny_model_dir: Path, tmp_path: Path) -> None:
     good, bad = runbook_episode("oom"), runbook_episode("oom", outcome="unresolved", run_id="run-2")
     result = train_offpolicy(tiny_model_dir, [good, bad], tmp_path / "policy", OffPolicyConfig(method="kto", **FAST))
     assert (result.method, result.episodes, result.steps) == ("kto", 2, 1)
@@ -196,7 +196,7 @@ def test_kto_trains_on_desirable_and_undesirable_turns(tiny_model_dir: Path, tmp
     assert load_policy_model(tmp_path / "policy", device="cpu").model is not None
 
 
-def test_bad_configs_and_unusable_data_are_refused_with_the_reason(tiny_model_dir: Path,  # noqa: F811
+def test_bad_configs_and_unusable_data_are_refused_with_the_reason(tiny_model_dir: Path,
                                                                     tmp_path: Path) -> None:
     for bad in ({"ratio_max": 0.5}, {"ratio_min": 1.5}, {"method": "ppo"}, {"batch_size": 1},
                 {"min_class_episodes": 1}, {"steps": 3}):
@@ -232,7 +232,7 @@ BASE = "tiny-v0"
 
 
 @pytest.fixture
-def store(s3_store: Settings, tiny_model_dir: Path) -> Iterator[tuple[Settings, Registry]]:  # noqa: F811
+def store(s3_store: Settings, tiny_model_dir: Path) -> Iterator[tuple[Settings, Registry]]:
     with settings_with_own_bucket(s3_store, "offpolicy") as settings:
         registry = Registry.from_settings(settings)
         registry.register(BASE, policy="llm", by="test", weights_dir=tiny_model_dir, reason="tiny test base")

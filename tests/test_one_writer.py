@@ -169,6 +169,36 @@ async def test_a_write_waits_while_another_incident_holds_the_namespace(stack: S
     assert held.mitigated_at is not None and waited.steps[1].at > held.mitigated_at  # never interleaved
 
 
+async def test_a_live_holder_keeps_the_lease_through_an_approval_longer_than_the_lease(
+        stack: Settings, catalog, fired: datetime) -> None:
+    """The lock checks on its holder every `namespace_lease_s` (2 s here); the holder waits for a human for far
+    longer and, being alive, keeps the lease: the waiter does not write until the holder has finished."""
+    scenario = catalog["shop/bad_image"]
+    cluster = _cluster(stack, scenario)
+    slow = _incident(scenario, cluster, _alert(scenario, fired), approval_risk=Risk.LOW, approval_timeout_s=600,
+                     namespace_lease_s=2)
+    waiter = _incident(scenario, cluster, _alert(scenario, fired, 1, alertname="KubePodCrashLooping"))
+    client = await connect(stack)
+    async with running_workers(client, stack) as settings:
+        first = await start_incident(client, slow, policy=PolicyRef(name="scripted", script=[_restart("cart")]),
+                                     settings=settings)
+        await _phase(first.handle, "awaiting_approval")
+        second = await start_incident(client, waiter, settings=settings,
+                                      policy=PolicyRef(name="scripted", script=[_restart("cart")] * 2))
+        await _phase(second.handle, "awaiting_lease")
+        await asyncio.sleep(8)  # four of the holder's lease periods pass while the human thinks
+        lock = await _lock(client, scenario.namespace, cluster)
+        waiting = await second.handle.query(IncidentRemediationWorkflow.status)
+        await first.handle.signal(IncidentRemediationWorkflow.approve_action,
+                                  ApprovalDecision(step=0, approved=True, by="alice"))
+        outcomes = [await asyncio.wait_for(s.handle.result(), timeout=120) for s in (first, second)]
+        held, waited = [await _trajectory(s.handle) for s in (first, second)]
+    assert (lock.holder, lock.waiting) == (first.workflow_id, [second.workflow_id])
+    assert waiting.phase == "awaiting_lease"
+    assert [o.writes for o in outcomes] == [1, 1] and _stale(waited) == [0]
+    assert held.mitigated_at is not None and waited.steps[1].at > held.mitigated_at  # never interleaved
+
+
 async def test_a_holder_that_died_loses_the_lease_when_it_runs_out(stack: Settings, catalog, fired: datetime) -> None:
     scenario = catalog["shop/bad_image"]
     cluster = _cluster(stack, scenario)

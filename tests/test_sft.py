@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from llm_fixtures import runbook_episode, tiny_model_dir  # noqa: F401 (fixture)
+from llm_fixtures import runbook_episode
 from minio import Minio
 
 from agent_sre.config import Settings

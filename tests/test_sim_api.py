@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client, config, watch
-from sim_fixtures import NS, Served, call, seed, served, workload_available  # noqa: F401 (fixture)
+from sim_fixtures import NS, Served, call, seed, workload_available
 
 from agent_sre.kube.errors import ApiError
 from agent_sre.kube.selectors import parse_label_selector, selector_matches, selector_to_string

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from isolated_workers import running_workers, terminate_running
-from llm_fixtures import runbook_episode, tiny_model_dir  # noqa: F401 (fixture)
+from llm_fixtures import runbook_episode
 from rich.console import Console
 from store_fixtures import settings_with_own_bucket
 from temporalio.api.sdk.v1 import WorkflowMetadata
@@ -68,7 +68,7 @@ Store = tuple[Settings, Registry]
 
 
 @pytest.fixture
-def store(s3_store: Settings, tiny_model_dir: Path) -> Iterator[Store]:  # noqa: F811
+def store(s3_store: Settings, tiny_model_dir: Path) -> Iterator[Store]:
     """A bucket of this test's own, with the tiny model registered as BASE."""
     with settings_with_own_bucket(s3_store, "train") as settings:
         registry = Registry.from_settings(settings)

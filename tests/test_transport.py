@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client, config
-from sim_fixtures import NS, Served, seed, served, workload_available  # noqa: F401 (fixture)
+from sim_fixtures import NS, Served, seed, workload_available
 
 from agent_sre.faults import inject
 from agent_sre.scenarios import load_scenarios
