@@ -17,7 +17,7 @@ from agent_sre.config import Settings
 from agent_sre.models.alert import Alert, AlertmanagerWebhook
 from agent_sre.models.incident import Incident, RemediationLimits
 from agent_sre.models.lock import LockStatus, lock_id
-from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, PolicyRef
+from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, PolicyRef, RemediationStatus
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.tools import Risk, ToolCall
 from agent_sre.models.trajectory import Trajectory
@@ -93,7 +93,8 @@ def _stale(t: Trajectory) -> list[int]:
     return [s.index for s in t.steps if s.result is not None and s.result.stale]
 
 
-async def test_three_alerts_of_one_group_are_one_incident_and_one_fix(stack: Settings, catalog, fired: datetime) -> None:
+async def test_three_alerts_of_one_group_are_one_incident_and_one_fix(
+        stack: Settings, catalog, fired: datetime) -> None:
     """cart at zero replicas makes three services' error rates fire: one incident, one scale back, and a re-sent
     notification of the group after it finished starts nothing."""
     scenario = catalog["shop/scaled_to_zero"]
@@ -120,7 +121,8 @@ async def test_three_alerts_of_one_group_are_one_incident_and_one_fix(stack: Set
     assert (again.handling, again.workflow_id) == ("finished", started.workflow_id)
 
 
-async def test_two_incidents_in_one_namespace_write_one_after_the_other(stack: Settings, catalog, fired: datetime) -> None:
+async def test_two_incidents_in_one_namespace_write_one_after_the_other(
+        stack: Settings, catalog, fired: datetime) -> None:
     """Two alerts about one bad rollout (the ratchet of issue #38: a second rollback undoes the first). The second
     incident to reach its write finds the first's fix: it reads again, sees cart healthy, and writes nothing."""
     scenario = catalog["shop/bad_image"]
@@ -143,7 +145,8 @@ async def test_two_incidents_in_one_namespace_write_one_after_the_other(stack: S
     assert reader.termination == "finished" and lock.holder is None
 
 
-async def test_a_write_waits_while_another_incident_holds_the_namespace(stack: Settings, catalog, fired: datetime) -> None:
+async def test_a_write_waits_while_another_incident_holds_the_namespace(
+        stack: Settings, catalog, fired: datetime) -> None:
     """The first incident holds the lease while its write waits for a human; the second's write waits behind it,
     then is not run (the namespace changed under it), and its next write runs."""
     scenario = catalog["shop/bad_image"]

@@ -14,7 +14,7 @@ from agent_sre.models.tools import Risk
 
 IncidentSource = Literal["alertmanager", "sdk", "cli", "user_report", "simulation"]
 MAX_WORKFLOW_ID = 1000  # the Temporal server's limit.maxIDLength, by default
-LEASE_MARGIN_S = 120.0  # a lease's time beyond the incident's limits: its observation, retried activities
+LEASE_CHECK_S = 300.0  # how long a dead holder can block its namespace: the lock checks on a live one this often
 
 
 class RemediationLimits(BaseModel):
@@ -34,15 +34,13 @@ class RemediationLimits(BaseModel):
                                      "a human, as approval_risk's writes are, or nobody (simulated incidents, "
                                      "AGENT_SRE_AUTO_APPROVE_NAMESPACES); a forbidden write never runs")
     namespace_lease_s: float | None = Field(
-        default=None, gt=0, description="how long the incident may hold its namespace's write lease before the lock "
-                                        "takes it back; None: as long as the incident may act, wait and settle")
+        default=None, gt=0, description="how often the namespace's lock checks that this incident, holding the write "
+                                        "lease, still runs: a live holder keeps it (however long an approval takes), "
+                                        "one that died loses it within this time; None: LEASE_CHECK_S (300 s)")
 
     @property
     def namespace_lease_seconds(self) -> float:
-        """A live holder releases long before this; a dead one (terminated) blocks the namespace this long."""
-        if self.namespace_lease_s is not None:
-            return self.namespace_lease_s
-        return self.deadline_s + self.approval_timeout_s + self.settle_s + LEASE_MARGIN_S
+        return self.namespace_lease_s if self.namespace_lease_s is not None else LEASE_CHECK_S
 
 
 class Incident(BaseModel):

@@ -370,7 +370,7 @@ class IncidentRemediationWorkflow:
         """Let the next remediation of the namespace have the lease (or leave the queue, if still waiting)."""
         if self._lock_id is None:
             return
-        lock, self._lock_id = self._lock_id, None
+        lock, self._lock_id, self._lease = self._lock_id, None, None
         try:
             await workflow.get_external_workflow_handle_for(NamespaceLockWorkflow.run, lock).signal(
                 NamespaceLockWorkflow.release, workflow.info().workflow_id)
@@ -472,8 +472,9 @@ class IncidentRemediationWorkflow:
 
     @workflow.signal(name=LEASE_GRANTED)
     def lease_granted(self, grant: LeaseGrant) -> None:
-        """The namespace's lock lets this incident write."""
-        self._lease = grant
+        """The namespace's lock lets this incident write (sent again while the lease is held: a liveness check)."""
+        if self._lock_id == grant.lock_id:  # not one that arrives after this incident let go
+            self._lease = grant
 
     @workflow.signal
     def alert_resolved(self) -> None:

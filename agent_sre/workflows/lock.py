@@ -2,10 +2,12 @@
 
 An entity workflow per namespace (id `lock-<cluster>-<namespace>`, `models.lock.lock_id`). A holder asks with the
 `acquire` signal (signal-with-start, so the first request starts the lock), gets `lease_granted` in FIFO order,
-and lets go with `release`; a lease that runs out (`lease_s`) is taken back, so a holder that died cannot block
-the namespace. The grant says who held the lease before and when they let go, which is how a holder that read
-the namespace before that knows to read it again. The lock continues as new after `max_grants` grants and ends
-after `idle_s` unheld.
+and lets go with `release`. Each time a lease runs `lease_s` unreleased the lock asks whether its holder still
+runs (the grant is sent again: a signal to an ended workflow fails): a live holder keeps it however long a human
+takes to approve its write, a holder that died (terminated, timed out) loses it, so it cannot block the
+namespace. The grant says who held the lease before and when they let go, which is how a holder that read the
+namespace before that knows to read it again. The lock continues as new after `max_grants` grants and ends after
+`idle_s` unheld.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from temporalio import workflow
 from temporalio.exceptions import FailureError
 
 from agent_sre.models.lock import ACQUIRE, LEASE_GRANTED, LeaseGrant, LeaseRequest, LockState, LockStatus
+
+# A lease that runs out is taken back only from a holder that has ended (histories before it took it back at once).
+HOLDER_ALIVE_PATCH = "lease-kept-by-a-live-holder"
 
 
 @workflow.defn(name="NamespaceLockWorkflow", sandboxed=False)
@@ -45,19 +50,34 @@ class NamespaceLockWorkflow:
                            previous_released_at=self._previous_released_at)
         self._holder = request.holder
         self._grants += 1
-        try:
-            # By name: a holder may be a workflow of any type (and incident.py, one of them, imports this module).
-            await workflow.get_external_workflow_handle(request.holder).signal(LEASE_GRANTED, grant)
-        except FailureError:  # the holder has ended: it wrote nothing under this lease
+        if not await self._tell(grant):  # the holder has ended: it wrote nothing under this lease
             self._holder = None
             return
-        try:
-            await workflow.wait_condition(lambda: self._holder is None, timeout=timedelta(seconds=request.lease_s))
-        except TimeoutError:
+        while not await self._released_within(request.lease_s):
+            if workflow.patched(HOLDER_ALIVE_PATCH) and self._holder is not None and await self._tell(grant):
+                continue  # still running (waiting for a human, say): the lease is its own until it lets go
             workflow.logger.warning("the lease of %s ran out after %.0fs; taken back", request.holder,
                                     request.lease_s)
+            break
         self._holder = None
         self._previous, self._previous_released_at = request.holder, workflow.now()
+
+    async def _released_within(self, seconds: float) -> bool:
+        try:
+            await workflow.wait_condition(lambda: self._holder is None, timeout=timedelta(seconds=seconds))
+        except TimeoutError:
+            return False
+        return True
+
+    @staticmethod
+    async def _tell(grant: LeaseGrant) -> bool:
+        """Signal the grant to its holder; False when the holder has ended."""
+        try:
+            # By name: a holder may be a workflow of any type (and incident.py, one of them, imports this module).
+            await workflow.get_external_workflow_handle(grant.holder).signal(LEASE_GRANTED, grant)
+        except FailureError:
+            return False
+        return True
 
     @workflow.signal(name=ACQUIRE)
     def acquire(self, request: LeaseRequest) -> None:
