@@ -22,7 +22,8 @@ def _commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[
             yield from _commands(command.get_command(ctx, name), (*path, name))
 
 
-def test_every_command_says_what_it_does_and_its_help_reads_in_whole_paragraphs(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_command_says_what_it_does_and_its_help_reads_in_whole_paragraphs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(typer.rich_utils, "MAX_WIDTH", 1000)  # every paragraph fits one line
     runner = CliRunner()
     checked = 0

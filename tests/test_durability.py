@@ -18,7 +18,7 @@ from isolated_workers import isolated_queues
 from agent_sre import faults
 from agent_sre.config import Settings
 from agent_sre.models.incident import Incident, RemediationLimits
-from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, PolicyRef
+from agent_sre.models.remediation import ApprovalDecision, IncidentOutcome, PolicyRef, RemediationStatus
 from agent_sre.models.tools import Risk, ToolCall
 from agent_sre.scenarios import load_scenarios
 from agent_sre.simulator.client import SimulatorClient

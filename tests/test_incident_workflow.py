@@ -360,7 +360,8 @@ async def test_approval_and_feedback_are_updates_that_refuse_what_does_not_apply
                                        settings=settings)
         handle = started.handle
         status = await _await_phase(handle, "awaiting_approval")
-        assert status.waiting is not None and status.waiting.on == "a human to approve or reject step 0 (set_config_key)"
+        assert status.waiting is not None
+        assert status.waiting.on == "a human to approve or reject step 0 (set_config_key)"
         assert status.waiting.until is not None and status.waiting.until > status.waiting.since
         wrong = await _refusal(handle, workflow.approve, ApprovalDecision(step=1, approved=True, by="alice"))
         assert wrong.message == ("cannot approve: step 1 is not waiting for approval; step 0 (set_config_key) is")

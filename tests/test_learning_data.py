@@ -108,7 +108,7 @@ async def test_the_watermark_and_the_learnt_episodes_make_every_episode_count_on
     sources = streams.read_sources(client, bucket, data.sources)
     assert sorted(i.uri for i in sources) == sorted(f"s3://{bucket}/{k}" for k in keys)
     assert all(i.sha256 == hashlib.sha256(cas.read(client, bucket, k)[0]).hexdigest()
-               for i, k in zip(sorted(sources, key=lambda i: i.uri), sorted(keys)))
+               for i, k in zip(sorted(sources, key=lambda i: i.uri), sorted(keys), strict=True))
     assert data.dataset is not None and data.dataset.rows == 3
     again = one.gather()  # a retried activity reads the same objects and stores the same dataset
     assert again.dataset == data.dataset and again.sources == data.sources

@@ -107,7 +107,8 @@ async def test_the_drill_serves_production_shifts_the_mix_and_records_the_schedu
     assert stages[trained.version] == "candidate" and stages[model] == "production"
     assert "| cycle | incidents before it |" in written
     assert f"drill {name}" in result.output and "registered" in result.output
-    assert re.search(r"\d+ incidents served \(\d+ shifted, \d+ failed\) · \d+ cycles ended", result.output)  # every 20 s
+    # the progress line, every 20 s
+    assert re.search(r"\d+ incidents served \(\d+ shifted, \d+ failed\) · \d+ cycles ended", result.output)
     # the terminal table: a column per cycle, a row per figure
     assert any(line.startswith("│ served by") and model in line for line in result.output.splitlines())
     assert all(f"cycle {n}" in result.output for n in range(1, len(report.cycles) + 1)) and "after" in result.output

@@ -5,6 +5,7 @@ a backfill runs the missed cycles one after another, each up to its own schedule
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -120,7 +121,7 @@ async def test_schedule_pause_trigger_backfill_and_delete_through_the_cli(
     backfilled = [r for r in records if r.cutoff in slots]
     assert sorted(r.cutoff for r in backfilled) == sorted(slots) and len(slots) >= 2
     ordered = sorted(backfilled, key=lambda r: r.started_at)
-    assert all(a.ended_at <= b.started_at for a, b in zip(ordered, ordered[1:]))  # one after another
+    assert all(a.ended_at <= b.started_at for a, b in itertools.pairwise(ordered))  # one after another
     assert all(r.status == "skipped" for r in records)
 
     shown = text(await asyncio.to_thread(invoke, "learn", "status", "--name", name))

@@ -181,7 +181,8 @@ def test_kto_labels_turns_by_advantage_and_penalised_steps() -> None:
     n = len(good.steps)
     assert labels == [True] * n + [False] * n + [False, True, True, True]  # the invalid answer, even in a fix
     assert rows[2 * n]["completion"] == [{"role": "assistant", "content": "not json"}]
-    for row, (k, t) in zip(rows, [(k, t) for t in (good, bad, sloppy) for k in range(len(t.steps))], strict=True):
+    turns = [(k, episode) for episode in (good, bad, sloppy) for k in range(len(episode.steps))]
+    for row, (k, t) in zip(rows, turns, strict=True):
         at = [i for i, m in enumerate(t.conversation) if m.role == "assistant"][k]
         assert row["prompt"] == chat_messages(t.conversation[:at])
 

@@ -233,7 +233,7 @@ def test_seaweedfs_conditional_writes_let_exactly_one_racer_win(client: Minio) -
             def body(i: int, r: int = round_) -> bytes:
                 return f'{{"round": {r}, "writer": {i}}}'.encode()
 
-            results = _race(8, lambda i: cas.write(client, bucket, "doc.json", body(i), etag))
+            results = _race(8, lambda i, previous=etag: cas.write(client, bucket, "doc.json", body(i), previous))
             winners = [r for r in results if isinstance(r, str)]
             assert len(winners) == 1, f"round {round_}: {results}"
             assert all(isinstance(r, cas.WriteConflict) for r in results if not isinstance(r, str))

@@ -170,7 +170,8 @@ def test_weighted_pays_an_honest_escalation_above_a_false_claim_or_all_clear_and
         "claimed a failed fix": make_trajectory(fix_steps(), **unresolved),
     }
     totals = [compute_reward(t, WEIGHTED).total for t in endings.values()]
-    assert totals == sorted(totals, reverse=True) and len(set(totals)) == len(totals), dict(zip(endings, totals))
+    by_ending = dict(zip(endings, totals, strict=True))
+    assert totals == sorted(totals, reverse=True) and len(set(totals)) == len(totals), by_ending
     honest = compute_reward(endings["escalated a failed fix"], WEIGHTED)
     assert honest.components["task_completion"] == pytest.approx(0.4 * 0.25)
     needless = make_trajectory([read(), write(), escalate()], termination="escalated")

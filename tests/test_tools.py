@@ -386,7 +386,8 @@ def _deep(levels: int) -> dict[str, Any]:
 
 HOSTILE: list[tuple[str, dict[str, Any], str]] = [
     # scope
-    ("scale", {"deployment": "cart", "replicas": 2, "namespace": "kube-system"}, "confined to the incident's namespace"),
+    ("scale", {"deployment": "cart", "replicas": 2, "namespace": "kube-system"},
+     "confined to the incident's namespace"),
     ("patch", {"kind": "deployment", "name": "cart", "namespace": "prod", "patch": {"spec": {"replicas": 2}}},
      "confined to the incident's namespace"),
     ("describe", {"kind": "secret", "name": "db-credentials", "namespace": "kube-system"},
@@ -397,8 +398,8 @@ HOSTILE: list[tuple[str, dict[str, Any], str]] = [
                "patch": [{"op": "replace", "path": "/metadata/namespace", "value": "kube-system"}]},
      "touches /metadata/namespace"),
     ("patch", {"kind": "service", "name": "cart", "patch": {"metadata": {"name": "cart2"}}}, "touches /metadata/name"),
-    ("patch", {"kind": "deployment", "name": "cart", "patch_type": "json", "patch": [{"op": "remove", "path": "/metadata"}]},
-     "touches /metadata"),
+    ("patch", {"kind": "deployment", "name": "cart", "patch_type": "json",
+               "patch": [{"op": "remove", "path": "/metadata"}]}, "touches /metadata"),
     ("patch", {"kind": "deployment", "name": "cart", "patch": {"$patch": "replace", "spec": {}}},
      "may not replace the whole object"),
     ("patch", {"kind": "deployment", "name": "cart", "patch_type": "json",
@@ -484,8 +485,10 @@ def test_the_request_layer_refuses_what_no_tool_may_do(env: Env) -> None:
         (lambda: kube.delete("service", "cart", "k"), "deleting a service is deny-listed"),
         (lambda: kube.delete("namespace", NS, "k"), "deleting a namespace is deny-listed"),
         (lambda: kube.delete("node", "node-1", "k"), "deleting a node is deny-listed"),
-        (lambda: kube.patch("namespace", NS, {"metadata": {"labels": {"a": "b"}}}, "merge", "k"), "not in the allow-list"),
-        (lambda: kube.patch("node", "node-1", {"spec": {"unschedulable": True}}, "merge", "k"), "only cluster-wide write"),
+        (lambda: kube.patch("namespace", NS, {"metadata": {"labels": {"a": "b"}}}, "merge", "k"),
+         "not in the allow-list"),
+        (lambda: kube.patch("node", "node-1", {"spec": {"unschedulable": True}}, "merge", "k"),
+         "only cluster-wide write"),
         (lambda: kube.patch("pod", CRASHING, {"spec": {}}, "merge", "k"), "not in the allow-list"),
     ]:
         with pytest.raises(Refusal, match=reason):
@@ -639,7 +642,7 @@ def test_rollout_status_waits_on_the_clusters_clock_until_a_fix_has_rolled_out()
     before = cluster.clock.now()
     lines = _read(ctx, "rollout_status", deployment=scenario.target).splitlines()
     assert lines[-1] == f'deployment "{scenario.target}" successfully rolled out'
-    assert len(lines) > 1 and all(a != b for a, b in zip(lines, lines[1:])), lines  # one line per new state
+    assert len(lines) > 1 and all(a != b for a, b in itertools.pairwise(lines)), lines  # one line per new state
     assert 0 < cluster.clock.now() - before < 60  # back as soon as it rolled out, not at the timeout
 
 

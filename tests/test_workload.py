@@ -207,18 +207,18 @@ def test_api_writes_are_looked_at_again_as_a_pass_that_looks_at_everything_would
         def __contains__(self, item: object) -> bool:
             return True
 
+    init = Pass.__init__
+
+    def every_app(self: Pass, *args: object) -> None:
+        init(self, *args)  # type: ignore[arg-type]
+        self.touched_apps = Everything()
+
     one_per_fault = {s.fault: s for s in reversed(load_scenarios())}
     assert len(one_per_fault) >= 15
     for scenario in one_per_fault.values():
         targeted = episode(scenario, everything=False)
         assert targeted == episode(scenario, everything=True), scenario.name
         with pytest.MonkeyPatch.context() as patch:  # every Service's endpoints re-checked whenever a pod changed
-            init = Pass.__init__
-
-            def every_app(self: Pass, *args: object) -> None:
-                init(self, *args)  # type: ignore[arg-type]
-                self.touched_apps = Everything()
-
             patch.setattr(Pass, "__init__", every_app)
             assert targeted == episode(scenario, everything=False), scenario.name
 

@@ -223,7 +223,8 @@ def test_a_remediation_runs_without_approval(shop: Shop, tool: str, args: dict[s
 
 # --- the rules themselves -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("image", "source"), [
-    ("shop/cart:1.4", "docker.io/shop"), ("redis:7", "docker.io/library"), ("docker.io/library/redis", "docker.io/library"),
+    ("shop/cart:1.4", "docker.io/shop"), ("redis:7", "docker.io/library"),
+    ("docker.io/library/redis", "docker.io/library"),
     ("ghcr.io/acme/team/web@sha256:abc", "ghcr.io/acme/team"), ("localhost:5000/app:1", "localhost:5000"),
     ("registry.acme.internal/shop/checkout:3.2.1", "registry.acme.internal/shop"),
 ])
