@@ -188,7 +188,7 @@ def speed(loaded: LoadedModel, suite: list[Scenario], args: argparse.Namespace) 
                 measured[mode].append(Speed(
                     layout=layout, mode=mode, tokens=sum(map(sum, lengths)), steps=sum(map(max, lengths)),
                     calls=len(batches), seconds=seconds, prompt_seconds=prompt_s, grammar_seconds=clock.seconds))
-        for mode, runs in measured.items():
+        for runs in measured.values():
             median = {key: statistics.median(getattr(r, key) for r in runs)
                       for key in ("seconds", "prompt_seconds", "grammar_seconds")}
             rows.append(runs[0].model_copy(update=median))  # greedy: the same answers every round
@@ -225,7 +225,8 @@ def main() -> None:
 
     table = Table("decoding", "grammar", "episodes", "actions", "invalid", "of which cut off", "invalid rate",
                   "success", "wall s", title=f"held-out suite, {args.model}, at most {args.max_turns} actions")
-    lines = ["| decoding | grammar | episodes | actions | invalid | of which cut off | invalid rate | success | wall s |",
+    lines = ["| decoding | grammar | episodes | actions | invalid | of which cut off | invalid rate | success "
+             "| wall s |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for mode, a in runs:
         inside = ", ".join(f"{key} {n}" for key, n in sorted(a.cut_in.items(), key=lambda kv: -kv[1]))

@@ -173,9 +173,11 @@ def direct_trajectory(scenario: Scenario, ref: PolicyRef,
             break
         began = time.perf_counter()
         step.result = run(tools.run_tool, ToolInvocation(call=decision.action, namespace=incident.namespace,
-                                                         kubeconfig=env.server, idempotency_key=f"{t.workflow_id}/{step.index}"))
+                                                         kubeconfig=env.server,
+                                                         idempotency_key=f"{t.workflow_id}/{step.index}"))
         if tool_seconds is not None:
-            tool_seconds[decision.action.tool] = tool_seconds.get(decision.action.tool, 0.0) + time.perf_counter() - began
+            tool = decision.action.tool
+            tool_seconds[tool] = tool_seconds.get(tool, 0.0) + time.perf_counter() - began
     t.mitigated_at = datetime.now(UTC)
     t.verdict = run(observer.observe, ObserveRequest(incident=incident, baseline=baseline, termination=t.termination,
                                                      writes=len(t.writes)))
@@ -293,7 +295,7 @@ def main() -> None:
     rows: list[tuple[str, float, float | None]] = []  # mode, wall s, median overhead ms/step
     for mode, runs in sequential.items():
         overhead = None if mode == "direct" else statistics.median(
-            max(0.0, (t - d) / max(steps, 1)) * 1000 for (t, steps), (d, _) in zip(runs, direct))
+            max(0.0, (t - d) / max(steps, 1)) * 1000 for (t, steps), (d, _) in zip(runs, direct, strict=True))
         rows.append((label(mode, "sequential"), sum(t for t, _ in runs), overhead))
     for mode, (wall, _, _) in concurrent.items():
         rows.append((label(mode, f"{args.concurrency} threads" if mode == "direct" else
@@ -336,7 +338,8 @@ def main() -> None:
         f"{steps:.1f} steps per episode on average; everything on the embedded stack of this machine (Temporal dev "
         "server, SeaweedFS, the simulator over HTTP; workers and client in the bench's process). Sequential rows: "
         "each scenario directly and then in each mode, back to back; wall s is the sum of that mode's episodes.\n\n"
-        "| mode | episodes | wall s | episodes/s | orchestration overhead, ms/step (median) |\n|---|---:|---:|---:|---:|\n"
+        "| mode | episodes | wall s | episodes/s | orchestration overhead, ms/step (median) |\n"
+        "|---|---:|---:|---:|---:|\n"
         + "".join(f"| {m} | {n} | {w:.1f} | {n / w:.2f} | {f'{o:.1f}' if o is not None else ''} |\n"
                   for m, w, o in rows)
         + "\nCPU time per episode in the concurrent runs, by process (ms):\n\n"
@@ -351,7 +354,8 @@ def main() -> None:
         + f"\nThe dev server's floor on this machine (a workflow of {FLOOR_ACTIVITIES} no-op activities, median of "
           "3, per activity; CPU over the 3 workflows, per activity, the server's including each workflow's start and "
           "completion):\n\n"
-          "| how the workflow runs an activity | ms | CPU ms, bench process (SDK: worker and client) | CPU ms, Temporal server |\n"
+          "| how the workflow runs an activity | ms | CPU ms, bench process (SDK: worker and client) "
+          "| CPU ms, Temporal server |\n"
           "|---|---:|---:|---:|\n"
         + "".join(f"| {kind} | {ms:.1f} | {sdk_ms:.2f} | {server_ms:.2f} |\n"
                   for kind, (ms, sdk_ms, server_ms) in floor.items())

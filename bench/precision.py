@@ -11,6 +11,7 @@ autocast (`train_in_bf16`). Median of --repeats passes after one warm-up.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -82,7 +83,7 @@ def main() -> None:
                 model(input_ids=pair[1:, 500:], labels=pair[1:, 500:]).loss.backward()
         model.zero_grad(set_to_none=True)
 
-    padded_s, unpadded_s = (timed(lambda: two_sequences(padded), args.repeats) for padded in (True, False))
+    padded_s, unpadded_s = (timed(functools.partial(two_sequences, padded), args.repeats) for padded in (True, False))
     scenarios = load_scenarios(default_catalog())[:args.rollouts]
     config = GRPOTrainingConfig(max_turns=10, max_new_tokens=64, device="cpu")
     generated: dict[bool, int] = {}
@@ -96,8 +97,8 @@ def main() -> None:
 
     rows = []
     for bf16 in (False, True):
-        train_s = timed(lambda: train_pass(bf16), args.repeats)
-        rollout_s = timed(lambda: rollouts(bf16), 1)
+        train_s = timed(functools.partial(train_pass, bf16), args.repeats)
+        rollout_s = timed(functools.partial(rollouts, bf16), 1)
         rows.append((bf16, train_s, rollout_s))
     load_after = os.getloadavg()[0]
 
@@ -120,7 +121,8 @@ def main() -> None:
     Console().print(summary)
     if not args.no_docs:
         native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
-        write_section(HEADING, f"""{provenance()}1-minute load average {load_before:.2f} before and {load_after:.2f} after.
+        write_section(HEADING, f"""{provenance()}1-minute load average {load_before:.2f} before and
+{load_after:.2f} after.
 
 Model `{model_dir.name}` ({sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters), torch
 {torch.__version__}, {torch.get_num_threads()} threads, CPU capability {torch.backends.cpu.get_cpu_capability()},

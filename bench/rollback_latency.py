@@ -193,7 +193,7 @@ def main() -> None:
     load_after = os.getloadavg()[0]
 
     rows = []
-    for name, values in zip(COLUMNS, zip(*(t.values() for t in trials))):
+    for name, values in zip(COLUMNS, zip(*(t.values() for t in trials), strict=True), strict=True):
         ms = [v * 1000 for v in values]
         rows.append((name, percentile(ms, 50), percentile(ms, 90), percentile(ms, 99), max(ms)))
     table = Table("from the POST to", "p50 ms", "p90 ms", "p99 ms", "max ms",

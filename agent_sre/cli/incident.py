@@ -305,7 +305,8 @@ async def _follow_steps(client: Client, settings: Settings, handle: WorkflowHand
                               f"({o.reward.function})")
             return
         if desc.status != WorkflowExecutionStatus.RUNNING:
-            _fail(f"{handle.id} ended {desc.status.name.lower() if desc.status else '?'}: {await _why_it_ended(handle)}")
+            ended = desc.status.name.lower() if desc.status else "?"
+            _fail(f"{handle.id} ended {ended}: {await _why_it_ended(handle)}")
         if (why := await unpolled(client, task_queue)) is not None:
             _fail(f"{handle.id} cannot be followed: {why}")
         t = await handle.query(IncidentRemediationWorkflow.trajectory, rpc_timeout=QUERY_TIMEOUT)

@@ -8,7 +8,7 @@ import json
 import os
 import textwrap
 from collections.abc import Callable, Sequence
-from enum import Enum
+from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 UNWRAPPED_WIDTH = 100_000  # no line of ours is longer: in a pipe every line stays whole
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     table = "table"
     json = "json"
     yaml = "yaml"

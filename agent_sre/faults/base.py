@@ -109,7 +109,7 @@ class FaultType(ABC):
         """Target-specific parameter defaults (what breaks this particular service)."""
         return {}
 
-    def validate(self, ctx: FaultContext) -> None:
+    def validate(self, ctx: FaultContext) -> None:  # noqa: B027 (a hook: most faults take any parameters)
         """Raise FaultError when the parameters would not break the target."""
 
     def context(self, app: str, namespace: str, target: str, params: dict[str, Any], seed: int = 0) -> FaultContext:
@@ -217,7 +217,8 @@ class FaultType(ABC):
 
     def fault_spec(self, ctx: FaultContext, ground_truth: GroundTruth | None = None) -> FaultSpec:
         """This fault in a scenario, with its ground truth derived unless given."""
-        return FaultSpec(fault=self.name, target=ctx.target, params=ctx.params.model_dump(mode="json", exclude_none=True),
+        return FaultSpec(fault=self.name, target=ctx.target,
+                         params=ctx.params.model_dump(mode="json", exclude_none=True),
                          ground_truth=ground_truth or self.ground_truth(ctx))
 
     def scenario(self, name: str, app: str, namespace: str, target: str, params: dict[str, Any], seed: int = 0,

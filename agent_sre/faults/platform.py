@@ -32,7 +32,8 @@ class CordonedNode(FaultType):
     def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
         for node in self.nodes(ctx):
             k8s.cordon(node, True)
-        for pod in k8s.list("pod", ctx.namespace, label_selector=f"app={ctx.target}"):  # the drain: evict what runs there
+        # the drain: evict what runs there
+        for pod in k8s.list("pod", ctx.namespace, label_selector=f"app={ctx.target}"):
             if pod["spec"].get("nodeName") in self.nodes(ctx):
                 k8s.remove("pod", ctx.namespace, pod["metadata"]["name"])
 

@@ -40,7 +40,8 @@ def started(executions: Iterable[ScheduleActionExecution]) -> list[str]:
 def schedule_of(config: LearningConfig, every: timedelta, task_queue: str, paused: bool, note: str) -> Schedule:
     return Schedule(
         action=ScheduleActionStartWorkflow(
-            ContinuousLearningWorkflow.run, LearningCycleInput(config=config), id=f"learning-{config.name}", task_queue=task_queue,
+            ContinuousLearningWorkflow.run, LearningCycleInput(config=config), id=f"learning-{config.name}",
+            task_queue=task_queue,
             static_summary=f"learning cycle of {config.name}: {config.training.algorithm}, at least "
                            f"{config.min_episodes} new episodes"),
         spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),

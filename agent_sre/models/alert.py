@@ -61,8 +61,8 @@ class AlertmanagerWebhook(BaseModel):
     alerts: list[Alert] = Field(min_length=1)
 
 
-AlertHandling = Literal["started", "attached", "finished", "signalled", "not_running", "rollback_signalled", "no_rollout_running",
-                        "ignored", "out_of_scope", "rate_limited"]
+AlertHandling = Literal["started", "attached", "finished", "signalled", "not_running", "rollback_signalled",
+                        "no_rollout_running", "ignored", "out_of_scope", "rate_limited"]
 
 
 class AlertReceipt(BaseModel):

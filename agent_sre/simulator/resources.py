@@ -52,4 +52,5 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
 
 BY_KEY: dict[str, ResourceType] = {rt.key: rt for rt in RESOURCE_TYPES}
 BY_KIND: dict[str, ResourceType] = {rt.kind: rt for rt in RESOURCE_TYPES}
-CHAOS_KINDS: tuple[str, ...] = tuple(rt.kind for rt in RESOURCE_TYPES if rt.group == CHAOS_GROUP and rt.kind != "Schedule")
+CHAOS_KINDS: tuple[str, ...] = tuple(rt.kind for rt in RESOURCE_TYPES
+                                     if rt.group == CHAOS_GROUP and rt.kind != "Schedule")

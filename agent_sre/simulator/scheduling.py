@@ -150,7 +150,7 @@ def schedule(pod_spec: Obj, nodes: Iterable[Obj], loads: Mapping[str, NodeLoad])
         load = loads.get(name) or NodeLoad()
         rejected = _node_rejections(pod_spec, requests, node, load)
         if rejected:
-            for reason, helps in rejected:
+            for reason, _ in rejected:
                 reasons[reason] += 1
             preemption[NO_VICTIMS if all(h for _, h in rejected) else NOT_HELPFUL] += 1
             continue
@@ -193,6 +193,10 @@ def quota_usage(pod_specs: Iterable[Obj]) -> dict[str, float]:
     return used
 
 
+def _listing(resources: list[str], values: Mapping[str, float]) -> str:
+    return ",".join(f"{r}={format_quantity(r, values.get(r, 0.0))}" for r in resources)
+
+
 def quota_rejection(quotas: Iterable[Obj], pod_spec: Obj, used: Mapping[str, float]) -> str | None:
     """The admission error for a new pod, e.g. "exceeded quota: compute, requested: pods=1, used: pods=8,
     limited: pods=8", or None when every quota admits it."""
@@ -207,8 +211,6 @@ def quota_rejection(quotas: Iterable[Obj], pod_spec: Obj, used: Mapping[str, flo
             return f"failed quota: {name}: must specify {','.join(unspecified)}"
         over = [r for r in sorted(hard) if r in requests and used.get(r, 0.0) + requests[r] > quantity(hard[r]) + 1e-9]
         if over:
-            def listing(values: Mapping[str, float]) -> str:
-                return ",".join(f"{r}={format_quantity(r, values.get(r, 0.0))}" for r in over)
-            return (f"exceeded quota: {name}, requested: {listing(requests)}, used: {listing(used)}, "
+            return (f"exceeded quota: {name}, requested: {_listing(over, requests)}, used: {_listing(over, used)}, "
                     f"limited: {','.join(f'{r}={hard[r]}' for r in over)}")
     return None

@@ -287,13 +287,13 @@ def _name_age(obj: Obj, now: float) -> list[Any]:
     return [obj["metadata"]["name"], _age(obj, now)]
 
 
-S, I = "string", "integer"
+S, N = "string", "integer"  # a column's type: a string or a number
 PRINTERS: dict[str, tuple[tuple[Column, ...], Printer]] = {
     "pods": ((("Name", S, 0), ("Ready", S, 0), ("Status", S, 0), ("Restarts", S, 0), ("Age", S, 0),
               ("IP", S, 1), ("Node", S, 1), ("Nominated Node", S, 1), ("Readiness Gates", S, 1)), _pod),
-    "deployments.apps": ((("Name", S, 0), ("Ready", S, 0), ("Up-to-date", I, 0), ("Available", I, 0),
+    "deployments.apps": ((("Name", S, 0), ("Ready", S, 0), ("Up-to-date", N, 0), ("Available", N, 0),
                           ("Age", S, 0), ("Containers", S, 1), ("Images", S, 1), ("Selector", S, 1)), _deployment),
-    "replicasets.apps": ((("Name", S, 0), ("Desired", I, 0), ("Current", I, 0), ("Ready", I, 0), ("Age", S, 0),
+    "replicasets.apps": ((("Name", S, 0), ("Desired", N, 0), ("Current", N, 0), ("Ready", N, 0), ("Age", S, 0),
                           ("Containers", S, 1), ("Images", S, 1), ("Selector", S, 1)), _replicaset),
     "services": ((("Name", S, 0), ("Type", S, 0), ("Cluster-IP", S, 0), ("External-IP", S, 0), ("Port(s)", S, 0),
                   ("Age", S, 0), ("Selector", S, 1)), _service),
@@ -302,9 +302,9 @@ PRINTERS: dict[str, tuple[tuple[Column, ...], Printer]] = {
                ("Internal-IP", S, 1), ("External-IP", S, 1), ("OS-Image", S, 1), ("Kernel-Version", S, 1),
                ("Container-Runtime", S, 1)), _node),
     "events": ((("Last Seen", S, 0), ("Type", S, 0), ("Reason", S, 0), ("Object", S, 0), ("Subobject", S, 1),
-                ("Source", S, 1), ("Message", S, 0), ("First Seen", S, 1), ("Count", I, 1), ("Name", S, 1)), _event),
-    "configmaps": ((("Name", S, 0), ("Data", I, 0), ("Age", S, 0)), _configmap),
-    "secrets": ((("Name", S, 0), ("Type", S, 0), ("Data", I, 0), ("Age", S, 0)), _secret),
+                ("Source", S, 1), ("Message", S, 0), ("First Seen", S, 1), ("Count", N, 1), ("Name", S, 1)), _event),
+    "configmaps": ((("Name", S, 0), ("Data", N, 0), ("Age", S, 0)), _configmap),
+    "secrets": ((("Name", S, 0), ("Type", S, 0), ("Data", N, 0), ("Age", S, 0)), _secret),
     "namespaces": ((("Name", S, 0), ("Status", S, 0), ("Age", S, 0)), _namespace),
     "networkpolicies.networking.k8s.io": ((("Name", S, 0), ("Pod-Selector", S, 0), ("Age", S, 0)), _networkpolicy),
     "resourcequotas": ((("Name", S, 0), ("Age", S, 0), ("Request", S, 0), ("Limit", S, 0)), _resourcequota),

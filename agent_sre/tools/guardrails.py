@@ -3,10 +3,10 @@
 A refused call never reaches the cluster; the caller records the refusal in the trajectory. The rules:
 
 1. Scope. Writes act only in the incident's namespace: write tools take no `namespace` argument, patches may not
-   touch `metadata.namespace` / `metadata.name`, and the request layer (`kube.Kube`, given the tools' `guard.Guard`) re-checks
-   every mutating request. The one cluster-scoped write is `uncordon` (the fix for a cordoned node), and a node patch may do
-   nothing but clear `spec.unschedulable`. Reads may look at other namespaces, except secrets, which are
-   readable only in the incident's namespace.
+   touch `metadata.namespace` / `metadata.name`, and the request layer (`kube.Kube`, given the tools'
+   `guard.Guard`) re-checks every mutating request. The one cluster-scoped write is `uncordon` (the fix for a
+   cordoned node), and a node patch may do nothing but clear `spec.unschedulable`. Reads may look at other
+   namespaces, except secrets, which are readable only in the incident's namespace.
 2. Deny-list. Deleting a namespace, deployment, service, PVC, node or any other kind outside the allow-list
    (pods, network policies, Chaos Mesh experiments) is refused; so is patching a kind outside the allow-list.
 3. Never to zero. Setting a deployment's replicas to 0 (by `scale` or by a patch) is refused: it takes the
@@ -274,7 +274,7 @@ def _replicas_zero(path: Path, value: Any) -> bool:
     return False
 
 
-# --- request-level check (defence in depth, in kube.Kube via tools.guard) -----------------------------------------------------
+# --- request-level check (defence in depth, in kube.Kube via tools.guard) ---------------------------------------
 def check_write(verb: str, kind: str, name: str, namespace: str, body: Any) -> None:
     """The last check before a mutating request leaves the process, whatever tool built it."""
     if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):

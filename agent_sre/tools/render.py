@@ -59,7 +59,8 @@ def clip(text: str, max_chars: int, keep: str = "head") -> str:
         used += len(line) + 1
     dropped = len(lines) - len(kept)
     if keep == "head":
-        return "\n".join(kept) + f"\n... [truncated: {dropped} more lines; ask for less, e.g. a selector or a smaller tail]"
+        return "\n".join(kept) + (f"\n... [truncated: {dropped} more lines; "
+                                  "ask for less, e.g. a selector or a smaller tail]")
     return f"[truncated: {dropped} earlier lines not shown]\n" + "\n".join(reversed(kept))
 
 

@@ -227,7 +227,8 @@ def patch_quota(ctx: ToolContext, args: m.PatchQuota) -> Outcome:
         hard = (quota.get("spec") or {}).get("hard") or {}
         for key, value in args.hard.items():
             if key not in hard:
-                raise Refusal(f"quota {args.name} has no limit on {key!r} (limits: {', '.join(sorted(hard)) or 'none'}); "
+                limits = ", ".join(sorted(hard)) or "none"
+                raise Refusal(f"quota {args.name} has no limit on {key!r} (limits: {limits}); "
                               f"patch_quota only raises existing limits")
             if parse_quantity(value) < parse_quantity(hard[key]):
                 raise Refusal(f"patch_quota only raises limits: {key} {hard[key]} -> {value} would lower it")

@@ -176,7 +176,7 @@ class ModelRolloutWorkflow:
             wake = [t for t in (guard_at, None if paused else s.deadline) if t is not None]
             seen = self._wakeups
             try:
-                await workflow.wait_condition(lambda: self._wakeups != seen,
+                await workflow.wait_condition(lambda seen=seen: self._wakeups != seen,
                                               timeout=min(wake) - now if wake else None)
             except TimeoutError:
                 pass
