@@ -22,9 +22,9 @@ from agent_sre.apps.manifests import deployment
 from agent_sre.kube.client import Kube
 from agent_sre.kube.deployments import rollout_impact
 from agent_sre.models.alert import Alert
+from agent_sre.models.endings import Termination
 from agent_sre.models.scenario import AlertOn, FaultSpec, GroundTruth, Scenario
 from agent_sre.models.tools import ToolCall
-from agent_sre.models.trajectory import Termination
 from agent_sre.models.verdict import HealthSnapshot
 
 

@@ -9,9 +9,9 @@ from agent_sre.apps.catalog import AppSpec
 from agent_sre.faults.base import FaultContext, FaultType
 from agent_sre.faults.health import fingerprints
 from agent_sre.kube.client import Kube
+from agent_sre.models.endings import Termination
 from agent_sre.models.scenario import AlertOn
 from agent_sre.models.tools import ToolCall
-from agent_sre.models.trajectory import Termination
 from agent_sre.models.verdict import HealthSnapshot
 
 SYMPTOMS = ("A latency alert fired for {feature}, but nobody has complained - is anything actually wrong?",

@@ -26,11 +26,11 @@ from agent_sre.apps.catalog import APPS, PART_OF, AppSpec, get_app
 from agent_sre.faults import get_fault
 from agent_sre.faults.health import KEPT_KINDS, fingerprints, inventory, service_health
 from agent_sre.kube.client import Kube
+from agent_sre.models.endings import Outcome, Termination
 from agent_sre.models.incident import Incident
 from agent_sre.models.scenario import GroundTruth, Scenario
 from agent_sre.models.tools import ToolCall
-from agent_sre.models.trajectory import Termination
-from agent_sre.models.verdict import HealthSnapshot, Outcome, Verdict
+from agent_sre.models.verdict import HealthSnapshot, Verdict
 
 # What each write tool writes: (its kind, None for the call's own `kind` argument; the argument naming it). Pods and
 # chaos experiments are absent: the observer does not fingerprint them.

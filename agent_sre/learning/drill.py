@@ -42,6 +42,7 @@ from agent_sre.config import Settings
 from agent_sre.episodes import interleave_by_fault, run_episode
 from agent_sre.learning import store as streams
 from agent_sre.learning.schedule import started, upsert_schedule
+from agent_sre.models.endings import Outcome
 from agent_sre.models.incident import RemediationLimits
 from agent_sre.models.learning import DrillCycle, DrillIncident, DrillPlan, DrillReport, WindowStats
 from agent_sre.models.remediation import PolicyRef
@@ -55,7 +56,6 @@ from agent_sre.models.rollout import (
     SetWeightStep,
 )
 from agent_sre.models.scenario import Scenario
-from agent_sre.models.verdict import Outcome
 from agent_sre.registry import Registry
 from agent_sre.registry import weights as stored_files
 from agent_sre.workflows.learning import ContinuousLearningWorkflow

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from agent_sre.models.verdict import Outcome
+from agent_sre.models.endings import Outcome
 
 ALL_SUITES = "all"  # the row that pools a policy's suites: where the evaluation has the most episodes
 

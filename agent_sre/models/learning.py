@@ -9,11 +9,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agent_sre.models.endings import Outcome
 from agent_sre.models.registry import DataItem
 from agent_sre.models.reward import RewardConfig
 from agent_sre.models.rollout import Duration, RolloutPlan, RolloutRequest
 from agent_sre.models.training import EvalReport, GateDecision, RejectedEpisode, TrainingRequest, TrainingStatus
-from agent_sre.models.verdict import Outcome
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 

@@ -7,10 +7,11 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from agent_sre.models.endings import Termination
 from agent_sre.models.incident import Incident
 from agent_sre.models.reward import RewardConfig, RewardRecord
 from agent_sre.models.tools import ToolCall, WriteAssessment
-from agent_sre.models.trajectory import Termination, Trajectory
+from agent_sre.models.trajectory import Trajectory
 from agent_sre.models.verdict import HealthSnapshot
 
 PolicyName = Literal["runbook", "expert", "scripted", "llm"]

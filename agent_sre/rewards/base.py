@@ -6,10 +6,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
+from agent_sre.models.endings import Outcome
 from agent_sre.models.reward import HumanFeedback, RewardConfig, RewardFunctionName, RewardRecord
 from agent_sre.models.tools import TOOL_SPECS, Risk, ToolCall
 from agent_sre.models.trajectory import Trajectory
-from agent_sre.models.verdict import Outcome, Verdict
+from agent_sre.models.verdict import Verdict
 from agent_sre.rewards.steps import step_rewards
 
 

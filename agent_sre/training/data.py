@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from agent_sre.models.endings import Termination
 from agent_sre.models.registry import DataItem
 from agent_sre.models.training import DataManifest, RejectedEpisode, TrajectoryFilter
-from agent_sre.models.trajectory import Termination, Trajectory
+from agent_sre.models.trajectory import Trajectory
 from agent_sre.rewards.base import EpisodeFacts
 
 MAX_LISTED_REJECTIONS = 100
