@@ -223,7 +223,8 @@ def test_discovery_lists_every_resource(served: Served) -> None:
     assert listed[("metrics.k8s.io/v1beta1", "pods")]["kind"] == "PodMetrics"
     status, groups = call(sim, "GET", "/envs/seeded/apis")
     assert {g["name"] for g in groups["groups"]} == {"apps", "networking.k8s.io", "chaos-mesh.org", "metrics.k8s.io",
-                                                    "discovery.k8s.io"}
+                                                    "discovery.k8s.io", "autoscaling", "batch"}
+    assert listed[("autoscaling/v2", "horizontalpodautoscalers")]["shortNames"] == ["hpa"]
     assert call(sim, "GET", "/envs/seeded/version")[1]["minor"] == "32"
 
 

@@ -11,6 +11,7 @@ import binascii
 import copy
 import ipaddress
 import re
+import uuid
 from typing import Any
 
 from agent_sre.kube.errors import ApiError
@@ -61,6 +62,34 @@ def _allocate_cluster_ip(cluster: Cluster) -> str:
     raise ApiError(500, "InternalError", "the service IP range 10.96.0.0/12 is exhausted")
 
 
+JOB_UID_LABEL, JOB_NAME_LABEL = "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name"
+
+
+def _default_job(obj: Obj, spec: dict[str, Any], old: Obj | None) -> None:
+    """batch/v1 defaults, and on create the selector the apiserver generates (the job's own uid) with the labels
+    it puts on the pod template (the job strategy's PrepareForCreate)."""
+    parallelism = spec.setdefault("parallelism", 1)
+    if spec.get("completions") is None and old is None:
+        spec["completions"] = 1 if parallelism == 1 else None
+    for key, value in (("backoffLimit", 6), ("completionMode", "NonIndexed"), ("suspend", False),
+                       ("podReplacementPolicy", "TerminatingOrFailed"), ("manualSelector", False)):
+        spec.setdefault(key, value)
+    if spec.get("completions") is None:
+        spec.pop("completions", None)
+    meta = obj.setdefault("metadata", {})
+    template = spec.setdefault("template", {})
+    if old is None and not spec.get("selector"):
+        uid = meta.setdefault("uid", str(uuid.uuid4()))
+        spec["selector"] = {"matchLabels": {JOB_UID_LABEL: uid}}
+        labels = (template.setdefault("metadata", {})).setdefault("labels", {})
+        for key in (JOB_UID_LABEL, "controller-uid"):
+            labels.setdefault(key, uid)
+        for key in (JOB_NAME_LABEL, "job-name"):
+            labels.setdefault(key, meta.get("name", ""))
+    if isinstance(template.get("spec"), dict):
+        _default_pod_spec(template["spec"])
+
+
 def apply_defaults(cluster: Cluster, resource: str, obj: Obj, old: Obj | None = None) -> None:
     """Fill the fields the apiserver defaults, in place (idempotent, so it runs on every write).
 
@@ -83,6 +112,24 @@ def apply_defaults(cluster: Cluster, resource: str, obj: Obj, old: Obj | None = 
             _default_pod_spec(template_spec)
     elif resource == "pods" and isinstance(spec, dict):
         _default_pod_spec(spec)
+    elif resource == "horizontalpodautoscalers.autoscaling" and isinstance(spec, dict):
+        spec.setdefault("minReplicas", 1)  # autoscaling/v2 SetDefaults_HorizontalPodAutoscaler
+        if not spec.get("metrics"):
+            spec["metrics"] = [{"type": "Resource", "resource": {"name": "cpu", "target": {
+                "type": "Utilization", "averageUtilization": 80}}}]
+    elif resource == "jobs.batch" and isinstance(spec, dict):
+        _default_job(obj, spec, old)
+    elif resource == "cronjobs.batch" and isinstance(spec, dict):
+        for key, value in (("concurrencyPolicy", "Allow"), ("suspend", False), ("successfulJobsHistoryLimit", 3),
+                           ("failedJobsHistoryLimit", 1)):
+            spec.setdefault(key, value)
+        job_spec = (spec.get("jobTemplate") or {}).get("spec")
+        if isinstance(job_spec, dict):
+            for key, value in (("backoffLimit", 6), ("completionMode", "NonIndexed"), ("suspend", False)):
+                job_spec.setdefault(key, value)
+            template_spec = (job_spec.get("template") or {}).get("spec")
+            if isinstance(template_spec, dict):
+                _default_pod_spec(template_spec)
     elif resource == "services" and isinstance(spec, dict):
         spec.setdefault("type", "ClusterIP")
         spec.setdefault("sessionAffinity", "None")
@@ -201,6 +248,37 @@ def _validate_labels(obj: Obj, resource: str) -> None:
             raise _invalid(obj, resource, f"metadata.{field}", "Invalid value: values must be strings")
 
 
+def _validate_hpa(obj: Obj, resource: str) -> None:
+    spec = obj.get("spec") or {}
+    low, high = spec.get("minReplicas", 1), spec.get("maxReplicas")
+    if not isinstance(spec.get("scaleTargetRef"), dict) or not spec["scaleTargetRef"].get("name"):
+        raise _invalid(obj, resource, "spec.scaleTargetRef.name", "Required value")
+    if not isinstance(high, int) or isinstance(high, bool) or high < 1:
+        raise _invalid(obj, resource, "spec.maxReplicas", f"Invalid value: {high!r}: must be greater than or "
+                                                          "equal to 1")
+    if not isinstance(low, int) or isinstance(low, bool) or low < 1:
+        raise _invalid(obj, resource, "spec.minReplicas", f"Invalid value: {low!r}: must be greater than or "
+                                                          "equal to 1")
+    if low > high:
+        raise _invalid(obj, resource, "spec.minReplicas", f"Invalid value: {low}: must be less than or equal to "
+                                                          "maxReplicas")
+
+
+def _validate_job(obj: Obj, resource: str) -> None:
+    spec = obj.get("spec") or {}
+    template = spec.get("template") or {}
+    _validate_pod_spec(obj, resource, template.get("spec"), "spec.template.spec")
+    policy = (template.get("spec") or {}).get("restartPolicy")
+    if policy not in ("OnFailure", "Never"):
+        raise _invalid(obj, resource, "spec.template.spec.restartPolicy",
+                       f'Unsupported value: "{policy}": supported values: "OnFailure", "Never"')
+    for key in ("parallelism", "completions", "backoffLimit"):
+        value = spec.get(key, 0)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise _invalid(obj, resource, f"spec.{key}", f"Invalid value: {value!r}: must be greater than or "
+                                                         "equal to 0")
+
+
 def validate(resource: str, obj: Obj) -> None:
     """Raise ApiError 422 (or 400 for undecodable data) when the apiserver would refuse `obj`."""
     _validate_name(obj, resource)
@@ -213,6 +291,10 @@ def validate(resource: str, obj: Obj) -> None:
         _validate_service(obj, resource)
     elif resource == "secrets":
         _validate_secret(obj, resource)
+    elif resource == "horizontalpodautoscalers.autoscaling":
+        _validate_hpa(obj, resource)
+    elif resource == "jobs.batch":
+        _validate_job(obj, resource)
 
 
 def _without_images(spec: Any) -> Any:

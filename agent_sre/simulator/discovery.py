@@ -17,7 +17,8 @@ KUBE_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-agent-sre-si
                 "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23.0",
                 "compiler": "gc", "platform": "linux/amd64"}
 # Resources `kubectl get all` expands to (the apiserver's "all" category).
-ALL_CATEGORY = frozenset({"pods", "services", "deployments.apps", "replicasets.apps"})
+ALL_CATEGORY = frozenset({"pods", "services", "deployments.apps", "replicasets.apps", "jobs.batch", "cronjobs.batch",
+                          "horizontalpodautoscalers.autoscaling"})
 SUBRESOURCE_VERBS = {"log": ["get"], "status": ["get", "patch", "update"], "scale": ["get", "patch", "update"]}
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from agent_sre.apps import traffic
 from agent_sre.apps.software import Outcome
 from agent_sre.kube.netpol import blocking_policy
 from agent_sre.simulator.cluster import Cluster, Obj
@@ -146,15 +147,16 @@ class _Inputs:
     through the same few states. Objects count by identity and resourceVersion (stored objects are never changed
     in place); the inputs keep them alive, so an identity is not reused while cached."""
 
-    __slots__ = ("app", "ns", "backends", "policies", "ns_labels", "chaos", "_key", "_hash")
+    __slots__ = ("app", "ns", "backends", "policies", "ns_labels", "chaos", "surge", "_key", "_hash")
 
     def __init__(self, app: AppSpec, ns: str, backends: dict[str, _Backend], policies: list[Obj],
-                 ns_labels: Mapping[str, str], chaos: CallerEffects) -> None:
-        self.app, self.ns, self.backends, self.policies, self.ns_labels, self.chaos = \
-            app, ns, backends, policies, ns_labels, chaos
+                 ns_labels: Mapping[str, str], chaos: CallerEffects,
+                 surge: tuple[tuple[str, float], ...] = ()) -> None:
+        self.app, self.ns, self.backends, self.policies, self.ns_labels, self.chaos, self.surge = \
+            app, ns, backends, policies, ns_labels, chaos, surge
         self._key = (id(app), ns, tuple((name, b.key()) for name, b in backends.items()),
                      tuple((id(p), p["metadata"].get("resourceVersion")) for p in policies),
-                     tuple(ns_labels.items()), chaos)
+                     tuple(ns_labels.items()), chaos, surge)
         self._hash = hash(self._key)
 
     def __hash__(self) -> int:
@@ -177,16 +179,18 @@ def compute(cluster: Cluster, effects: Mapping[tuple[str, str], PodEffects],
     """Golden signals of every installed app's services at the current state."""
     out = Computed()
     all_policies = cluster.list("networkpolicies.networking.k8s.io")
+    surges = bool(cluster.list("configmaps", traffic.LOADGEN_NAMESPACE))
     apps_of = {(p["metadata"]["namespace"], p["metadata"]["name"]): (p["metadata"].get("labels") or {}).get("app", "")
                for key in effects for p in [cluster.get("pods", *key)] if p is not None}
     for ns, instance in cluster.model.get("apps", {}).items():
         app: AppSpec = instance.spec
         ns_obj = cluster.get("namespaces", "", ns) or {"metadata": {}}
         chaos = tuple((key[1], apps_of.get(key), fx.loss, fx.delay_ms) for key, fx in effects.items() if key[0] == ns)
+        loadgen = cluster.get("configmaps", traffic.LOADGEN_NAMESPACE, ns) if surges else None
         part = _namespace_signals(_Inputs(
             app, ns, {s.name: _backend(cluster, ns, s, pods, effects) for s in app.topological()},
             [p for p in all_policies if p["metadata"].get("namespace") == ns], ns_obj["metadata"].get("labels") or {},
-            chaos))
+            chaos, tuple(sorted(traffic.factors((loadgen or {}).get("data")).items()))))
         out.services.update(part.services)
         out.edges.update(part.edges)
         out.failing_edges.update(part.failing_edges)
@@ -201,10 +205,15 @@ def _namespace_signals(inputs: _Inputs) -> _NamespaceSignals:
     app, ns, backends, policies, ns_labels = inputs.app, inputs.ns, inputs.backends, inputs.policies, inputs.ns_labels
     order = app.topological()
     service_labels = app.service_labels()
-    rps: dict[str, float] = {s.name: s.entry_rps for s in order}
-    for s in reversed(order):  # callers first: demand flows down the graph
-        for edge in s.deps:
-            rps[edge.callee] += rps[s.name] * edge.calls
+    entry = app.entry()
+    # users come in through the ingress controller, from outside the namespace
+    ingress_blocked = bool(policies) and blocking_policy(
+        policies, ns, service_labels[entry.name], traffic.INGRESS_NAMESPACE, traffic.INGRESS_LABELS,
+        traffic.INGRESS_NAMESPACE_LABELS, entry.port, "http" if entry.probe == "http" else entry.name) is not None \
+        and backends[entry.name].serving > 0
+    surge = dict(inputs.surge)
+    normal = traffic.demand(app) if surge else None
+    rps = traffic.demand(app, surge, ingress_blocked)
     internal_error: dict[str, float] = {}
     internal_p99: dict[str, float] = {}
     for s in order:  # callees first: failures flow up the graph
@@ -212,7 +221,9 @@ def _namespace_signals(inputs: _Inputs) -> _NamespaceSignals:
         sw = s.software
         capacity = backend.serving * sw.capacity_rps
         utilisation = rps[s.name] / capacity if capacity else 0.0
-        out.load[(ns, s.name)] = s.replicas / backend.serving if backend.serving else 0.0
+        # traffic per serving pod against a normal day's (the catalog's replicas at the catalog's demand)
+        share = rps[s.name] / normal[s.name] if normal is not None and normal[s.name] else 1.0
+        out.load[(ns, s.name)] = share * s.replicas / backend.serving if backend.serving else 0.0
         overload = 1.0 - 1.0 / utilisation if utilisation > 1.0 else 0.0
         slowdown = 1.0 if utilisation < 0.7 else 1.0 + min(20.0, (utilisation - 0.7) * 10.0)
         own_p99 = sw.p99_ms / 1000.0 * slowdown * backend.cpu_factor + backend.delay_s
@@ -240,15 +251,23 @@ def _namespace_signals(inputs: _Inputs) -> _NamespaceSignals:
             out.failing_edges[(ns, s.name)] = tuple(failing)
     for s in order:
         backend = backends[s.name]
-        demand = [(s.entry_rps, _combine(1.0 - backend.reachable, internal_error[s.name]),
-                   internal_p99[s.name] if backend.serving else 0.0)]
-        for caller, edge in app.calls_to(s.name):
+        callers = app.calls_to(s.name)
+        arriving = rps[s.name]
+        if s is entry and ingress_blocked:  # the ingress cannot connect: users get a 504 after its connect timeout
+            arriving = s.entry_rps * surge.get(s.name, 1.0)
+            demand = [(arriving, 1.0, traffic.INGRESS_TIMEOUT_S)]
+        else:  # what does not come from the app's own callers: the users, and any surge from outside
+            outside = s.entry_rps if not surge else \
+                max(0.0, arriving - sum(rps[c.name] * e.calls for c, e in callers))
+            demand = [(outside, _combine(1.0 - backend.reachable, internal_error[s.name]),
+                       internal_p99[s.name] if backend.serving else 0.0)]
+        for caller, edge in callers:
             health = out.edges[(ns, caller.name, s.name)]
             demand.append((rps[caller.name] * edge.calls, health.error_ratio, health.latency_p99_seconds))
         total = sum(d for d, _, _ in demand)
         error = sum(d * e for d, e, _ in demand) / total if total else 0.0
         p99 = max((lat for d, _, lat in demand if d > 0), default=internal_p99[s.name])
-        out.services[(ns, s.name)] = GoldenSignals(round(rps[s.name], 3), round(error, 4), round(p99, 4))
+        out.services[(ns, s.name)] = GoldenSignals(round(arriving, 3), round(error, 4), round(p99, 4))
     return out
 
 

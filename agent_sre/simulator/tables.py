@@ -283,6 +283,70 @@ def _pvc(pvc: Obj, now: float) -> list[Any]:
             spec.get("volumeMode", "Filesystem")]
 
 
+def hpa_targets(hpa: Obj) -> str:
+    """`cpu: 45%/80%` per metric, the current value `<unknown>` until the controller has measured one (kubectl's
+    formatHPAMetrics: two metrics, then `+ N more...`)."""
+    spec, statuses = hpa.get("spec") or {}, (hpa.get("status") or {}).get("currentMetrics") or []
+    out = []
+    for i, metric in enumerate(spec.get("metrics") or []):
+        source = metric.get("resource") or {}
+        target = source.get("target") or {}
+        current_status = ((statuses[i] if i < len(statuses) else {}).get("resource") or {}).get("current") or {}
+        if metric.get("type") != "Resource":
+            out.append("<unknown>/<unknown>")
+        elif target.get("averageValue") is not None:
+            out.append(f"{source.get('name')}: {current_status.get('averageValue', '<unknown>')}/"
+                       f"{target['averageValue']}")
+        else:
+            current = current_status.get("averageUtilization")
+            wanted = target.get("averageUtilization")
+            out.append(f"{source.get('name')}: {'<unknown>' if current is None else f'{current}%'}/"
+                       f"{'<auto>' if wanted is None else f'{wanted}%'}")
+    if not out:
+        return "<none>"
+    return ", ".join(out[:2]) + (f" + {len(out) - 2} more..." if len(out) > 2 else "")
+
+
+def _hpa(hpa: Obj, now: float) -> list[Any]:
+    spec, status = hpa.get("spec") or {}, hpa.get("status") or {}
+    ref = spec.get("scaleTargetRef") or {}
+    return [hpa["metadata"]["name"], f"{ref.get('kind', '')}/{ref.get('name', '')}", hpa_targets(hpa),
+            spec.get("minReplicas", "<unset>"), spec.get("maxReplicas", 0), status.get("currentReplicas", 0),
+            _age(hpa, now)]
+
+
+def job_status(job: Obj) -> str:
+    """kubectl's STATUS of a job: the condition that is true, else Running (Suspended while suspended)."""
+    conditions = {c.get("type"): c.get("status") for c in (job.get("status") or {}).get("conditions") or []}
+    for kind in ("Complete", "Failed", "FailureTarget", "SuccessCriteriaMet"):
+        if conditions.get(kind) == "True":
+            return kind
+    return "Suspended" if conditions.get("Suspended") == "True" else "Running"
+
+
+def _job(job: Obj, now: float) -> list[Any]:
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    completions = spec.get("completions")
+    succeeded = status.get("succeeded", 0)
+    done = f"{succeeded}/{completions}" if completions is not None else \
+        f"{succeeded}/1 of {spec.get('parallelism', 1)}"
+    started, finished = parse_time(status.get("startTime")), parse_time(status.get("completionTime"))
+    duration = human_duration((finished if finished is not None else now) - started) if started is not None else ""
+    names, images = _containers((spec.get("template") or {}).get("spec") or {})
+    return [job["metadata"]["name"], job_status(job), done, duration, _age(job, now), names, images,
+            selector_to_string(spec.get("selector")) or "<none>"]
+
+
+def _cronjob(cj: Obj, now: float) -> list[Any]:
+    spec, status = cj.get("spec") or {}, cj.get("status") or {}
+    template = ((spec.get("jobTemplate") or {}).get("spec") or {})
+    names, images = _containers((template.get("template") or {}).get("spec") or {})
+    last = status.get("lastScheduleTime")
+    return [cj["metadata"]["name"], spec.get("schedule", ""), spec.get("timeZone") or "<none>",
+            str(bool(spec.get("suspend"))), len(status.get("active") or []), age(last, now) if last else "<none>",
+            _age(cj, now), names, images, selector_to_string(template.get("selector")) or "<none>"]
+
+
 def _name_age(obj: Obj, now: float) -> list[Any]:
     return [obj["metadata"]["name"], _age(obj, now)]
 
@@ -311,6 +375,14 @@ PRINTERS: dict[str, tuple[tuple[Column, ...], Printer]] = {
     "persistentvolumeclaims": ((("Name", S, 0), ("Status", S, 0), ("Volume", S, 0), ("Capacity", S, 0),
                                 ("Access Modes", S, 0), ("StorageClass", S, 0), ("VolumeAttributesClass", S, 0),
                                 ("Age", S, 0), ("VolumeMode", S, 1)), _pvc),
+    "horizontalpodautoscalers.autoscaling": ((("Name", S, 0), ("Reference", S, 0), ("Targets", S, 0),
+                                              ("MinPods", S, 0), ("MaxPods", "integer", 0), ("Replicas", "integer", 0),
+                                              ("Age", S, 0)), _hpa),
+    "jobs.batch": ((("Name", S, 0), ("Status", S, 0), ("Completions", S, 0), ("Duration", S, 0), ("Age", S, 0),
+                    ("Containers", S, 1), ("Images", S, 1), ("Selector", S, 1)), _job),
+    "cronjobs.batch": ((("Name", S, 0), ("Schedule", S, 0), ("Timezone", S, 0), ("Suspend", S, 0),
+                        ("Active", "integer", 0), ("Last Schedule", S, 0), ("Age", S, 0), ("Containers", S, 1),
+                        ("Images", S, 1), ("Selector", S, 1)), _cronjob),
 }
 DEFAULT_PRINTER: tuple[tuple[Column, ...], Printer] = ((("Name", S, 0), ("Age", S, 0)), _name_age)
 

@@ -18,9 +18,11 @@ from collections.abc import Callable, Iterator, Mapping
 from functools import cache, partial
 from typing import Any
 
+from agent_sre.apps import traffic
 from agent_sre.simulator import signals
 from agent_sre.simulator.cluster import Cluster
 from agent_sre.simulator.controllers import (
+    autoscaling,
     chaos,
     deployment,
     endpoints,
@@ -156,6 +158,7 @@ def _run(p: Pass) -> tuple[float, float]:
     nodes.reconcile(p)
     scheduler.reconcile(p)
     kubelet.reconcile(p)
+    autoscaling.reconcile(p)  # before the deployment controller: a new scale is acted on in this pass
     p.touched |= waiting
     # after API writes, the first round syncs every ReplicaSet (a cheap count), so a set the deployment
     # controller just resized acts in the same round, as it did when every deployment was synced
@@ -192,7 +195,9 @@ def _signals(p: Pass) -> signals.Computed:
     objects = p.st.signals[0][0] if p.st.signals and not (p.signal_inputs or p.endpoints_changed) \
         else \
         tuple((o["metadata"].get("namespace"), o["metadata"]["name"], o["metadata"].get("resourceVersion"))
-              for resource in SIGNAL_INPUTS for o in p.c.list(resource))
+              for resource in SIGNAL_INPUTS for o in p.c.list(resource)) + \
+        tuple((o["metadata"]["name"], o["metadata"].get("resourceVersion"))
+              for o in p.c.list("configmaps", traffic.LOADGEN_NAMESPACE))  # the load generator's settings
     key = (objects,
            tuple(sorted((k, fx.failure, fx.cpu_millicores, fx.memory_bytes, fx.delay_ms, fx.loss, fx.abort,
                          fx.http_delay_ms) for k, fx in p.effects.items())),

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from agent_sre.apps.traffic import LOADGEN_NAMESPACE
 from agent_sre.simulator import chaos, kubelet, signals
 from agent_sre.simulator.cluster import Cluster, Obj
 from agent_sre.simulator.controllers.state import Index, WorkloadState, owner_uid, short_hash
@@ -161,7 +162,8 @@ class Pass:
             self.everything = self.signal_inputs = False
             return
         self.everything = written is None or any(r in ("pods", "replicasets.apps") for r, _, _ in written)
-        self.signal_inputs = written is None or any(r in SIGNAL_INPUTS for r, _, _ in written)
+        self.signal_inputs = written is None or any(r in SIGNAL_INPUTS or (r, ns) == ("configmaps", LOADGEN_NAMESPACE)
+                                                    for r, ns, _ in written)
         for resource, ns, name in written or ():
             if resource == "deployments.apps":
                 dep = self.c.get(resource, ns, name)

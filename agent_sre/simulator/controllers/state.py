@@ -39,10 +39,15 @@ class WorkloadState:
     index: Index | None = None  # kept from pass to pass while only passes write pods and sets (`Pass.everything`)
     # what each controller step last saw when it found nothing to do: (step, object) -> its inputs
     settled: dict[tuple[str, ...], Any] = field(default_factory=dict)
+    # HPA uid -> (its last sync, its recommendations in the stabilization window: (replicas, when)), and the HPA
+    # generation that sync saw (a changed spec is looked at without waiting for the period)
+    autoscaling: dict[str, tuple[float, tuple[tuple[int, float], ...]]] = field(default_factory=dict)
+    autoscaling_seen: dict[str, Any] = field(default_factory=dict)
 
     def merge(self, other: WorkloadState) -> None:
         for name in ("pods", "hashes", "pod_counter", "progress", "first_failure", "chaos_ticks",
-                     "created", "ip_counter", "failing_since", "settled"):
+                     "created", "ip_counter", "failing_since", "settled", "autoscaling",
+                     "autoscaling_seen"):
             getattr(self, name).update(getattr(other, name))
         if self.signals is None:  # keyed by everything it follows from: a cluster with more in it recomputes
             self.signals = other.signals
