@@ -1,12 +1,14 @@
 """Chaos Mesh experiments (`chaos-mesh.org/v1alpha1`): the fault lasts until the experiment is removed.
 
 The resources are exactly what one would `kubectl apply` on a cluster running Chaos Mesh, so the same injection
-runs against the simulator and a real cluster.
+runs against the simulator and a real cluster. With a `schedule` (cron, or `@every 2m`) the experiment is the
+template of a `Schedule`, which spawns it afresh at every tick (`<name>-<suffix>`, owned by the Schedule): deleting
+that child only lets the next tick bring the fault back; the fix is deleting (or pausing) the Schedule.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -17,6 +19,16 @@ from agent_sre.models.tools import ToolCall
 
 _NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _DURATION = r"^[0-9]+(ms|s|m|h)$"
+_SCHEDULE = r"^@every [0-9]+(s|m|h)$|^@(hourly|daily)$|^[-*/,0-9]+ [-*/,0-9]+ \* \* \*$"
+
+
+class ScheduledParams(FaultParams):
+    """Every chaos fault's schedule variant: with `schedule`, a `Schedule` spawns the experiment at each tick."""
+
+    experiment: str = Field(pattern=_NAME)
+    schedule: str | None = Field(default=None, pattern=_SCHEDULE)
+    concurrency: Literal["Forbid", "Allow"] | None = None  # the Schedule's concurrencyPolicy (default Forbid)
+    history_limit: int | None = Field(default=None, ge=1, le=100)  # its historyLimit (default 5)
 
 
 class _ChaosFault(FaultType):
@@ -24,7 +36,15 @@ class _ChaosFault(FaultType):
     symptom_kind = "errors"
 
     def experiment_name(self, ctx: FaultContext) -> str:
-        return ctx.params.experiment
+        return str(ctx.params.experiment)
+
+    def schedule(self, ctx: FaultContext) -> str | None:
+        """The cron schedule the experiment runs under, or None: a single experiment."""
+        return getattr(ctx.params, "schedule", None)
+
+    def resource_kind(self, ctx: FaultContext) -> str:
+        """The kind the fault creates (and its fix deletes): the Schedule when there is one."""
+        return "Schedule" if self.schedule(ctx) else self.kind
 
     def spec(self, ctx: FaultContext) -> dict[str, Any]:
         raise NotImplementedError
@@ -33,22 +53,28 @@ class _ChaosFault(FaultType):
         return {"namespaces": [ctx.namespace], "labelSelectors": {"app": ctx.target}}
 
     def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
-        k8s.create_chaos(ctx.namespace, self.kind, {
-            "metadata": {"name": self.experiment_name(ctx), "labels": {PART_OF: ctx.app.name}},
-            "spec": self.spec(ctx)})
+        spec = self.spec(ctx)
+        schedule = self.schedule(ctx)
+        if schedule:
+            spec = {"schedule": schedule, "type": self.kind,
+                    "historyLimit": getattr(ctx.params, "history_limit", None) or 5,
+                    "concurrencyPolicy": getattr(ctx.params, "concurrency", None) or "Forbid",
+                    self.kind[:1].lower() + self.kind[1:]: spec}
+        k8s.create_chaos(ctx.namespace, self.resource_kind(ctx), {
+            "metadata": {"name": self.experiment_name(ctx), "labels": {PART_OF: ctx.app.name}}, "spec": spec})
 
     def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
-        k8s.remove(self.kind, ctx.namespace, self.experiment_name(ctx))
+        k8s.remove(self.resource_kind(ctx), ctx.namespace, self.experiment_name(ctx))
 
     def root_cause(self, ctx: FaultContext) -> str:
-        return f"{self.kind.lower()}/{self.experiment_name(ctx)}"
+        return f"{self.resource_kind(ctx).lower()}/{self.experiment_name(ctx)}"
 
     def fix(self, ctx: FaultContext) -> list[ToolCall]:
-        return [ToolCall(tool="delete_chaos_experiment", args={"kind": self.kind, "name": self.experiment_name(ctx)})]
+        return [ToolCall(tool="delete_chaos_experiment", args={"kind": self.resource_kind(ctx),
+                                                               "name": self.experiment_name(ctx)})]
 
 
-class PodKillParams(FaultParams):
-    experiment: str = Field(pattern=_NAME)
+class PodKillParams(ScheduledParams):
     every: str = Field(default="1m", pattern=_DURATION)
 
 
@@ -58,7 +84,6 @@ class ChaosPodKill(_ChaosFault):
     fault_class = "chaos/pod-kill"
     modelled_on = "AIOpsLab pod_kill, ITBench Chaos Mesh PodChaos"
     Params = PodKillParams
-    kind = "Schedule"
     alert_name = "HighErrorRate"
     severity = "warning"
     symptom_kind = "partial"
@@ -66,14 +91,15 @@ class ChaosPodKill(_ChaosFault):
     def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
         return {"experiment": f"{target}-pod-kill"}
 
+    def schedule(self, ctx: FaultContext) -> str:
+        """Always under a Schedule (one kill is a transient): `schedule`, else every `every`."""
+        return ctx.params.schedule or f"@every {ctx.params.every}"
+
     def spec(self, ctx: FaultContext) -> dict[str, Any]:
-        return {"schedule": f"@every {ctx.params.every}", "type": "PodChaos", "historyLimit": 5,
-                "concurrencyPolicy": "Forbid",
-                "podChaos": {"action": "pod-kill", "mode": "one", "selector": self.selector(ctx)}}
+        return {"action": "pod-kill", "mode": "one", "selector": self.selector(ctx)}
 
 
-class PodFailureParams(FaultParams):
-    experiment: str = Field(pattern=_NAME)
+class PodFailureParams(ScheduledParams):
     duration: str = Field(default="2h", pattern=_DURATION)
 
 
@@ -93,8 +119,7 @@ class ChaosPodFailure(_ChaosFault):
                 "selector": self.selector(ctx)}
 
 
-class DelayParams(FaultParams):
-    experiment: str = Field(pattern=_NAME)
+class DelayParams(ScheduledParams):
     latency: str = Field(default="1500ms", pattern=_DURATION)
     jitter: str = Field(default="200ms", pattern=_DURATION)
 
@@ -118,8 +143,7 @@ class ChaosNetworkDelay(_ChaosFault):
                 "delay": {"latency": ctx.params.latency, "jitter": ctx.params.jitter, "correlation": "25"}}
 
 
-class LossParams(FaultParams):
-    experiment: str = Field(pattern=_NAME)
+class LossParams(ScheduledParams):
     loss: int = Field(default=60, ge=1, le=100)
 
 
@@ -140,8 +164,7 @@ class ChaosNetworkLoss(_ChaosFault):
                 "loss": {"loss": str(ctx.params.loss), "correlation": "25"}}
 
 
-class StressParams(FaultParams):
-    experiment: str = Field(pattern=_NAME)
+class StressParams(ScheduledParams):
     workers: int = Field(default=4, ge=1, le=16)
     load: int = Field(default=100, ge=1, le=100)
 
@@ -165,8 +188,8 @@ class ChaosStress(_ChaosFault):
                 "stressors": {"cpu": {"workers": ctx.params.workers, "load": ctx.params.load}}}
 
 
-class AbortParams(FaultParams):
-    experiment: str = Field(pattern=_NAME)
+class AbortParams(ScheduledParams):
+    pass
 
 
 class ChaosHttpAbort(_ChaosFault):

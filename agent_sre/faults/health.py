@@ -80,6 +80,13 @@ def _chaos_active(obj: Obj, now: float | None) -> bool:
     return not (duration is not None and created is not None and now is not None and now - created >= duration)
 
 
+def _spawned_by(obj: Obj) -> str:
+    """` (spawned by Schedule/x)` for a Schedule's child: deleting it alone does not end the fault, the Schedule
+    spawns the next one (an active Schedule is itself a reason until it is deleted or paused)."""
+    owner = next((r for r in obj["metadata"].get("ownerReferences") or [] if r.get("kind") == "Schedule"), None)
+    return f" (spawned by Schedule/{owner.get('name')})" if owner else ""
+
+
 def _chaos_selects(obj: Obj, ns: str, pod_labels: dict[str, str]) -> bool:
     spec = obj.get("spec") or {}
     if obj.get("kind") == "Schedule":
@@ -154,7 +161,8 @@ def service_health(k8s: Kube, app: AppSpec | None, ns: str) -> dict[str, list[st
                 reasons.append(f"ingress from {caller} is blocked by networkpolicy/{blocked}")
         for exp in chaos:
             if _chaos_selects(exp, ns, want.labels):
-                reasons.append(f"chaos experiment {exp.get('kind')}/{exp['metadata']['name']} is acting on it")
+                reasons.append(f"chaos experiment {exp.get('kind')}/{exp['metadata']['name']}{_spawned_by(exp)} is "
+                               f"acting on it")
         if reasons:
             out[want.name] = reasons
     return out

@@ -14,8 +14,10 @@ from agent_sre.models.tools import NAME_PATTERN
 POD_ROW = re.compile(r"^(?P<name>[a-z0-9][-a-z0-9.]*)\s+(?P<ready>\d+/\d+)\s+(?P<status>\S+)\s+"
                      r"(?P<restarts>\d+(?: \([^)]*\))?)\s+(?P<age>\S+)", re.MULTILINE)
 RECENT = re.compile(r"\((?:\d+s|\d+m\d*s?|\d+m)\s+ago\)")  # a restart minutes ago, not the benign one of yesterday
-CHAOS_ROW = re.compile(r"^(?P<kind>PodChaos|StressChaos|NetworkChaos|HTTPChaos|Schedule)\S*\s+(?P<name>\S+)",
-                       re.MULTILINE)
+# A row of `list_chaos_experiments`, not one a Schedule spawned (OWNER `schedule/x`): deleting that child does not
+# end the fault, the next tick spawns another; the Schedule's own row is the one to act on.
+CHAOS_ROW = re.compile(r"^(?P<kind>PodChaos|StressChaos|NetworkChaos|HTTPChaos|Schedule)\S*\s+(?P<name>\S+)"
+                       r"(?![^\n]*\sschedule/[-a-z0-9]+\s*$)", re.MULTILINE)
 CHAOS_SLASH = re.compile(r"(?P<kind>podchaos|stresschaos|networkchaos|httpchaos|schedule)[.\w-]*/(?P<name>[-a-z0-9]+)",
                          re.IGNORECASE)
 CHAOS_KIND_CASE = {k.lower(): k for k in ("PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "Schedule")}

@@ -2,8 +2,8 @@
 
 The custom resources are the real ones, so fault injection code targets a cluster running Chaos Mesh unchanged.
 Here an experiment acts for as long as it exists, is not paused and its `duration` has not run out; removing
-the resource ends the fault. A `Schedule` runs its embedded experiment at every tick of its cron schedule (the
-experiment then lasts `duration` from each tick, or kills one pod per tick for pod-kill).
+the resource ends the fault. A `Schedule` acts only through the experiments it spawns at the ticks of its cron
+schedule (`controllers/chaos.py`), as Chaos Mesh's schedule controllers do.
 """
 
 from __future__ import annotations
@@ -24,20 +24,60 @@ CHAOS_RESOURCES = {kind: f"{plural}.{GROUP}" for kind, plural in PLURALS.items()
 SCHEDULE_RESOURCE = f"{PLURALS['Schedule']}.{GROUP}"
 
 
-def parse_interval(schedule: str) -> float | None:
-    """Seconds between ticks of a Schedule: `@every 2m`, `*/5 * * * *`, `* * * * *`, `M * * * *` (hourly)."""
+def _minutes(field: str) -> set[int] | None:
+    """The values (minutes, hours) a cron field names: `*`, `*/N`, `N`, `a,b`, `a-b`."""
+    out: set[int] = set()
+    for part in field.split(","):
+        step = 1
+        if "/" in part:
+            part, _, every = part.partition("/")
+            if not every.isdigit() or int(every) == 0:
+                return None
+            step = int(every)
+        if part == "*":
+            lo, hi = 0, 59
+        elif "-" in part:
+            a, _, b = part.partition("-")
+            if not (a.isdigit() and b.isdigit()):
+                return None
+            lo, hi = int(a), int(b)
+        elif part.isdigit():
+            lo = hi = int(part)
+        else:
+            return None
+        out.update(range(lo, hi + 1, step))
+    return out
+
+
+def next_run(schedule: str, after: float) -> float | None:
+    """The first tick of a Schedule's `schedule` strictly after `after` (epoch seconds), as Chaos Mesh's cron parser
+    (robfig/cron) gives it: `@every D` ticks D after the last run (rounded down to the second), cron expressions
+    at wall-clock minutes (`*/5 * * * *`, `M * * * *`, `M H * * *`, `@hourly`, `@daily`). None: not understood
+    (day, month and weekday fields other than `*` included)."""
     schedule = schedule.strip()
     if schedule.startswith("@every "):
-        return parse_duration(schedule[len("@every "):])
+        every = parse_duration(schedule[len("@every "):])
+        return math.floor(after) + every if every and every >= 1 else None
+    schedule = {"@hourly": "0 * * * *", "@daily": "0 0 * * *", "@midnight": "0 0 * * *"}.get(schedule, schedule)
     fields = schedule.split()
-    if len(fields) != 5 or any(f != "*" for f in fields[1:]):
-        return {"@hourly": 3600.0, "@daily": 86400.0}.get(schedule)
-    minute = fields[0]
-    if minute == "*":
-        return 60.0
-    if minute.startswith("*/") and minute[2:].isdigit() and int(minute[2:]) > 0:
-        return 60.0 * int(minute[2:])
-    return 3600.0 if minute.isdigit() else None
+    if len(fields) != 5 or any(f != "*" for f in fields[2:]):
+        return None
+    minutes, hours = _minutes(fields[0]), _minutes(fields[1])
+    if not minutes or not hours:
+        return None
+    t = (math.floor(after) // 60 + 1) * 60
+    for _ in range(2 * 24 * 60):
+        if (t // 60) % 60 in minutes and (t // 3600) % 24 in hours:
+            return float(t)
+        t += 60
+    return None
+
+
+def inner_spec(schedule_spec: Obj) -> tuple[str, Obj | None]:
+    """A Schedule's experiment kind (`type`) and its embedded spec (under the kind's lower-camel key)."""
+    kind = str(schedule_spec.get("type", ""))
+    inner = schedule_spec.get(kind[:1].lower() + kind[1:]) if kind else None
+    return kind, inner if isinstance(inner, dict) else None
 
 
 @dataclass
@@ -63,7 +103,6 @@ class Experiment:
     name: str
     uid: str
     spec: Obj
-    tick: int = -1  # for pod-kill under a Schedule: the current tick
 
 
 def _quantity_bytes(text: str) -> float:
@@ -83,7 +122,8 @@ def _percent(text: object) -> float:
 
 def active_experiments(objects: Mapping[str, Iterable[Obj]], now: float,
                        created: Mapping[str, float]) -> list[Experiment]:
-    """The experiments acting at `now`. `created` maps a resource uid to its creation time."""
+    """The experiments acting at `now` (a Schedule's act through the ones it spawned). `created` maps a resource
+    uid to its creation time."""
     out: list[Experiment] = []
     for kind, resource in CHAOS_RESOURCES.items():
         for obj in objects.get(resource, ()):
@@ -95,21 +135,6 @@ def active_experiments(objects: Mapping[str, Iterable[Obj]], now: float,
             if duration is not None and now - created.get(meta["uid"], now) + TIME_EPSILON_S >= duration:
                 continue
             out.append(Experiment(kind, meta.get("namespace", ""), meta["name"], meta["uid"], spec))
-    for obj in objects.get(SCHEDULE_RESOURCE, ()):
-        meta, spec = obj["metadata"], obj.get("spec") or {}
-        if (meta.get("annotations") or {}).get(PAUSE_ANNOTATION) == "true":
-            continue
-        kind = spec.get("type", "")
-        inner = spec.get(kind[:1].lower() + kind[1:]) if kind else None
-        interval = parse_interval(str(spec.get("schedule", "")))
-        if kind not in CHAOS_RESOURCES or not isinstance(inner, dict) or not interval:
-            continue
-        elapsed = now - created.get(meta["uid"], now) + TIME_EPSILON_S  # a pass at a tick sees the tick
-        tick = int(elapsed // interval)
-        duration = parse_duration(inner.get("duration"))
-        if inner.get("action") != "pod-kill" and duration is not None and elapsed - tick * interval >= duration:
-            continue
-        out.append(Experiment(kind, meta.get("namespace", ""), meta["name"], meta["uid"], inner, tick))
     return out
 
 
@@ -139,7 +164,7 @@ def select(exp: Experiment, pods: Iterable[Obj], selector: Obj | None = None, mo
             continue
         chosen.append(pod)
     # Chaos Mesh picks at random; here the pick is a stable hash of the experiment and pod names.
-    chosen.sort(key=lambda p: hashlib.blake2b(f"{exp.namespace}/{exp.name}/{exp.tick}/{p['metadata']['name']}"
+    chosen.sort(key=lambda p: hashlib.blake2b(f"{exp.namespace}/{exp.name}/-1/{p['metadata']['name']}"
                                               .encode(), digest_size=8).digest())
     n = len(chosen)
     if mode == "all" or n == 0:

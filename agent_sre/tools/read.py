@@ -295,10 +295,18 @@ def _chaos_action(kind: str, spec: Obj) -> str:
     return str(spec.get("action", "?"))
 
 
+def _spawned_by(item: Obj) -> str:
+    """`schedule/<name>` for an experiment a Schedule spawned (deleting it alone, the next tick spawns another)."""
+    owner = next((r for r in item["metadata"].get("ownerReferences") or [] if r.get("kind") == "Schedule"), None)
+    return f"schedule/{owner.get('name')}" if owner else NONE
+
+
 def list_chaos_experiments(ctx: ToolContext, args: m.ListChaos) -> str:
+    """Schedules first (what spawns experiments), then the experiments; an OWNER column when a Schedule spawned
+    any of them."""
     ns = _ns(ctx, args.namespace)
-    rows, missing, now = [], 0, None
-    for kind in CHAOS_KINDS:
+    rows, owners, missing, now = [], [], 0, None
+    for kind in ("Schedule", *(k for k in CHAOS_KINDS if k != "Schedule")):
         try:
             items = ctx.kube.list(kind, ns)
         except KubeError as exc:
@@ -318,11 +326,15 @@ def list_chaos_experiments(ctx: ToolContext, args: m.ListChaos) -> str:
                 action, target = _chaos_action(kind, spec), _chaos_target(spec)
             rows.append([kind, item["metadata"]["name"], action, target, spec.get("duration") or NONE,
                          age(item["metadata"].get("creationTimestamp"), now)])
+            owners.append(_spawned_by(item))
     if missing == len(CHAOS_KINDS):
         return "Chaos Mesh is not installed in this cluster (no chaos-mesh.org/v1alpha1 API)."
     if not rows:
         return f"No chaos experiments in {ns} namespace."
-    return clip(table(["KIND", "NAME", "ACTION", "TARGET", "DURATION", "AGE"], rows), ctx.max_chars)
+    headers = ["KIND", "NAME", "ACTION", "TARGET", "DURATION", "AGE"]
+    if any(owner != NONE for owner in owners):
+        headers, rows = [*headers, "OWNER"], [[*row, owner] for row, owner in zip(rows, owners, strict=True)]
+    return clip(table(headers, rows), ctx.max_chars)
 
 
 def _peer_summary(peer: Obj) -> str:

@@ -30,7 +30,10 @@ class WorkloadState:
     pod_counter: dict[str, int] = field(default_factory=dict)  # replicaset uid -> pods created
     progress: dict[str, float] = field(default_factory=dict)  # deployment uid -> when its rollout last progressed
     first_failure: dict[tuple[str, str], float] = field(default_factory=dict)  # (kind/uid, reason) -> since
-    chaos_ticks: dict[str, int] = field(default_factory=dict)  # pod-kill experiment uid -> last tick done
+    chaos_ticks: dict[str, int] = field(default_factory=dict)  # uid of a pod-kill experiment that has killed -> 0
+    last_scheduled: dict[str, float] = field(default_factory=dict)  # Schedule uid -> its last spawn (status.time)
+    spawned: dict[str, int] = field(default_factory=dict)  # Schedule uid -> children spawned (their names)
+    schedule_warned: dict[str, float] = field(default_factory=dict)  # Schedule uid -> tick last warned about
     created: dict[str, float] = field(default_factory=dict)  # uid -> creation time (chaos timing)
     ip_counter: dict[str, int] = field(default_factory=dict)  # node -> last host octet handed out
     failing_since: dict[tuple[str, ...], float] = field(default_factory=dict)  # a failure logs lines from then on
@@ -45,8 +48,8 @@ class WorkloadState:
     autoscaling_seen: dict[str, Any] = field(default_factory=dict)
 
     def merge(self, other: WorkloadState) -> None:
-        for name in ("pods", "hashes", "pod_counter", "progress", "first_failure", "chaos_ticks",
-                     "created", "ip_counter", "failing_since", "settled", "autoscaling",
+        for name in ("pods", "hashes", "pod_counter", "progress", "first_failure", "chaos_ticks", "last_scheduled",
+                     "spawned", "schedule_warned", "created", "ip_counter", "failing_since", "settled", "autoscaling",
                      "autoscaling_seen"):
             getattr(self, name).update(getattr(other, name))
         if self.signals is None:  # keyed by everything it follows from: a cluster with more in it recomputes
