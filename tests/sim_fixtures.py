@@ -28,7 +28,7 @@ NS = "shop"
 
 
 def workload_available() -> bool:
-    return all(importlib.util.find_spec(f"agent_sre.simulator.{m}") is not None for m in ("workload", "apps"))
+    return all(importlib.util.find_spec(m) is not None for m in ("agent_sre.simulator.workload", "agent_sre.apps"))
 
 
 def call(sim: Simulator, method: str, path: str, body: Any = None, content_type: str = "application/json",

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import queue
+import re
 import shutil
+import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 from sim_fixtures import NS, Served, call, seed, workload_available
@@ -117,6 +123,93 @@ def test_logs(served: Served) -> None:
     result = served.kubectl("logs", "cart-7c9b4-aaaaa", "-n", NS, "-c", "proxy", "--previous", check=False)
     assert result.returncode != 0 and 'previous terminated container "proxy"' in result.stderr
     assert served.kubectl("logs", "deploy/cart", "-n", NS, "--tail=1").stdout.strip()
+
+
+def _follow(served: Served, *args: str, kubeconfig: Path | None = None) -> tuple[subprocess.Popen[str],
+                                                                                 queue.Queue[str | None]]:
+    """`kubectl logs -f ...` in the background; its lines arrive on the queue (None when it exits)."""
+    proc = subprocess.Popen(["kubectl", "--kubeconfig", str(kubeconfig or served.kubeconfig), "logs", "-f", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "HOME": str(served.home)})
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump(out: IO[str]) -> None:
+        for line in out:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    assert proc.stdout is not None
+    threading.Thread(target=pump, args=(proc.stdout,), daemon=True).start()
+    return proc, lines
+
+
+def test_logs_follow_streams_new_lines_until_the_container_ends(served: Served, fresh: Path) -> None:
+    """`kubectl logs -f` prints the log so far, then each line the container writes, and exits when the container
+    terminates (the kubelet stops following a container that is not running)."""
+    env = served.simulator.envs[fresh.stem]
+    proc, lines = _follow(served, "cart-7c9b4-aaaaa", "-n", NS, "-c", "cart", "--tail", "1", kubeconfig=fresh)
+    try:
+        assert lines.get(timeout=20) == "cart: served request 100"
+        with served.simulator.lock:
+            env.logs[(NS, "cart-7c9b4-aaaaa", "cart")]["current"].append("cart: served request 101")
+        assert lines.get(timeout=20) == "cart: served request 101"
+        assert proc.poll() is None  # still following
+        pod = call(served.simulator, "GET", f"/envs/{fresh.stem}/api/v1/namespaces/{NS}/pods/cart-7c9b4-aaaaa")[1]
+        cart = next(cs for cs in pod["status"]["containerStatuses"] if cs["name"] == "cart")
+        cart["state"] = {"terminated": {"exitCode": 0, "reason": "Completed",
+                                        "startedAt": cart["state"]["running"]["startedAt"]}}
+        status, _ = call(served.simulator, "PUT",
+                         f"/envs/{fresh.stem}/api/v1/namespaces/{NS}/pods/cart-7c9b4-aaaaa/status", pod)
+        assert status == 200
+        assert lines.get(timeout=20) is None
+        assert proc.wait(timeout=20) == 0
+        # A container that is not running is not followed: its log so far, and the stream ends.
+        done = served.kubectl("logs", "-f", "cart-7c9b4-aaaaa", "-n", NS, "-c", "cart", "--tail", "1",
+                              kubeconfig=fresh)
+        assert done.stdout == "cart: served request 101\n"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.skipif(not workload_available(), reason="needs the workload model (simulator/workload.py, apps.py)")
+def test_logs_timestamps_since_and_follow_on_the_simulated_clock(served: Served) -> None:
+    """`--timestamps` prefixes each line with when the container wrote it (RFC3339Nano, on the simulator's clock,
+    so the same moment the program stamped in the line), `--since` keeps the recent lines, and `-f` streams the
+    lines the workload goes on writing."""
+    cluster = served.simulator.create_env("kubectl-logs", apps=("shop",), seed=3, speed=60)
+    try:
+        kubeconfig = served.kubeconfig_for(cluster.name)
+        pods = served.kubectl("get", "pods", "-n", "shop", "-l", "app=cart", "-o", "name",
+                              kubeconfig=kubeconfig).stdout.split()
+        stamped = served.kubectl("logs", pods[0], "-n", "shop", "--timestamps", "--tail", "5",
+                                 kubeconfig=kubeconfig).stdout.splitlines()
+        assert len(stamped) == 5
+        for line in stamped:
+            prefix, _, text = line.partition(" ")
+            assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z", prefix), line
+            if text.startswith("time="):  # the program's own stamp (to the millisecond) is the same moment
+                assert text.split()[0] == f"time={prefix[:23]}Z", line
+        recent = served.kubectl("logs", pods[0], "-n", "shop", "--since", "30s", kubeconfig=kubeconfig).stdout
+        everything = served.kubectl("logs", pods[0], "-n", "shop", kubeconfig=kubeconfig).stdout
+        assert 0 < len(recent.splitlines()) < len(everything.splitlines())
+        status, doc = call(served.simulator, "GET",
+                           f"/envs/{cluster.name}/api/v1/namespaces/shop/pods/{pods[0].split('/')[1]}/log",
+                           query={"sinceSeconds": ["5"], "sinceTime": ["2026-01-01T00:00:00Z"]})
+        assert status == 422 and "at most one of `sinceTime` or `sinceSeconds`" in doc["message"]
+        proc, lines = _follow(served, pods[0], "-n", "shop", "--timestamps", "--tail", "1", kubeconfig=kubeconfig)
+        try:
+            times = []
+            for _ in range(4):  # one request line per 7 simulated seconds: about 0.12 s at 60x
+                line = lines.get(timeout=20)
+                assert line is not None
+                times.append(line.split()[0])
+            assert times == sorted(times) and len(set(times)) > 1
+        finally:
+            proc.kill()
+            proc.wait(timeout=10)
+    finally:
+        served.simulator.delete_env(cluster.name)
 
 
 def test_patch_strategic_merge_and_json(served: Served, fresh: Path) -> None:

@@ -9,27 +9,32 @@ from __future__ import annotations
 import json
 import logging
 import marshal
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from email.utils import formatdate
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import pydantic_core
 
 from agent_sre.kube.errors import ApiError
 from agent_sre.kube.selectors import LabelSelector, parse_label_selector, selector_to_string
-from agent_sre.kube.times import rfc3339
-from agent_sre.simulator import admission, derived, discovery, protobuf, tables
+from agent_sre.kube.times import parse_time, rfc3339
+from agent_sre.simulator import admission, derived, discovery, protobuf, received, tables
 from agent_sre.simulator.cluster import Cluster, Obj, clone
 from agent_sre.simulator.fields import parse_field_selector
 from agent_sre.simulator.patching import apply_patch
-from agent_sre.simulator.resources import RESOURCE_TYPES, ResourceType
+from agent_sre.simulator.resources import BY_KEY, RESOURCE_TYPES, ResourceType
 
 if TYPE_CHECKING:
     from agent_sre.simulator.simulator import Simulator
 
 Response = tuple[int, dict[str, str], bytes]
+TimedLines = list[tuple[float, str]]  # a container log's lines, each with when it was written
+LogCursor = tuple[float, int]  # the latest time among the lines read, and how many lines of that time were read
 log = logging.getLogger(__name__)
 
 IDEMPOTENCY_ANNOTATION = "agent-sre.io/idempotency-key"
@@ -259,6 +264,8 @@ class Router:
         if path == ACCESS_REVIEW_PATH:
             return self._access_review()
         parts = [p for p in path.split("/") if p]
+        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) > 6 and parts[4] == "pods" and parts[6] == "proxy":
+            return self._proxy(parts[3], unquote(parts[5]), "/" + "/".join(parts[7:]))
         if parts[0] == "api" and len(parts) > 2 and parts[1] == "v1":
             return self._resource("", "v1", parts[2:])
         if parts[0] == "apis" and len(parts) > 3:
@@ -269,6 +276,26 @@ class Router:
                 return self._derived(view, rest)
             return self._resource(parts[1], parts[2], rest)
         raise _not_found_path()
+
+    def _proxy(self, ns: str, name_port: str, path: str) -> Reply:
+        """`pods/{name}[:{port}]/proxy/{path}`: the request reaches the pod's program, which logs it
+        (`simulator/received.py`) and answers; a pod that is not ready refuses the connection."""
+        name, _, port = name_port.partition(":")
+        try:
+            pod = self.cluster.must_get("pods", ns, name)
+        except ApiError as error:
+            return status_response(error, name, BY_KEY["pods"])
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in (pod.get("status") or {}).get("conditions") or [])
+        port = port or str(received.pod_port(pod) or 80)
+        if not ready:
+            refused = ApiError(503, "ServiceUnavailable", f"error trying to reach service: dial tcp "
+                                                          f"{(pod.get('status') or {}).get('podIP', '')}:{port}: "
+                                                          f"connect: connection refused")
+            return status_response(refused, name, BY_KEY["pods"])
+        query = "&".join(f"{k}={v}" for k, values in self.req.query.items() for v in values)
+        received.record(self.cluster, ns, name, self.req.method, path + (f"?{query}" if query else ""))
+        return 200, {"Content-Type": "text/plain"}, b"ok\n"
 
     def _target(self, group: str, version: str, rest: list[str]) -> Target:
         namespace = None
@@ -389,6 +416,14 @@ class Router:
         return self._render(t, [self.cluster.must_get(t.rt.key, t.ns, t.name)], single=True)
 
     def _log(self, t: Target) -> Reply:
+        return 200, {"Content-Type": "text/plain"}, self.read_log(t).text
+
+    def read_log(self, t: Target, after: LogCursor | None = None, remaining: int | None = None) -> LogRead:
+        """A `pods/log` read as the kubelet serves it (kubernetes pkg/kubelet/kuberuntime/logs/logs.go): the last
+        `tailLines` lines, less those written before `sinceSeconds`/`sinceTime`, each prefixed with its time
+        (RFC3339Nano, fixed width) and a space under `timestamps`, cut at `limitBytes`. A follow's later reads pass
+        `after`, the cursor of the read before, and get only the lines written since, within the bytes `remaining`.
+        """
         assert t.name is not None
         pod = self.cluster.must_get("pods", t.ns, t.name)
         names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
@@ -411,16 +446,52 @@ class Router:
             if waiting:
                 raise ApiError(400, "BadRequest",
                                f'container "{container}" in pod "{t.name}" is waiting to start: {waiting}')
-        lines = (entry or {}).get("previous" if previous else "current") or []
+        since = self._log_since(t.name)
+        state = _container_status(pod, container) or {}
+        lines = _timed(entry or {}, "previous" if previous else "current", _started(pod, state, previous))
+        chosen = lines
         tail = self.req.arg("tailLines")
         if tail is not None:
             n = _non_negative_int("tailLines", tail)
-            lines = lines[-n:] if n else []
-        text = "".join(f"{line}\n" for line in lines).encode()
+            chosen = lines[-n:] if n else []
+        if after is not None:
+            chosen = _lines_after(lines, after)
+        if since is not None:  # the kubelet skips a line written before `since`
+            chosen = [(ts, line) for ts, line in chosen if ts >= since]
+        stamped = self.req.flag("timestamps")
+        text = "".join(f"{_nano(ts)} {line}\n" if stamped else f"{line}\n" for ts, line in chosen).encode()
         limit = self.req.arg("limitBytes")
-        if limit is not None:
-            text = text[: _non_negative_int("limitBytes", limit)]
-        return 200, {"Content-Type": "text/plain"}, text
+        if after is None and limit is not None:
+            remaining = _non_negative_int("limitBytes", limit)
+        if remaining is not None:
+            text = text[:remaining]
+            remaining -= len(text)
+        running = not previous and "running" in (state.get("state") or {})
+        return LogRead(text, _cursor(lines, after), running, (pod["metadata"].get("uid", ""), container,
+                                                               state.get("restartCount", 0)), remaining)
+
+    def _log_since(self, name: str) -> float | None:
+        """The moment a log read starts from: `sinceSeconds` before now, or `sinceTime`, at most one of them
+        (kubernetes pkg/apis/core/validation ValidatePodLogOptions; the apiserver answers 422 Invalid)."""
+        seconds, at = self.req.arg("sinceSeconds"), self.req.arg("sinceTime")
+        if seconds is not None and at is not None:
+            raise ApiError(422, "Invalid", f'PodLogOptions "{name}" is invalid: : Forbidden: at most one of '
+                                           "`sinceTime` or `sinceSeconds` may be specified")
+        if seconds is not None:
+            try:
+                n = int(seconds)
+            except ValueError:
+                raise ApiError(400, "BadRequest", f'sinceSeconds: invalid value "{seconds}": not an integer') from None
+            if n < 1:
+                raise ApiError(422, "Invalid", f'PodLogOptions "{name}" is invalid: sinceSeconds: Invalid value: '
+                                               f"{n}: must be greater than 0")
+            return self.cluster.clock.now() - n
+        if at is not None:
+            when = parse_time(at)
+            if when is None:
+                raise ApiError(400, "BadRequest", f'sinceTime: parsing time "{at}" as RFC 3339 failed')
+            return when
+        return None
 
     def _access_review(self) -> Reply:
         """`kubectl auth can-i`: the simulator authorizes every request (as the AlwaysAllow mode), so the answer to
@@ -671,6 +742,147 @@ class Router:
         if not items:
             raise ApiError(404, "NotFound", f'{d.error_name} "{name}" not found')
         return _json(items[0])
+
+
+@dataclass(frozen=True)
+class LogRead:
+    """One read of a container's log: the text to send, where a follow goes on from, whether the container is
+    running (a follow ends when it is not, as the kubelet's does), which run of which container it is (a restart
+    is another container: its log is not followed on) and the bytes left under `limitBytes` (None: no limit)."""
+
+    text: bytes
+    cursor: LogCursor
+    running: bool
+    instance: tuple[str, str, int]
+    remaining: int | None
+
+
+LOG_PATH = re.compile(r"^/api/v1/namespaces/[^/]+/pods/[^/]+/log/?$")
+
+
+def is_log_follow(method: str, path: str, query: Mapping[str, list[str]]) -> bool:
+    """A `kubectl logs -f` request: GET of a pod's log with `follow`."""
+    return (method.upper() == "GET" and (query.get("follow") or [""])[-1].lower() in ("true", "1")
+            and LOG_PATH.match(split_env(path)[1]) is not None)
+
+
+class LogFollow:
+    """A followed log (`follow=true`) over HTTP: `first` is the response to send at once (the lines so far, or
+    the error), then each `more()` gives the lines written since the look before, and whether to go on: the
+    stream ends when the container stops running (at once for one that is not running), when it is restarted
+    or its pod goes, or when `limitBytes` is reached. In-process a followed log is only its first response, as
+    a watch is only its first events."""
+
+    def __init__(self, simulator: Simulator, path: str, query: Mapping[str, list[str]],
+                 headers: Mapping[str, str]) -> None:
+        self.simulator = simulator
+        self.env, k8s_path = split_env(path)
+        self.req = Request("GET", k8s_path, query, {k.lower(): v for k, v in headers.items()}, b"")
+        self.last: LogRead | None = None
+        self.first = self._first()
+
+    def _read(self) -> LogRead:
+        """Under the simulator's lock."""
+        cluster = self.simulator.envs.get(self.env)
+        if cluster is None:
+            raise self.simulator.absence(self.env)
+        cluster.sync()
+        router = Router(cluster, self.req)
+        target = router._target("", "v1", [p for p in self.req.path.split("/") if p][2:])
+        if self.last is None:
+            return router.read_log(target)
+        return router.read_log(target, self.last.cursor, self.last.remaining)
+
+    def _first(self) -> Response:
+        with self.simulator.lock:
+            cluster = self.simulator.envs.get(self.env)
+            try:
+                self.last = self._read()
+                reply: Reply = 200, {"Content-Type": "text/plain"}, self.last.text
+            except ApiError as error:
+                reply = status_response(error)
+            status, headers, payload = reply
+            if cluster is not None:
+                headers["Date"] = _http_date(int(cluster.clock.now()))
+            return status, headers, payload.encode() if isinstance(payload, Json) else payload
+
+    @property
+    def done(self) -> bool:
+        last = self.last
+        return last is None or not last.running or last.remaining == 0
+
+    def more(self) -> tuple[bytes, bool]:
+        """The lines written since the last look, and whether the stream goes on."""
+        if self.done:
+            return b"", False
+        before = self.last
+        assert before is not None
+        with self.simulator.lock:
+            try:
+                read = self._read()
+            except ApiError:  # the pod or its environment is gone
+                return b"", False
+        if read.instance != before.instance:  # another run of the container: the one followed has ended
+            return b"", False
+        self.last = read
+        return read.text, not self.done
+
+
+def _timed(entry: Mapping[str, list[str]], key: str, written_at: float) -> TimedLines:
+    """Log `key` of a container with when each line was written: a rendered log knows (`LazyLog.timed`); lines set
+    as they are (a one-off job's output, tests) count as written when the container started."""
+    timed = getattr(entry, "timed", None)
+    if timed is not None:
+        return list(timed(key))
+    return [(written_at, line) for line in entry.get(key) or []]
+
+
+def _container_status(pod: Obj, container: str) -> Obj | None:
+    status = pod.get("status") or {}
+    for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        if cs.get("name") == container:
+            return cs  # type: ignore[no-any-return]
+    return None
+
+
+def _started(pod: Obj, state: Obj, previous: bool) -> float:
+    """When the container's run (its last one, for `previous`) started: its status says, else its pod's creation."""
+    run = ((state.get("lastState") or {}) if previous else (state.get("state") or {}))
+    started = (run.get("running") or run.get("terminated") or {}).get("startedAt")
+    return parse_time(started) or parse_time(pod["metadata"].get("creationTimestamp")) or 0.0
+
+
+def _lines_after(lines: TimedLines, cursor: LogCursor) -> TimedLines:
+    """The lines not read yet: those after the cursor's time, and those of its time beyond the number read."""
+    last, seen = cursor
+    out: TimedLines = []
+    at_last = 0
+    for ts, line in lines:
+        if ts == last:
+            at_last += 1
+            if at_last <= seen:
+                continue
+        elif ts < last:
+            continue
+        out.append((ts, line))
+    return out
+
+
+def _cursor(lines: TimedLines, before: LogCursor | None) -> LogCursor:
+    """Where a follow goes on from once `lines` are read: the latest time among them and how many have it."""
+    if not lines:
+        return before or (float("-inf"), 0)
+    last = max(ts for ts, _ in lines)
+    if before is not None and before[0] > last:
+        return before
+    return last, sum(1 for ts, _ in lines if ts == last)
+
+
+def _nano(ts: float) -> str:
+    """The kubelet's RFC3339NanoFixed ("2006-01-02T15:04:05.000000000Z07:00"): nine digits, zeros kept; the
+    simulator's times go to the microsecond."""
+    second, micros = divmod(round(ts * 1_000_000), 1_000_000)
+    return f"{datetime.fromtimestamp(second, UTC):%Y-%m-%dT%H:%M:%S}.{micros:06d}000Z"
 
 
 def _as_stored(new: Obj, old: Obj) -> Obj:

@@ -3,7 +3,8 @@
 Lines come from the container's current run (`kubelet.Run`): start-up lines, then a sample of request lines on
 a fixed time grid (so the same moment always shows the same lines), with failing calls to dependencies and
 occasional benign warnings mixed in. A crash-looping container shows its last run, and its run before that
-under `previous`.
+under `previous`. Each line keeps the moment it was written (`LazyLog.timed`), which `kubectl logs --timestamps`,
+`--since` and `-f` read.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ FailingEdge = tuple[str, float, float, str, float, bool, float]
 # (database user whose clients fail to authenticate, since)
 Inbound = tuple[str, float]
 _QUARTERS = struct.Struct(">4Q")  # a 32-byte digest as four big-endian 64-bit numbers
+HANG_EVERY_S = 2.0  # a hung container repeats what it waits for
+Timed = list[tuple[float, str]]  # (when the line was written, the line)
 
 
 @lru_cache(maxsize=65536)
@@ -148,14 +151,15 @@ def _periodic(sw: Software, ts: float, inbound: Sequence[Inbound]) -> list[str]:
 
 
 def _run_lines(sw: Software | None, run: Run, begin: float, end: float, pod: str, failing: Sequence[FailingEdge],
-               inbound: Sequence[Inbound], complete: bool) -> list[str]:
-    """The lines of one run of the process, from `begin` to `end` (`complete`: the run has ended)."""
+               inbound: Sequence[Inbound], complete: bool) -> Timed:
+    """The lines of one run of the process, from `begin` to `end` (`complete`: the run has ended), each with when
+    it was written."""
     out = run.outcome
-    lines = [_stamp(sw, begin + 0.05 * i, line) for i, line in enumerate(out.lines)]
+    lines = [(begin + 0.05 * i, _stamp(sw, begin + 0.05 * i, line)) for i, line in enumerate(out.lines)]
     if out.kind == "hang":
         waiting = out.lines[0] if out.lines else "waiting"
-        count = min(MAX_LINES, int((end - begin) // 2) + 1)
-        return [waiting] * count
+        ticks = int((end - begin) // HANG_EVERY_S) + 1
+        return [(begin + HANG_EVERY_S * k, waiting) for k in range(max(0, ticks - MAX_LINES), ticks)]
     if sw is None or out.kind != "run" and not (out.kind == "crash" and out.reason == "OOMKilled"):
         return lines
     ready_at = begin + out.startup_s
@@ -163,11 +167,11 @@ def _run_lines(sw: Software | None, run: Run, begin: float, end: float, pod: str
         end = begin + out.run_s  # OOMKilled: the log just stops
     first = max(ready_at, end - REQUEST_EVERY_S * MAX_LINES)
     t = (int(first // REQUEST_EVERY_S) + 1) * REQUEST_EVERY_S
-    sampled: list[str] = []
+    sampled: Timed = []
     while t <= end:
         produced = _periodic(sw, t, inbound) if sw.runtime in ("postgres", "redis") else \
             _request_line(sw, pod, t, failing)
-        sampled.extend(_stamp(sw, t, line) for line in produced)
+        sampled.extend((t, _stamp(sw, t, line)) for line in produced)
         t += REQUEST_EVERY_S
     if ready_at < first:
         lines = []  # the start-up lines have scrolled out of the window kept here
@@ -182,14 +186,15 @@ class LazyLog(Mapping[str, list[str]]):
     the lines come from holds until the next reconcile pass, and the API syncs before serving a read.
     """
 
-    __slots__ = ("_args", "_at", "_clock", "_bucket", "_end", "_value", "_source")
+    __slots__ = ("_args", "_at", "_clock", "_bucket", "_end", "_value", "_text", "_source")
     KEYS = ("current", "previous")
 
     def __init__(self, clock: SimClock | None, at: float, *args: object, source: Run | None = None) -> None:
         self._clock, self._at, self._args, self._source = clock, at, args, source
         self._bucket: int | None = None
         self._end = at
-        self._value: dict[str, list[str]] = {}
+        self._value: dict[str, Timed] = {}
+        self._text: dict[str, list[str]] = {}
 
     def renew(self, clock: SimClock, at: float, run: Run) -> bool:
         """Start over from `at`, as the log `render` would give now, if this is the log of `run` itself following
@@ -197,22 +202,30 @@ class LazyLog(Mapping[str, list[str]]):
         logins); False when a new one must be rendered. Cheaper than copying the run for a new one."""
         if self._clock is not clock or self._source is not run:
             return False
-        self._at, self._bucket, self._end, self._value = at, None, at, {}
+        self._at, self._bucket, self._end, self._value, self._text = at, None, at, {}, {}
         return True
 
-    def __getitem__(self, key: str) -> list[str]:
+    def timed(self, key: str) -> Timed:
+        """The lines of log `key` with the moment each was written."""
         if key not in self.KEYS:
             raise KeyError(key)
         end = max(self._at, self._clock.now()) if self._clock is not None else self._at
         bucket = int(end // REQUEST_EVERY_S)
         if bucket != self._bucket:  # both logs of one bucket are rendered at the moment of its first read
-            self._bucket, self._end, self._value = bucket, end, {}
+            self._bucket, self._end, self._value, self._text = bucket, end, {}, {}
         lines = self._value.get(key)
         if lines is None:
             name, run, failing, paused, inbound = self._args
             lines = self._value[key] = _render(name, run, self._end, failing, paused, inbound,  # type: ignore[arg-type]
                                                previous=key == "previous")
         return lines
+
+    def __getitem__(self, key: str) -> list[str]:
+        timed = self.timed(key)
+        text = self._text.get(key)
+        if text is None:
+            text = self._text[key] = [line for _, line in timed]
+        return text
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.KEYS)
@@ -225,7 +238,7 @@ class LazyLog(Mapping[str, list[str]]):
 
     def __setstate__(self, state: tuple[float, tuple[object, ...]]) -> None:
         self._at, self._args = state
-        self._clock, self._bucket, self._end, self._value, self._source = None, None, self._at, {}, None
+        self._clock, self._bucket, self._end, self._value, self._text, self._source = None, None, self._at, {}, {}, None
 
 
 def render(pod: Obj, run: Run, now: float, failing: Sequence[FailingEdge], paused: bool,
@@ -238,7 +251,7 @@ def render(pod: Obj, run: Run, now: float, failing: Sequence[FailingEdge], pause
 
 
 def _render(name: str, run: Run, now: float, failing: Sequence[FailingEdge], paused: bool,
-            inbound: Sequence[Inbound], previous: bool) -> list[str]:
+            inbound: Sequence[Inbound], previous: bool) -> Timed:
     """The current log of the container at `now`, or (`previous`) the log of its run before."""
     out = run.outcome
     sw, _ = lookup(run.image)
@@ -264,3 +277,4 @@ def _render(name: str, run: Run, now: float, failing: Sequence[FailingEdge], pau
         return []
     last_end = run.since - 10
     return _run_lines(sw, run, last_end - 3600, last_end, name, (), inbound, True)
+

@@ -28,6 +28,7 @@ SIMULATOR_KEY: web.AppKey[Simulator] = web.AppKey("simulator", Simulator)
 CLOSING_KEY: web.AppKey[asyncio.Event] = web.AppKey("closing", asyncio.Event)
 WATCH_POLL_S = 0.2  # real seconds between a watch's looks at its environment
 WATCH_MAX_S = 1800.0  # the apiserver's default longest watch
+LOG_POLL_S = 0.2  # real seconds between a followed log's looks at its container
 PROMETHEUS_TYPE = "text/plain; version=0.0.4"
 log = logging.getLogger(__name__)
 
@@ -176,6 +177,8 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def kube(request: web.Request) -> web.StreamResponse:
     query = {key: request.query.getall(key) for key in request.query}
+    if api.is_log_follow(request.method, request.path, query):
+        return await _stream_log(request, query)
     status, headers, body = api.handle(request.app[SIMULATOR_KEY], request.method, request.path, query,
                                        request.headers, await request.read())
     if status == 200 and api.is_watch(request.method, query):
@@ -212,6 +215,32 @@ async def _stream_watch(request: web.Request, query: dict[str, list[str]], heade
         await response.write_eof()
     except ConnectionResetError:
         log.debug("watch client left: %s", request.path)
+    return response
+
+
+async def _stream_log(request: web.Request, query: dict[str, list[str]]) -> web.StreamResponse:
+    """`kubectl logs -f`: the lines so far, then each new one as the simulated workload writes it, until the
+    container stops running (as the kubelet follows a log), the client leaves or the server stops."""
+    follow = api.LogFollow(request.app[SIMULATOR_KEY], request.path, query, request.headers)
+    status, headers, body = follow.first
+    if status != 200 or follow.done:
+        return web.Response(status=status, body=body, headers=headers)
+    response = web.StreamResponse(status=200, headers=headers)
+    await response.prepare(request)
+    try:
+        await response.write(body)
+        closing = request.app[CLOSING_KEY]
+        going_on = True
+        while going_on and not closing.is_set():
+            await asyncio.sleep(LOG_POLL_S)
+            if request.transport is None or request.transport.is_closing():
+                return response  # the client left
+            text, going_on = follow.more()
+            if text:
+                await response.write(text)
+        await response.write_eof()
+    except ConnectionResetError:
+        log.debug("log follower left: %s", request.path)
     return response
 
 
