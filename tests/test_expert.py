@@ -6,6 +6,7 @@ Episodes run in-process on the real simulator (manual clock), one scenario per f
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter
 
@@ -42,7 +43,7 @@ def episodes(simulator: Simulator) -> dict[str, Trajectory]:
 
 
 def test_every_family_is_resolved_and_verified(episodes: dict[str, Trajectory]) -> None:
-    assert len(episodes) == 27
+    assert len(episodes) == 30
     failed = {fault: (t.verdict.outcome if t.verdict else None, t.termination) for fault, t in episodes.items()
               if not verified(t)}
     assert not failed, failed
@@ -67,6 +68,11 @@ def _rule_derived(call: ToolCall, read: str) -> bool:
     if call.tool == "set_resources" and "memory_limit" in call.args:  # four times the limit it was killed at
         seen = re.search(r"Limits:\s+(?:cpu=\S+\s+)?memory=(\d+)Mi", read)
         return seen is not None and call.args["memory_limit"] == f"{max(int(seen[1]) * 4, 512)}Mi"
+    if call.tool == "scale" and "CPU(cores)" in read:  # enough pods for 70% of the CPU request each, at today's usage
+        request = re.search(r"Requests: cpu=(\d+)m", read)
+        pods = re.finditer(r"^(\S+)\s+(\d+)m\s", read, re.MULTILINE)
+        usage = sum(int(m[2]) for m in pods if m[1].startswith(f"{call.args['deployment']}-"))
+        return request is not None and call.args["replicas"] == math.ceil(usage / (int(request[1]) * 0.7) - 1e-9)
     if call.tool == "patch_quota":  # room for every pod running now, twice over
         used = re.search(r"used: pods=(\d+)", read)
         return used is not None and call.args["hard"] == {"pods": str(2 * int(used[1]))}

@@ -28,6 +28,7 @@ from agent_sre.faults.deployment import (
     OomLimit,
     ReadinessProbe,
 )
+from agent_sre.faults.load import HpaQuotaExceeded, IngressPolicyDeny, TrafficSurge
 from agent_sre.faults.none import FalseAlarm
 from agent_sre.faults.platform import CordonedNode, NetworkPolicyDeny, QuotaExceeded
 from agent_sre.faults.service import DependencyDown, ScaledToZero, ServiceSelector, ServiceTargetPort
@@ -39,6 +40,7 @@ FAULTS: dict[str, FaultType] = {f.name: f for f in (
     InitContainerHang(), InitContainerFail(),
     SecretPassword(), BadConfig(),
     CordonedNode(), QuotaExceeded(), NetworkPolicyDeny(),
+    TrafficSurge(), HpaQuotaExceeded(), IngressPolicyDeny(),
     ChaosPodKill(), ChaosPodFailure(), ChaosNetworkDelay(), ChaosNetworkLoss(), ChaosStress(), ChaosHttpAbort(),
     FalseAlarm(), PodDeleted(), RollingRestart(), HostileText(),
 )}

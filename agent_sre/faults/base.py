@@ -84,6 +84,9 @@ ALERTS = {
                       "More than 5% of requests to {svc} in {ns} fail (5m window)."),
     "HighLatency": ("Service p99 latency above SLO.", "p99 latency of {svc} in {ns} is above 1s for 10 minutes."),
     "TargetDown": ("One or more targets are unreachable.", "100% of the {svc} targets in {ns} namespace are down."),
+    "KubeHpaReplicasMismatch": ("HPA has not matched desired number of replicas.",
+                                "HPA {ns}/{svc} has not matched the desired number of replicas for longer than 15 "
+                                "minutes."),
     "KubeDeploymentRolloutStuck": ("Deployment rollout is not progressing.",
                                    "Rollout of deployment {ns}/{svc} is not progressing for longer than 15 minutes."),
 }

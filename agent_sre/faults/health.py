@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from agent_sre.apps import traffic
 from agent_sre.apps.catalog import AppSpec, labels
 from agent_sre.kube.chaosmesh import PAUSE_ANNOTATION
 from agent_sre.kube.client import Kube, Obj
@@ -115,12 +116,15 @@ class Expected:
     port_name: str | None
     labels: dict[str, str]
     callers: tuple[tuple[str, dict[str, str]], ...] = ()
+    entry: bool = False  # users reach it from outside the namespace, through the ingress controller
+    capacity_rps: float = 0.0  # what one pod serves (0: unknown)
 
 
 def expectations(app: AppSpec | None, deployments: dict[str, Obj], services: dict[str, Obj]) -> list[Expected]:
     if app is not None:
         return [Expected(s.name, s.replicas, s.port, "http" if s.probe == "http" else s.name, labels(app, s),
-                         tuple((c.name, labels(app, c)) for c in app.callers(s.name))) for s in app.services]
+                         tuple((c.name, labels(app, c)) for c in app.callers(s.name)), s.entry_rps > 0,
+                         s.software.capacity_rps) for s in app.services]
     out = []
     for name, dep in sorted(deployments.items()):
         ports = ((services.get(name) or {}).get("spec") or {}).get("ports") or [{}]
@@ -144,6 +148,7 @@ def service_health(k8s: Kube, app: AppSpec | None, ns: str) -> dict[str, list[st
     policies = k8s.list("networkpolicy", ns)
     ns_labels = k8s.get("namespace", ns)["metadata"].get("labels") or {}
     chaos = [c for c in k8s.chaos(ns) if _chaos_active(c, now)]
+    demand = _demand(k8s, app, ns)
     out: dict[str, list[str]] = {}
     for want in expectations(app, deployments, services):
         dep = deployments.get(want.name)
@@ -159,6 +164,14 @@ def service_health(k8s: Kube, app: AppSpec | None, ns: str) -> dict[str, list[st
                                       want.port_name)
             if blocked is not None:
                 reasons.append(f"ingress from {caller} is blocked by networkpolicy/{blocked}")
+        if want.entry:
+            blocked = blocking_policy(policies, ns, want.labels, traffic.INGRESS_NAMESPACE, traffic.INGRESS_LABELS,
+                                      traffic.INGRESS_NAMESPACE_LABELS, want.port or 0, want.port_name)
+            if blocked is not None:
+                reasons.append(f"ingress from outside (the ingress controller in {traffic.INGRESS_NAMESPACE}) is "
+                               f"blocked by networkpolicy/{blocked}")
+        if demand is not None and dep is not None and want.capacity_rps:
+            reasons += _overload(want, dep, demand.get(want.name, 0.0))
         for exp in chaos:
             if _chaos_selects(exp, ns, want.labels):
                 reasons.append(f"chaos experiment {exp.get('kind')}/{exp['metadata']['name']}{_spawned_by(exp)} is "
@@ -166,6 +179,23 @@ def service_health(k8s: Kube, app: AppSpec | None, ns: str) -> dict[str, list[st
         if reasons:
             out[want.name] = reasons
     return out
+
+
+def _demand(k8s: Kube, app: AppSpec | None, ns: str) -> dict[str, float] | None:
+    """Requests per second at each service while the load generator surges some (None on a normal day)."""
+    if app is None:
+        return None
+    loadgen = k8s.find("configmap", ns, traffic.LOADGEN_NAMESPACE)
+    surge = traffic.factors((loadgen or {}).get("data"))
+    return traffic.demand(app, surge) if surge else None
+
+
+def _overload(want: Expected, dep: Obj, rps: float) -> list[str]:
+    available = (dep.get("status") or {}).get("availableReplicas", 0)
+    served = available * want.capacity_rps * traffic.SERVED_UTILISATION
+    if rps <= served + 1e-6:
+        return []
+    return [f"{rps:.0f} requests/s arrive; its {available} available pods serve {served:.0f} without failing"]
 
 
 def _deployment_reasons(dep: Obj | None, svc: Expected, pods: list[Obj], now: float | None) -> list[str]:

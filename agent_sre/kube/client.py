@@ -24,7 +24,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi, NetworkingV1Api
+from kubernetes.client import (
+    ApiClient,
+    AppsV1Api,
+    AutoscalingV2Api,
+    BatchV1Api,
+    CoreV1Api,
+    CustomObjectsApi,
+    NetworkingV1Api,
+)
 from kubernetes.client.exceptions import ApiException
 
 from agent_sre.kube import chaosmesh, rest
@@ -62,7 +70,8 @@ class Kind:
                 + ("/{name}" if name is not None else ""))
 
 
-API_PREFIXES = {"core": "/api/v1", "apps": "/apis/apps/v1", "networking": "/apis/networking.k8s.io/v1"}
+API_PREFIXES = {"core": "/api/v1", "apps": "/apis/apps/v1", "networking": "/apis/networking.k8s.io/v1",
+                "autoscaling": "/apis/autoscaling/v2", "batch": "/apis/batch/v1"}
 
 
 def _chaos(kind: str) -> Kind:
@@ -84,6 +93,10 @@ KINDS: dict[str, Kind] = {
     "endpoints": Kind("core", "endpoints", "endpoints", plural="endpoints"),
     "namespace": Kind("core", "namespace", "namespace", namespaced=False, plural="namespaces"),
     "event": Kind("core", "event", "event", plural="events"),
+    "horizontalpodautoscaler": Kind("autoscaling", "horizontal_pod_autoscaler",
+                                    "horizontalpodautoscaler.autoscaling", plural="horizontalpodautoscalers"),
+    "job": Kind("batch", "job", "job.batch", plural="jobs"),
+    "cronjob": Kind("batch", "cron_job", "cronjob.batch", plural="cronjobs"),
     **{kind: _chaos(kind) for kind in chaosmesh.PLURALS},
 }
 # What the oracle reads beyond the tools' vocabulary (`KINDS`, which the RBAC manifests grant).
@@ -142,7 +155,8 @@ class Kube:
         self.guard = guard
         self.api = api
         self._apis: dict[str, Any] = {"core": CoreV1Api(api), "apps": AppsV1Api(api),
-                                      "networking": NetworkingV1Api(api), "custom": CustomObjectsApi(api)}
+                                      "networking": NetworkingV1Api(api), "custom": CustomObjectsApi(api),
+                                      "autoscaling": AutoscalingV2Api(api), "batch": BatchV1Api(api)}
         self._shared = shared
         self._memo: dict[tuple[Any, ...], Any] | None = {} if memo else None
         self.server_time: float | None = None  # from the last answer's Date header: the server's clock
@@ -318,6 +332,10 @@ class Kube:
 
     def create_network_policy(self, ns: str, body: Obj) -> Obj:
         return self._write("networkpolicy", "create", None, ns, body)
+
+    def create(self, kind: str, ns: str, body: Obj) -> Obj:
+        """Create an object of a vocabulary kind (a cluster-scoped one when `ns` is empty)."""
+        return self._write(kind, "create", None, ns, body)
 
     def create_event(self, ns: str, body: Obj) -> Obj:
         return self._write("event", "create", None, ns, body)

@@ -16,6 +16,7 @@ is one pure function of the conversation, re-run at every turn.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -69,6 +70,10 @@ PASSWORD_REJECTED = re.compile(r"password authentication failed|Access denied fo
 DB_PASSWORD_ENV = re.compile(r"PASSWORD", re.IGNORECASE)
 TEMPLATE_CHANGED = re.compile(r"^\d+ \(current\)\s+\S+\s+(?P<change>.+?)\s{3,}", re.MULTILINE)
 MIN_UPSTREAM_SCORE = 3  # an error line naming a dependency scores 1, or 3 if nothing answered: below it, noise
+CPU_REQUEST = re.compile(r"Requests: cpu=(?P<cpu>\d+)m")
+TOP_ROW = re.compile(r"^(?P<pod>[-a-z0-9.]+)\s+(?P<cpu>\d+)m\s", re.MULTILINE)
+SATURATED = 1.5  # pods using this many times their CPU request are overwhelmed, not busy
+HPA_TARGET = 0.7  # the utilization the teams' autoscalers aim at
 
 
 class _Need(Exception):
@@ -222,7 +227,7 @@ class ExpertPolicy(ActionPolicy):
             return None
         if caller is not None:
             return None  # a dependency whose pods are all well: the problem is between the two (handled by the caller)
-        return self._dependencies(r, name, own, deployment, pods, events)
+        return self._dependencies(r, name, own, deployment, pods, events) or self._outside(r, name, own, deployment)
 
     def _scaled_to_zero(self, name: str, events: str) -> Remedy:
         before = next((m for m in SCALED_FROM.finditer(events) if f"deployment/{name} " in
@@ -412,4 +417,24 @@ class ExpertPolicy(ActionPolicy):
             return Remedy((ToolCall(tool="patch_service", args={"service": service, "target_port": port}),),
                           f"service {service} forwards to port {target['port']}, which its pods do not expose "
                           f"(they listen on {port}), so {harm}", check)
+        return None
+
+
+    def _outside(self, r: Reads, name: str, own: list[Pod], deployment: str) -> Remedy | None:
+        """A service whose pods, wiring and dependencies are all well: more traffic than its pods serve (their CPU
+        far past their request), or users shut out by a policy that admits no other namespace."""
+        request = CPU_REQUEST.search(deployment)
+        usage = [int(m["cpu"]) for m in TOP_ROW.finditer(r.read("top")) if m["pod"] in {p.name for p in own}]
+        if request and usage and sum(usage) > len(usage) * int(request["cpu"]) * SATURATED:
+            # rule: as its autoscaler would, enough pods for 70% of the request each at today's usage
+            replicas = math.ceil(sum(usage) / (int(request["cpu"]) * HPA_TARGET) - 1e-9)
+            return Remedy((ToolCall(tool="scale", args={"deployment": name, "replicas": replicas}),),
+                          f"{name}'s {len(usage)} pods use {sum(usage)}m of CPU against {request['cpu']}m requested "
+                          f"each: more traffic than they serve", _rollout_check(name))
+        for m in NETPOL_ROW.finditer(r.read("list_network_policies")):
+            if m["selector"] == f"app={name}" and "ns:" not in m["allows"] and "cidr:" not in m["allows"]:
+                return Remedy((ToolCall(tool="delete_network_policy", args={"name": m["name"]}),),
+                              f"network policy {m['name']} lets only {m['allows'][:60]} reach {name}, so traffic from "
+                              "outside the namespace (the users, through the ingress) is dropped",
+                              ToolCall(tool="list_network_policies"))
         return None
