@@ -379,6 +379,26 @@ def test_create_and_apply_from_files(served: Served, fresh: Path, tmp_path: Path
     assert out.stdout == "2"
 
 
+def test_diff_shows_what_apply_would_change(served: Served, fresh: Path, tmp_path: Path) -> None:
+    """`kubectl diff -f` (server-side dry runs: a PATCH for an object that exists, a POST for a new one): exit 1
+    and a diff when the file differs from the cluster, 0 and nothing when it matches; nothing is written."""
+    manifest = tmp_path / "config.yaml"
+    config = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cart-config, namespace: shop}\ndata: {%s}\n"
+    manifest.write_text(config % "LOG_LEVEL: info, CACHE_TTL: '30'")
+    same = served.kubectl("diff", "-f", str(manifest), kubeconfig=fresh)
+    assert same.stdout == ""
+    manifest.write_text(config % "LOG_LEVEL: debug, CACHE_TTL: '30'")
+    changed = served.kubectl("diff", "-f", str(manifest), kubeconfig=fresh, check=False)
+    assert changed.returncode == 1, changed.stderr
+    assert "-  LOG_LEVEL: info\n+  LOG_LEVEL: debug\n" in changed.stdout and "annotations" not in changed.stdout
+    manifest.write_text(config.replace("cart-config", "new-config") % "LOG_LEVEL: debug")
+    new = served.kubectl("diff", "-f", str(manifest), kubeconfig=fresh, check=False)
+    assert new.returncode == 1 and "+  name: new-config\n" in new.stdout, new.stderr
+    level = served.kubectl("get", "cm", "cart-config", "-n", NS, "-o", "jsonpath={.data.LOG_LEVEL}", kubeconfig=fresh)
+    assert level.stdout == "info"
+    assert served.kubectl("get", "cm", "new-config", "-n", NS, check=False, kubeconfig=fresh).returncode == 1
+
+
 def test_errors(served: Served) -> None:
     result = served.kubectl("get", "pod", "ghost", "-n", NS, check=False)
     assert result.returncode != 0 and 'Error from server (NotFound): pods "ghost" not found' in result.stderr

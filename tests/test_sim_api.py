@@ -462,10 +462,26 @@ def test_a_dry_run_answers_the_write_and_stores_nothing(served: Served, env: str
     assert cluster.revision == revision and len(cluster.audit) == audited
 
 
+def test_a_dry_run_create_is_answered_and_not_stored(served: Served, env: str) -> None:
+    """`kubectl diff` of a new object, `kubectl create --dry-run=server`: the object comes back as it would be
+    created (named, stamped, no resourceVersion since nothing was written); an existing name is still a 409."""
+    sim, cluster = served.simulator, served.simulator.env(env)
+    base = f"/envs/{env}/api/v1/namespaces/{NS}/configmaps"
+    revision, audited = cluster.revision, len(cluster.audit)
+    status, doc = call(sim, "POST", base, {"metadata": {"name": "fresh", "annotations": {}}, "data": {"a": "1"}},
+                       query={"dryRun": ["All"]})
+    assert status == 201, doc
+    assert doc["metadata"]["uid"] and doc["metadata"]["creationTimestamp"] and "resourceVersion" not in doc["metadata"]
+    assert "annotations" not in doc["metadata"]  # an empty map is omitted, as by the apiserver's typed ObjectMeta
+    status, doc = call(sim, "POST", base, {"metadata": {"name": "cart-config"}}, query={"dryRun": ["All"]})
+    assert status == 409
+    assert cluster.get("configmaps", NS, "fresh") is None
+    assert cluster.revision == revision and len(cluster.audit) == audited
+
+
 @pytest.mark.parametrize(("method", "path", "value", "text"), [
     ("PATCH", "deployments/cart", "true", "invalid dryRun value"),
-    ("POST", "deployments", "All", "only on PUT, PATCH and DELETE of one object"),
-    ("DELETE", "deployments", "All", "only on PUT, PATCH and DELETE of one object"),
+    ("DELETE", "deployments", "All", "only on POST, and on PUT, PATCH and DELETE of one object"),
 ])
 def test_a_dry_run_it_cannot_honour_is_refused(served: Served, env: str, method: str, path: str, value: str,
                                                text: str) -> None:

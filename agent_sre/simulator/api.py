@@ -355,9 +355,10 @@ class Router:
             return
         if value != "All":
             raise ApiError(400, "BadRequest", f'invalid dryRun value "{value}": the only accepted value is "All"')
-        if t.name is None or t.subresource is not None or self.req.method not in ("PUT", "PATCH", "DELETE"):
-            raise ApiError(400, "BadRequest", f"dryRun is supported by the simulator only on PUT, PATCH and DELETE "
-                                              f"of one object, not on {self.req.method} {self.req.path}")
+        one = t.name is not None and t.subresource is None and self.req.method in ("PUT", "PATCH", "DELETE")
+        if not (one or t.name is None and self.req.method == "POST"):
+            raise ApiError(400, "BadRequest", f"dryRun is supported by the simulator only on POST, and on PUT, PATCH "
+                                              f"and DELETE of one object, not on {self.req.method} {self.req.path}")
 
     # --- reads ------------------------------------------------------------------------------------------------
     def _rv(self) -> str:
@@ -532,6 +533,7 @@ class Router:
         return obj
 
     def _admit(self, t: Target, obj: Obj, old: Obj | None = None) -> None:
+        _omit_empty_meta(obj)
         admission.apply_defaults(self.cluster, t.rt.key, obj, old)
         if old is not None:
             admission.validate_update(t.rt.key, obj, old)
@@ -546,6 +548,8 @@ class Router:
         if t.rt.key in STATUS_ON_CREATE:
             obj["status"] = clone(STATUS_ON_CREATE[t.rt.key])
         self._admit(t, obj)
+        if self.dry_run:  # `kubectl diff` of a new object, `kubectl create --dry-run=server`
+            return _json(self.cluster.create(t.rt.key, obj, dry_run=True), 201)
         created = self.cluster.create(t.rt.key, obj)
         self._audit("create", t, created, self.req.body.decode(errors="replace"))
         return _json(created, 201)
@@ -883,6 +887,19 @@ def _nano(ts: float) -> str:
     simulator's times go to the microsecond."""
     second, micros = divmod(round(ts * 1_000_000), 1_000_000)
     return f"{datetime.fromtimestamp(second, UTC):%Y-%m-%dT%H:%M:%S}.{micros:06d}000Z"
+
+
+OMITTED_WHEN_EMPTY = ("labels", "annotations", "finalizers", "ownerReferences", "managedFields")
+
+
+def _omit_empty_meta(obj: Obj) -> None:
+    """Drop empty maps and lists from `metadata`, as the apiserver's typed ObjectMeta does (its fields are
+    `omitempty`, kubernetes staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/types.go): `kubectl apply` and
+    `kubectl diff` send `annotations: {}`, which a real cluster does not keep. A new metadata map, since the old
+    one may be the stored object's."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and any(meta.get(key, 0) in ({}, [], None) for key in OMITTED_WHEN_EMPTY):
+        obj["metadata"] = {k: v for k, v in meta.items() if not (k in OMITTED_WHEN_EMPTY and v in ({}, [], None))}
 
 
 def _as_stored(new: Obj, old: Obj) -> Obj:

@@ -101,7 +101,9 @@ class Cluster:
             return list(items.values())
         return [o for (ns, _), o in items.items() if ns == namespace]
 
-    def create(self, resource: str, obj: Obj) -> Obj:
+    def create(self, resource: str, obj: Obj, dry_run: bool = False) -> Obj:
+        """Store a new object; `dry_run`: checked and stamped as it would be stored, but not stored (the API's
+        `dryRun=All`: no resourceVersion, as nothing was written)."""
         rt = BY_KEY[resource]
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
@@ -122,6 +124,8 @@ class Cluster:
         if "creationTimestamp" not in meta:
             meta["creationTimestamp"] = rfc3339(self.clock.now())
         meta["generation"] = 1
+        if dry_run:
+            return obj
         meta["resourceVersion"] = str(next(self._rv))
         bucket[(ns, meta["name"])] = obj
         self._wrote(resource, ns, meta["name"])
