@@ -18,7 +18,34 @@ SIMULATED_MAX_ACTIONS = 12
 """Actions per simulated episode, for every policy alike: the runbook's expert episodes (the SFT data), GRPO's
 rollouts and the held-out evaluation. The runbook's longest episode takes 10 (seven reads, the fix, its check, the
 finish), so a model taught by it keeps two actions for a slip; with 10 it ran out in half the held-out scenarios
-(docs/benchmarks.md). Production incidents get `RemediationLimits.max_steps` (15)."""
+(docs/benchmarks.md). An incident that starts with several services unhealthy gets
+SIMULATED_ACTIONS_PER_EXTRA_SERVICE (10) more for each after the first (`simulated_max_actions`). Production incidents
+get `RemediationLimits.max_steps` (15)."""
+MAX_SIMULATED_ACTIONS = 100  # what `RemediationLimits.max_steps` allows
+SIMULATED_ACTIONS_PER_EXTRA_SERVICE = 10
+"""Actions a simulated episode gains for each service after the first that is unhealthy when the alert fires. After a
+fix checks out the policies list the pods again and mend the next failing service (the deployment, pod, logs and
+history read again, the fix, its check): the expert's longest two-service episode takes 20 actions, 8 more than its
+longest one-service episode, so a model taught by it keeps two for a slip, as SIMULATED_MAX_ACTIONS leaves
+(bench/policies.py)."""
+
+
+def simulated_max_actions(unhealthy_services: int, base: int = SIMULATED_MAX_ACTIONS,
+                          per_extra_service: int = SIMULATED_ACTIONS_PER_EXTRA_SERVICE) -> int:
+    """The action budget of one simulated episode: `base`, plus `per_extra_service` for each service after the first
+    that is unhealthy when the alert fires, at most `MAX_SIMULATED_ACTIONS`.
+
+    The budget is the environment's time box, like an on-call's, and is sized by what the namespace shows rather than
+    by the scenario's number of faults: the unhealthy services are what any dashboard (or `list_pods` and
+    `get_endpoints`) shows at the alert, so a policy that reads its budget learns nothing its tools would not tell it,
+    and a real incident could be sized the same way. On every scenario of the catalog and both evaluation suites the
+    two counts agree (a fault's callers stay healthy in the observer's eyes); a fault that brings down several
+    services only gets more room."""
+    if unhealthy_services < 0 or base < 1 or per_extra_service < 0:
+        raise ValueError(f"need unhealthy_services >= 0, base >= 1, per_extra_service >= 0; got {unhealthy_services}, "
+                         f"{base}, {per_extra_service}")
+    return min(base + per_extra_service * max(unhealthy_services - 1, 0), max(base, MAX_SIMULATED_ACTIONS))
+
 MAX_ACTION_TOKENS = 96
 """Tokens a model may generate for one action in simulated episodes (GRPO's rollouts, the held-out evaluation). The
 runbook's longest action, an escalation that names the fault and the failed fix, takes 63 SmolLM2 tokens and its end
@@ -83,7 +110,11 @@ class GRPOTrainingConfig(BaseModel):
                                      "deviation, the batch's, or nothing (docs/training-cycle.md)")
     temperature: float = Field(default=1.0, gt=0)
     max_new_tokens: int = Field(default=MAX_ACTION_TOKENS, ge=8, description="per turn: a tool call is short")
-    max_turns: int = Field(default=SIMULATED_MAX_ACTIONS, ge=1, description="actions per episode")
+    max_turns: int = Field(default=SIMULATED_MAX_ACTIONS, ge=1, description="actions per episode of one unhealthy "
+                                                                           "service (or none)")
+    extra_turns_per_service: int = Field(default=SIMULATED_ACTIONS_PER_EXTRA_SERVICE, ge=0,
+                                         description="more actions for each further service unhealthy at the alert "
+                                                     "(simulated_max_actions)")
     step_cost_s: float = Field(default=3.0, ge=0, description="simulated seconds each action takes")
     reward_function: Literal["sre", "outcome", "weighted"] = "sre"
     curriculum: bool = Field(default=True, description="sample fault families neither solved nor hopeless")
@@ -289,7 +320,11 @@ class EvaluationConfig(BaseModel):
     suite: str | None = Field(default=None, description="scenario file or directory; None: the held-out suite")
     limit: int | None = Field(default=None, ge=1, description="only N scenarios of the suite, taken across its "
                                                                "fault types (one of each before a second of any)")
-    max_turns: int = Field(default=SIMULATED_MAX_ACTIONS, ge=1, description="actions per episode")
+    max_turns: int = Field(default=SIMULATED_MAX_ACTIONS, ge=1, description="actions per episode of one unhealthy "
+                                                                           "service (or none)")
+    extra_turns_per_service: int = Field(default=SIMULATED_ACTIONS_PER_EXTRA_SERVICE, ge=0,
+                                         description="more actions for each further service unhealthy at the alert "
+                                                     "(simulated_max_actions)")
     max_new_tokens: int = Field(default=MAX_ACTION_TOKENS, ge=8)
     batch: int = Field(default=16, ge=1, description="episodes per forward pass")
     tolerances: GateTolerances = Field(default_factory=GateTolerances)

@@ -16,7 +16,13 @@ from typing import Any
 
 from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.scenario import Scenario
-from agent_sre.models.training import MAX_ACTION_TOKENS, SIMULATED_MAX_ACTIONS, SFTConfig, SFTResult
+from agent_sre.models.training import (
+    MAX_ACTION_TOKENS,
+    SIMULATED_ACTIONS_PER_EXTRA_SERVICE,
+    SIMULATED_MAX_ACTIONS,
+    SFTConfig,
+    SFTResult,
+)
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.policy.conversation import render_action
 from agent_sre.policy.expert import ExpertPolicy
@@ -46,15 +52,17 @@ def labelled_states(trajectories: Iterable[Trajectory], expert: ExpertPolicy | N
 
 
 def student_states(model_dir: Path, scenarios: Sequence[Scenario], *, device: str = "auto", batch: int = 64,
-                   max_turns: int = SIMULATED_MAX_ACTIONS,
-                   max_new_tokens: int = MAX_ACTION_TOKENS) -> tuple[list[Trajectory], float]:
+                   max_turns: int = SIMULATED_MAX_ACTIONS, max_new_tokens: int = MAX_ACTION_TOKENS,
+                   extra_turns_per_service: int = SIMULATED_ACTIONS_PER_EXTRA_SERVICE,
+                   ) -> tuple[list[Trajectory], float]:
     """The student's own episodes on `scenarios` (greedy, under the action grammar, as it is served) and the share
     it resolved: the states a DAgger round labels."""
     from agent_sre.training.evaluate import run_model
 
     played: list[Trajectory] = []
     results = run_model(model_dir, scenarios, version="dagger-student", device=device, batch=batch,
-                        max_turns=max_turns, max_new_tokens=max_new_tokens, on_trajectory=played.append)
+                        max_turns=max_turns, max_new_tokens=max_new_tokens, on_trajectory=played.append,
+                        extra_turns_per_service=extra_turns_per_service)
     resolved = sum(r.outcome.outcome == "resolved" for r in results) / max(len(results), 1)
     return played, resolved
 

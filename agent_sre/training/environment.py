@@ -27,7 +27,7 @@ from agent_sre.models.incident import Incident, RemediationLimits
 from agent_sre.models.policy import ChatMessage, PolicyDecision
 from agent_sre.models.reward import RewardConfig
 from agent_sre.models.scenario import Scenario
-from agent_sre.models.training import SIMULATED_MAX_ACTIONS
+from agent_sre.models.training import SIMULATED_ACTIONS_PER_EXTRA_SERVICE, SIMULATED_MAX_ACTIONS, simulated_max_actions
 from agent_sre.models.trajectory import Step, Trajectory
 from agent_sre.models.verdict import HealthSnapshot
 from agent_sre.policy.conversation import parse_action, pending_messages
@@ -43,11 +43,16 @@ FAULT_DEVELOP_S = 120.0  # simulated time between injection and the alert
 class IncidentEnvironment:
     def __init__(self, simulator: Simulator, scenario: Scenario, *, limits: RemediationLimits | None = None,
                  reward: RewardConfig | None = None, model_version: str = "candidate", policy: str = "llm",
-                 step_cost_s: float = 3.0, with_user_report: bool = True) -> None:
+                 step_cost_s: float = 3.0, with_user_report: bool = True,
+                 extra_steps_per_service: int = SIMULATED_ACTIONS_PER_EXTRA_SERVICE) -> None:
+        """`limits.max_steps` is the budget of an incident with one unhealthy service; `reset()` adds
+        `extra_steps_per_service` for each further service unhealthy at the alert (`simulated_max_actions`)."""
         self.simulator, self.scenario = simulator, scenario
         # Nobody is there to approve a high-risk write: a simulated incident's run as soon as asked.
-        self.limits = (limits or RemediationLimits(max_steps=SIMULATED_MAX_ACTIONS, settle_s=60.0)).model_copy(
+        self._base_limits = (limits or RemediationLimits(max_steps=SIMULATED_MAX_ACTIONS, settle_s=60.0)).model_copy(
             update={"approve_high_risk": "auto"})
+        self.limits = self._base_limits
+        self.extra_steps_per_service = extra_steps_per_service
         self.reward_config = reward or RewardConfig()
         self.model_version, self.policy, self.step_cost_s = model_version, policy, step_cost_s
         self.with_user_report = with_user_report
@@ -65,6 +70,8 @@ class IncidentEnvironment:
         faults.inject(api, s)
         self.simulator.advance(cluster.name, FAULT_DEVELOP_S)
         self._baseline = oracle.snapshot(api, s.namespace, s.app)
+        self.limits = self._base_limits.model_copy(update={"max_steps": simulated_max_actions(
+            len(self._baseline.unhealthy), self._base_limits.max_steps, self.extra_steps_per_service)})
         incident = Incident(id=uuid.uuid4().hex[:16], source="simulation", alert=s.alert, namespace=s.namespace,
                             report=s.symptom if self.with_user_report and s.symptom else None, scenario=s,
                             limits=self.limits)

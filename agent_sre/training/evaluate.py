@@ -10,7 +10,7 @@ from agent_sre.episodes import summarize
 from agent_sre.models.episode import EpisodeResult, OutcomeStats
 from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.scenario import Scenario
-from agent_sre.models.training import MAX_ACTION_TOKENS, SIMULATED_MAX_ACTIONS
+from agent_sre.models.training import MAX_ACTION_TOKENS, SIMULATED_ACTIONS_PER_EXTRA_SERVICE, SIMULATED_MAX_ACTIONS
 from agent_sre.models.trajectory import Trajectory
 from agent_sre.outcome import incident_outcome
 from agent_sre.policy.base import Policy
@@ -51,17 +51,21 @@ def run_policy(policy: Policy, ref: PolicyRef, scenarios: Sequence[Scenario], *,
 def run_model(model_dir: Path, scenarios: Sequence[Scenario], *, version: str = "candidate",
               max_turns: int = SIMULATED_MAX_ACTIONS, max_new_tokens: int = MAX_ACTION_TOKENS, batch: int = 16,
               device: str = "auto", constrained: bool = True,
+              extra_turns_per_service: int = SIMULATED_ACTIONS_PER_EXTRA_SERVICE,
               on_trajectory: Callable[[Trajectory], None] | None = None) -> list[EpisodeResult]:
     """A language model on the suite with greedy decoding, many episodes per forward pass (the CPU-friendly
     path; `run_policy` with an LLMPolicy gives the same episodes one call at a time, as serving does). Decoding is
-    under the action grammar, as served, unless `constrained` is False; `on_trajectory` sees each judged episode."""
+    under the action grammar, as served, unless `constrained` is False; `on_trajectory` sees each judged episode.
+    `max_turns` is the budget of an incident with one unhealthy service, as `play` gives a rule-based policy
+    (`simulated_max_actions`)."""
     from agent_sre.models.llm import SamplingConfig
     from agent_sre.models.training import GRPOTrainingConfig
     from agent_sre.policy.llm.checkpoint import load_policy_model
     from agent_sre.training.grpo import run_rollouts
 
     loaded = load_policy_model(model_dir, device=device)
-    config = GRPOTrainingConfig(max_turns=max_turns, max_new_tokens=max_new_tokens)
+    config = GRPOTrainingConfig(max_turns=max_turns, max_new_tokens=max_new_tokens,
+                                extra_turns_per_service=extra_turns_per_service)
     greedy = SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens, constrained=constrained)
     simulator = Simulator(speed=0)
     results = []

@@ -37,6 +37,7 @@ def load_suite(config: EvaluationConfig) -> tuple[str, list[Scenario]]:
     if config.limit is not None:
         scenarios = interleave_by_fault(scenarios)[:config.limit]
     measured = {"scenarios": [s.model_dump(mode="json") for s in scenarios], "max_turns": config.max_turns,
+                "extra_turns_per_service": config.extra_turns_per_service,
                 "max_new_tokens": config.max_new_tokens}
     digest = hashlib.sha256(json.dumps(measured, sort_keys=True).encode()).hexdigest()[:10]
     name = "".join(c if c.isalnum() or c in "-_." else "-" for c in source.stem) or "suite"

@@ -104,7 +104,7 @@ def run_rollouts(loaded: LoadedModel, scenarios: Sequence[Scenario], config: GRP
                                           max_new_tokens=config.max_new_tokens)
     envs = [IncidentEnvironment(simulator, s, limits=RemediationLimits(max_steps=config.max_turns, settle_s=60.0),
                                 reward=RewardConfig(function=config.reward_function), step_cost_s=config.step_cost_s,
-                                model_version=model_version)
+                                model_version=model_version, extra_steps_per_service=config.extra_turns_per_service)
             for s in scenarios]
     prompts = [env.reset() for env in envs]
     rollouts = [Rollout(prompt_ids=prompt_token_ids(tokenizer, p)) for p in prompts]
