@@ -452,6 +452,7 @@ def evaluation_episodes(req: EvalRequest, versions: Registry, settings: Settings
         results += run_model(model_dir, scenarios[start:start + config.batch], version=req.version,
                              max_turns=config.max_turns, max_new_tokens=config.max_new_tokens, batch=config.batch,
                              extra_turns_per_service=config.extra_turns_per_service,
+                             extra_turns_per_service=config.extra_turns_per_service,
                              device=settings.llm_device)
         on_progress(len(results), len(scenarios))
     return results
