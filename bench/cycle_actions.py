@@ -13,8 +13,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from agent_sre.activities.rollout import store
+from agent_sre.config import get_settings
 from agent_sre.models.trajectory import Trajectory
+from agent_sre.storage import object_store
 from agent_sre.training.data import incident_class
 from agent_sre.trajectory_store import read_trajectories
 
@@ -30,8 +31,8 @@ def actions(t: Trajectory) -> str:
 
 
 def main(key: str) -> None:
-    client, settings = store()
-    episodes = read_trajectories(client, settings.s3_bucket, key)
+    settings = get_settings()
+    episodes = read_trajectories(object_store(settings), settings.s3_bucket, key)
     counts = Counter((incident_class(t), t.policy, t.verdict.outcome if t.verdict else "not judged", actions(t))
                      for t in episodes)
     lines = [f"`{key}`: {len(episodes)} episodes.", "", "| episodes | class | policy | outcome | tools called |",

@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import get_args
 
@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchdocs import provenance, write_section
 
 from agent_sre import stack
-from agent_sre.activities import observer, policy, rewards, simulation, tools, trajectories
+from agent_sre.activities import rewards
 from agent_sre.config import Settings, get_settings
 from agent_sre.episodes import interleave_by_fault, run_episode, run_episodes
 from agent_sre.models.episode import EpisodeRequest, InjectRequest
@@ -67,7 +67,7 @@ from agent_sre.scenarios import load_scenarios
 from agent_sre.stack.isolated import isolated_env
 from agent_sre.stack.manager import pid_file
 from agent_sre.temporal import connect
-from agent_sre.workers.main import build_workers, settle_heap
+from agent_sre.workers.main import Activities, build_activities, build_workers, settle_heap
 from agent_sre.workflows.simulated import environment_name
 
 LIMITS = RemediationLimits(settle_s=0.0)
@@ -146,19 +146,25 @@ def direct_episode(scenario: Scenario, ref: PolicyRef,
     return time.perf_counter() - began, len(t.steps)
 
 
+@cache
+def direct_activities() -> Activities:
+    """The activities the direct mode calls, built once, as a worker builds them."""
+    return build_activities(get_settings())
+
+
 def direct_trajectory(scenario: Scenario, ref: PolicyRef,
                       decide: Callable[[PolicyRequest], PolicyDecision] | None = None,
                       limits: RemediationLimits = LIMITS, tool_seconds: dict[str, float] | None = None) -> Trajectory:
     """`direct_episode`'s episode; `decide` replaces the policy activity (a policy configured by the caller).
     `tool_seconds` adds up the wall time of each tool's calls, by tool."""
-    run = ActivityEnvironment().run
-    decide = decide or (lambda req: run(policy.decide_next_action, req))
+    run, a = ActivityEnvironment().run, direct_activities()
+    decide = decide or (lambda req: run(a.policy.decide_next_action, req))
     name = environment_name(f"direct-{uuid.uuid4().hex}")
-    injected = run(simulation.create_and_inject, InjectRequest(environment=name, scenario=scenario))
+    injected = run(a.simulation.create_and_inject, InjectRequest(environment=name, scenario=scenario))
     env = injected.environment
     incident = Incident(id=uuid.uuid4().hex[:12], source="simulation", alert=injected.alert,
                         namespace=scenario.namespace, kubeconfig=env.server, scenario=scenario, limits=limits)
-    baseline = injected.health or run(observer.snapshot_cluster, incident)  # as the remediation takes it
+    baseline = injected.health or run(a.observer.snapshot_cluster, incident)  # as the remediation takes it
     t = Trajectory(incident=incident, workflow_id=f"direct-{incident.id}", run_id="direct", policy=ref.name,
                    model_version=ref.version, started_at=datetime.now(UTC))
     t.termination = "step_limit"
@@ -172,19 +178,19 @@ def direct_trajectory(scenario: Scenario, ref: PolicyRef,
         if t.end(decision.action) is not None:  # finish or escalate, as the workflow's loop ends
             break
         began = time.perf_counter()
-        step.result = run(tools.run_tool, ToolInvocation(call=decision.action, namespace=incident.namespace,
-                                                         kubeconfig=env.server,
-                                                         idempotency_key=f"{t.workflow_id}/{step.index}"))
+        step.result = run(a.tools.run_tool, ToolInvocation(call=decision.action, namespace=incident.namespace,
+                                                           kubeconfig=env.server,
+                                                           idempotency_key=f"{t.workflow_id}/{step.index}"))
         if tool_seconds is not None:
             tool = decision.action.tool
             tool_seconds[tool] = tool_seconds.get(tool, 0.0) + time.perf_counter() - began
     t.mitigated_at = datetime.now(UTC)
-    t.verdict = run(observer.observe, ObserveRequest(incident=incident, baseline=baseline, termination=t.termination,
-                                                     writes=len(t.writes)))
+    t.verdict = run(a.observer.observe, ObserveRequest(incident=incident, baseline=baseline,
+                                                       termination=t.termination, writes=len(t.writes)))
     t.ended_at = datetime.now(UTC)
     t.reward = run(rewards.compute_reward, RewardRequest(trajectory=t, config=EpisodeRequest(scenario=scenario).reward))
-    run(trajectories.store_trajectory, t)
-    run(simulation.delete_environment, env.name)
+    run(a.trajectories.store_trajectory, t)
+    run(a.simulation.delete_environment, env.name)
     return t
 
 

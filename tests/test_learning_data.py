@@ -21,7 +21,6 @@ from store_fixtures import settings_with_own_bucket
 from temporalio.testing import ActivityEnvironment
 
 from agent_sre import cas
-from agent_sre.activities import learning as activities
 from agent_sre.config import Settings
 from agent_sre.learning import store as streams
 from agent_sre.learning.data import usable_for
@@ -44,6 +43,7 @@ from agent_sre.scenarios import default_catalog, heldout_suite, load_scenarios
 from agent_sre.storage import object_store
 from agent_sre.temporal import connect
 from agent_sre.trajectory_store import feedback_prefix, write_late_feedback, write_trajectory
+from agent_sre.workers.main import build_activities
 from agent_sre.workflows.learning import training_request
 
 
@@ -69,21 +69,22 @@ class Cycle:
 
     def __init__(self, settings: Settings, conf: LearningConfig, env: ActivityEnvironment) -> None:
         self.settings, self.config, self.env = settings, conf, env
+        self.activities = build_activities(settings).learning
         self.id = f"cycle-{uuid.uuid4().hex[:6]}"
         self.cutoff = datetime.now(UTC)  # after the writes it should see (settle_s is 0 here)
 
     async def begin(self) -> Any:
         claim = CycleClaim(cycle_id=self.id, workflow_id=self.id, run_id="r1", since=datetime.now(UTC))
-        return await self.env.run(activities.begin_cycle, BeginCycle(config=self.config, claim=claim))
+        return await self.env.run(self.activities.begin_cycle, BeginCycle(config=self.config, claim=claim))
 
     def gather(self) -> CycleData:
-        return self.env.run(activities.gather_cycle_data, GatherRequest(config=self.config, cycle_id=self.id,
+        return self.env.run(self.activities.gather_cycle_data, GatherRequest(config=self.config, cycle_id=self.id,
                                                                         cutoff=self.cutoff))
 
     def finish(self, data: CycleData, commit: bool) -> CycleRecord:
         record = CycleRecord(name=self.config.name, cycle_id=self.id, run_id="r1", cutoff=self.cutoff,
                              started_at=self.cutoff, status="registered" if commit else "skipped", data=data)
-        return self.env.run(activities.finish_cycle, FinishRequest(record=record, commit=commit, late_days=2))
+        return self.env.run(self.activities.finish_cycle, FinishRequest(record=record, commit=commit, late_days=2))
 
 
 @pytest.fixture

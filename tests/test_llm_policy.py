@@ -24,7 +24,6 @@ from isolated_workers import running_workers
 from llm_fixtures import runbook_episode
 
 from agent_sre import faults
-from agent_sre.activities.policy import POLICIES
 from agent_sre.config import Settings
 from agent_sre.models.incident import Incident, RemediationLimits
 from agent_sre.models.llm import SamplingConfig
@@ -57,6 +56,7 @@ from agent_sre.storage import object_store
 from agent_sre.temporal import connect, start_incident
 from agent_sre.tools.client import api_client
 from agent_sre.trajectory_store import read_trajectories
+from agent_sre.workers.main import build_activities
 
 SHORT = SamplingConfig(temperature=1.0, max_new_tokens=12)
 GREEDY = SamplingConfig(temperature=0.0, max_new_tokens=6)
@@ -83,11 +83,12 @@ def before_step(t: Trajectory, k: int) -> Trajectory:
     return t.model_copy(update={"steps": t.steps[:k], "conversation": t.conversation[:upto]})
 
 
-def test_llm_is_registered_and_loads_nothing_until_used() -> None:
+def test_llm_is_registered_and_loads_nothing_until_used(settings: Settings) -> None:
     """In a fresh interpreter: earlier tests in this session may have served the registered policy already."""
-    assert isinstance(POLICIES["llm"], LLMPolicy)
-    probe = ("import sys; from agent_sre.activities.policy import POLICIES; "
-             "sys.exit(POLICIES['llm']._backends is not None or 'torch' in sys.modules)")
+    assert isinstance(build_activities(settings).policy.policies["llm"], LLMPolicy)
+    probe = ("import sys; from agent_sre.config import Settings; from agent_sre.workers.main import build_activities; "
+             "llm = build_activities(Settings()).policy.policies['llm']; "
+             "sys.exit(llm._backends is not None or 'torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", probe], timeout=120).returncode == 0
 
 
@@ -447,12 +448,11 @@ def test_the_base_gguf_converts_once_to_safetensors_with_the_same_weights(tmp_pa
     print(f"GGUF -> safetensors conversion: {converted_s:.1f} s")
 
 
-async def test_an_incident_served_by_the_llm_policy_runs_through_temporal(stack: Settings, tiny_model_dir: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_an_incident_served_by_the_llm_policy_runs_through_temporal(stack: Settings,
+                                                                          tiny_model_dir: Path) -> None:
     """The registered `llm` policy behind the real workflow: a random model's garbage (decoded without the action
     grammar) is two invalid steps (not a crash), and the stored trajectory keeps each step's token ids and
     logprobs."""
-    monkeypatch.setattr(POLICIES["llm"], "_sampling", SamplingConfig(constrained=False))
     scenario = next(s for s in load_scenarios() if s.fault == "bad_image")
     env = SimulatorClient(stack.sim_url).create_env(apps=[scenario.app], seed=scenario.seed)
     faults.inject(api_client(env["server"]), scenario)
@@ -460,7 +460,8 @@ async def test_an_incident_served_by_the_llm_policy_runs_through_temporal(stack:
                         kubeconfig=env["server"], scenario=scenario,
                         limits=RemediationLimits(max_steps=2, settle_s=1.0))
     client = await connect(stack)
-    async with running_workers(client, stack) as settings:
+    unconstrained = stack.model_copy(update={"llm_sampling": SamplingConfig(constrained=False)})
+    async with running_workers(client, unconstrained) as settings:
         started = await start_incident(client, incident, policy=ref(tiny_model_dir), settings=settings)
         outcome: IncidentOutcome = await started.handle.result()
     assert (outcome.termination, outcome.steps, outcome.invalid) == ("step_limit", 2, 2)

@@ -22,7 +22,6 @@ from temporalio.testing import ActivityEnvironment
 from trajectory_factory import finish, make_trajectory, read, step, write
 from transformers import AutoTokenizer
 
-from agent_sre.activities import training as activities
 from agent_sre.cli import train as train_cli
 from agent_sre.config import Settings
 from agent_sre.models.training import (
@@ -44,6 +43,7 @@ from agent_sre.storage import object_store
 from agent_sre.training.grpo import Rollout, run_rollouts
 from agent_sre.training.offpolicy import kto_rows, replay, score_episodes, train_offpolicy, truncated_ratios
 from agent_sre.trajectory_store import write_trajectory
+from agent_sre.workers.main import build_activities
 
 FAST = {"max_steps": 1, "batch_size": 2, "learning_rate": 1e-3, "device": "cpu"}
 
@@ -245,20 +245,21 @@ async def test_an_offpolicy_training_job_runs_through_the_training_activities(
     """What TrainingCycleWorkflow runs for `algorithm: offpolicy`: data from the trajectory store, refused while it
     holds nothing to learn; then the job under `accelerate launch` and the candidate registered with its result."""
     settings, registry = store
+    training = build_activities(settings).training
     client = object_store(settings)
     request = TrainingRequest(algorithm="offpolicy", base=BASE, offpolicy=OffPolicyConfig(**FAST), requested_by="test")
     for i in range(2):
         write_trajectory(client, settings.s3_bucket, runbook_episode("oom", run_id=f"run-{i}"))
     with pytest.raises(ApplicationError, match="no learning signal") as refused:
-        ActivityEnvironment().run(activities.collect_training_data, request)
+        ActivityEnvironment().run(training.collect_training_data, request)
     assert refused.value.non_retryable
     for i, outcome in enumerate(["resolved", "unresolved"]):
         write_trajectory(client, settings.s3_bucket, runbook_episode("bad-image", outcome, run_id=f"run-{i + 2}"))
-    manifest = ActivityEnvironment().run(activities.collect_training_data, request)
+    manifest = ActivityEnvironment().run(training.collect_training_data, request)
     assert manifest.episodes == 4 and len(manifest.items) == 4
 
     job = TrainJob(request=request, data=manifest, version=f"offpolicy-{uuid.uuid4().hex[:6]}")
-    trained = await ActivityEnvironment().run(activities.train_policy, job)
+    trained = await ActivityEnvironment().run(training.train_policy, job)
     assert trained.launcher.startswith("accelerate launch --config_file infra/accelerate/cpu.yaml")
     assert trained.offpolicy is not None and (trained.offpolicy.episodes, trained.offpolicy.steps) == (4, 1)
     assert trained.offpolicy.classes == {"oom": 2, "bad-image": 2}
@@ -274,6 +275,7 @@ async def test_a_job_rehearses_expert_episodes_of_other_fault_types_pinned_in_it
     new episodes nor of an evaluation scenario (nor are new ones of those); trained on and recorded in the version's
     lineage."""
     settings, registry = store
+    training = build_activities(settings).training
     client, bucket = object_store(settings), settings.s3_bucket
     new = [runbook_episode(fault, outcome, run_id=f"run-{i}").model_copy(update={"model_version": "prod-v1"})
            for i, (fault, outcome) in enumerate([("bad-image", "resolved"), ("bad-image", "unresolved"),
@@ -296,7 +298,7 @@ async def test_a_job_rehearses_expert_episodes_of_other_fault_types_pinned_in_it
     request = TrainingRequest(algorithm="offpolicy", base=BASE, offpolicy=OffPolicyConfig(**FAST), requested_by="test",
                               data=DataSelection(trajectories=trajectories, rehearsal=rehearse))
 
-    manifest = ActivityEnvironment().run(activities.collect_training_data, request)
+    manifest = ActivityEnvironment().run(training.collect_training_data, request)
     assert manifest.episodes == 4 and manifest.counts["filtered: evaluation scenario"] == 2
     assert manifest.rehearsal is not None
     assert manifest.rehearsal.counts == {"read": 6, "accepted": 2, "filtered: fault class full": 1,
@@ -311,7 +313,7 @@ async def test_a_job_rehearses_expert_episodes_of_other_fault_types_pinned_in_it
     for until, listed in ((cutoff, 6), (None, 7)):
         bounded = request.model_copy(update={"data": DataSelection(
             trajectories=trajectories, rehearsal=rehearse.model_copy(update={"written_until": until}))})
-        again = ActivityEnvironment().run(activities.collect_training_data, bounded).rehearsal
+        again = ActivityEnvironment().run(training.collect_training_data, bounded).rehearsal
         assert again is not None and again.counts["read"] == listed and again.episodes == 2
     monkeypatch.setattr(train_cli.console, "width", 300)  # one line per row
     with train_cli.console.capture() as shown:
@@ -321,7 +323,7 @@ async def test_a_job_rehearses_expert_episodes_of_other_fault_types_pinned_in_it
             "full 1, filtered: not resolved cleanly 1, rejected: duplicate 1") in shown.get()
 
     job = TrainJob(request=request, data=manifest, version=f"rehearsal-{uuid.uuid4().hex[:6]}")
-    trained = await ActivityEnvironment().run(activities.train_policy, job)
+    trained = await ActivityEnvironment().run(training.train_policy, job)
     assert trained.offpolicy is not None
     assert trained.offpolicy.classes == {"bad-image": 2, "oom": 2, "rehearsal:oom": 1, "rehearsal:none": 1}
     assert sorted(i.uri for i in registry.get(job.version).card.data_manifest) == sorted(
@@ -330,7 +332,7 @@ async def test_a_job_rehearses_expert_episodes_of_other_fault_types_pinned_in_it
     nothing = request.model_copy(update={"data": DataSelection(
         trajectories=request.data.trajectories, rehearsal=rehearse.model_copy(update={"model_versions": ["none-v0"]}))})
     with pytest.raises(ApplicationError, match="no expert episodes to rehearse") as refused:
-        ActivityEnvironment().run(activities.collect_training_data, nothing)
+        ActivityEnvironment().run(training.collect_training_data, nothing)
     assert refused.value.non_retryable
     for wrong, why in ((dict(algorithm="sft"), "has no offpolicy stage"),
                        (dict(data={"rehearsal": {"model_versions": ["runbook-v1"]}}), "must set resolved_only")):

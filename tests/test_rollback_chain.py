@@ -34,7 +34,7 @@ from temporalio.testing import ActivityEnvironment
 from worker_process import start_worker, stop_worker
 
 from agent_sre import faults
-from agent_sre.activities.routing import route_model
+from agent_sre.activities.routing import RoutingActivities
 from agent_sre.config import Settings
 from agent_sre.models.incident import Incident, RemediationLimits
 from agent_sre.models.remediation import IncidentOutcome
@@ -296,6 +296,7 @@ async def test_a_degraded_candidate_is_rolled_back_by_the_alert_chain(chain: Cha
         table = read_table(chain.registry.client, chain.settings.s3_bucket)
         assert table is not None and table.candidate is None and table.weight == 0
         probes = [Incident(id=f"after-{i}", namespace="shop", report="checkout fails") for i in range(50)]
+        route_model = RoutingActivities(chain.registry).route_model
         routed = {ActivityEnvironment().run(route_model, probe).version for probe in probes}
         assert routed == {BASELINE}
         after = [await incidents.one() for _ in range(2)]

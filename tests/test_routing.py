@@ -9,7 +9,7 @@ import pytest
 from store_fixtures import settings_with_own_bucket
 from temporalio.testing import ActivityEnvironment
 
-from agent_sre.activities.routing import route_model
+from agent_sre.activities.routing import RoutingActivities
 from agent_sre.config import Settings
 from agent_sre.models.incident import Incident
 from agent_sre.models.remediation import PolicyRef
@@ -96,6 +96,7 @@ def test_stored_table_round_trip_and_stale_writes(own_bucket: Settings) -> None:
 def test_the_routing_activity_reads_the_table_for_every_incident(own_bucket: Settings) -> None:
     activity = ActivityEnvironment()
     registry = Registry.from_settings(own_bucket)
+    route_model = RoutingActivities(registry).route_model
     # No table yet: the registry's production version, which is the built-in runbook policy on a fresh store.
     assert activity.run(route_model, incident(1)) == PolicyRef(name="runbook", version="runbook-v1")
 

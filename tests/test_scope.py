@@ -7,7 +7,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from agent_sre.activities.tools import run_tool
+from agent_sre.activities.tools import ToolActivities
 from agent_sre.alerts.ratelimit import TokenBucket
 from agent_sre.config import Settings
 from agent_sre.models.tools import ToolCall, ToolInvocation
@@ -52,11 +52,11 @@ def test_the_cluster_is_the_worker_s_own(settings: Settings, tmp_path) -> None:
     (None, "kube-system", "OutOfScope"),
 ])
 async def test_the_tool_activity_refuses_another_cluster_or_namespace(kubeconfig: str | None, namespace: str,
-                                                                      kind: str) -> None:
+                                                                      kind: str, settings: Settings) -> None:
     invocation = ToolInvocation(call=ToolCall(tool="scale", args={"deployment": "cart", "replicas": 0}),
                                 namespace=namespace, kubeconfig=kubeconfig, idempotency_key="scope-test/0")
     with pytest.raises(ApplicationError) as refused:
-        await ActivityEnvironment().run(run_tool, invocation)
+        await ActivityEnvironment().run(ToolActivities(settings).run_tool, invocation)
     assert refused.value.type == kind and refused.value.non_retryable
 
 

@@ -29,8 +29,7 @@ from temporalio.testing import ActivityEnvironment
 from typer.testing import CliRunner, Result
 
 from agent_sre import cas
-from agent_sre.activities import training as activities
-from agent_sre.activities.policy import registered_model_dir
+from agent_sre.activities.training import TrainingActivities
 from agent_sre.cli import app
 from agent_sre.cli import models as models_cli
 from agent_sre.cli import train as train_cli
@@ -59,6 +58,7 @@ from agent_sre.storage import object_store
 from agent_sre.temporal import connect
 from agent_sre.training.gate import judge, load_suite
 from agent_sre.trajectory_store import write_trajectory
+from agent_sre.workers.main import build_activities
 from agent_sre.workflows.training import TrainingCycleWorkflow
 
 BASE = "tiny-v0"
@@ -89,8 +89,13 @@ def request(**kw: Any) -> TrainingRequest:
                                            "evaluation": QUICK_EVAL.model_dump(), "requested_by": "test", **kw})
 
 
+def activities() -> TrainingActivities:
+    """The training activities as a worker builds them, on the settings of the test's own bucket (`store`)."""
+    return build_activities(get_settings()).training
+
+
 def collect(req: TrainingRequest) -> DataManifest:
-    return ActivityEnvironment().run(activities.collect_training_data, req)
+    return ActivityEnvironment().run(activities().collect_training_data, req)
 
 
 def invoke(*args: str) -> Result:
@@ -221,21 +226,21 @@ def test_a_failing_gate_archives_the_candidate_with_the_reason_and_a_passing_one
         return EvalReport(version=version, suite="heldout-2-abc", scenarios=2, rows=[stats(success)], stored=True)
 
     env = ActivityEnvironment()
-    failed = env.run(activities.register_if_better, GateRequest(candidate=report("worse", 0.2),
-                                                                 parent=report(BASE, 0.6),
-                                                                 tolerances=GateTolerances(), by="gate"))
+    failed = env.run(activities().register_if_better, GateRequest(candidate=report("worse", 0.2),
+                                                                   parent=report(BASE, 0.6),
+                                                                   tolerances=GateTolerances(), by="gate"))
     assert (failed.passed, failed.stage) == (False, "archived")
     last = registry.get("worse").history[-1]
     assert (last.to_stage, last.by) == ("archived", "gate")
     assert "failed the training gate against tiny-v0" in last.reason and "success rate 20.0%" in last.reason
     with pytest.raises(Exception, match="only a candidate can start a rollout"):
         registry.start_canary("worse", by="test", reason="must not roll out")
-    passed = env.run(activities.register_if_better, GateRequest(candidate=report("fine", 0.6),
-                                                                 parent=report(BASE, 0.6),
-                                                                 tolerances=GateTolerances(), by="gate"))
+    passed = env.run(activities().register_if_better, GateRequest(candidate=report("fine", 0.6),
+                                                                   parent=report(BASE, 0.6),
+                                                                   tolerances=GateTolerances(), by="gate"))
     assert (passed.passed, passed.stage, registry.get("fine").stage) == (True, "candidate", "candidate")
     with pytest.raises(ApplicationError, match="different suites"):
-        env.run(activities.register_if_better, GateRequest(
+        env.run(activities().register_if_better, GateRequest(
             candidate=report("fine", 0.6), parent=report(BASE, 0.6).model_copy(update={"suite": "other"}),
             tolerances=GateTolerances(), by="gate"))
 
@@ -250,8 +255,8 @@ def test_an_unjudged_candidate_of_this_training_is_archived_and_nothing_else(sto
     env = ActivityEnvironment()
 
     def archive(version: str, training_request: dict[str, Any]) -> str | None:
-        return env.run(activities.archive_version, ArchiveRequest(version=version, training_request=training_request,
-                                                                  by="cycle", reason="stopped before the gate"))
+        return env.run(activities().archive_version, ArchiveRequest(
+            version=version, training_request=training_request, by="cycle", reason="stopped before the gate"))
 
     assert archive("ours", ours) == "archived"
     assert registry.get("ours").history[-1].reason == "stopped before the gate"
@@ -281,9 +286,9 @@ async def test_a_training_cycle_trains_evaluates_gates_and_registers_with_lineag
                                                                         "harmful_rate": 1, "invalid_action_rate": 1}})
     (tmp_path / "request.json").write_text(req.model_dump_json())
     monkeypatch.setattr(train_cli, "console", Console(width=250))
-    async with running_workers(client, settings) as isolated:
+    monkeypatch.chdir(tmp_path)  # a relative data dir, as `make demo` has: the job must find its files
+    async with running_workers(client, settings.model_copy(update={"data_dir": Path("data")})) as isolated:
         monkeypatch.setenv("AGENT_SRE_QUEUE_TRAINING", isolated.queue_training)
-        monkeypatch.chdir(tmp_path)  # a relative data dir, as `make demo` has: the job must find its files
         monkeypatch.setenv("AGENT_SRE_DATA_DIR", "data")
         get_settings.cache_clear()
         cli = asyncio.create_task(asyncio.to_thread(invoke, "train", "--request", str(tmp_path / "request.json"),
@@ -344,7 +349,7 @@ async def test_a_training_cycle_trains_evaluates_gates_and_registers_with_lineag
     assert not list(client_s3.list_objects(settings.s3_bucket, prefix="training/", recursive=True))
 
     # the LLM policy serves the new version by its registered name
-    policy = LLMPolicy(registry=registered_model_dir, sampling=SamplingConfig(max_new_tokens=4))
+    policy = LLMPolicy(registry=registry.local_path, sampling=SamplingConfig(max_new_tokens=4))
     t = runbook_episode().model_copy(update={"steps": [], "conversation": []})
     decision = policy.decide(PolicyRef(name="llm", version=req.version), t)
     assert decision.model_version == req.version and decision.completion_token_ids
@@ -414,7 +419,7 @@ async def test_a_retried_train_activity_resumes_from_the_heartbeat_checkpoint(st
     first = ActivityEnvironment()
     beats: list[TrainHeartbeat] = []
     first.on_heartbeat = lambda *details: beats.append(details[0].model_copy(deep=True))
-    attempt = asyncio.create_task(first.run(activities.train_policy, job))
+    attempt = asyncio.create_task(first.run(activities().train_policy, job))
     while not any(b.checkpoint and "/grpo/" in b.checkpoint.prefix for b in beats) and not attempt.done():
         await asyncio.sleep(0.2)
     first.cancel()
@@ -437,7 +442,7 @@ async def test_a_retried_train_activity_resumes_from_the_heartbeat_checkpoint(st
     second.info = dataclasses.replace(second.info, attempt=2, heartbeat_details=[last.model_dump(mode="json")])
     resumed: list[TrainHeartbeat] = []
     second.on_heartbeat = lambda *details: resumed.append(details[0].model_copy(deep=True))
-    trained = await second.run(activities.train_policy, job)
+    trained = await second.run(activities().train_policy, job)
 
     assert trained.resumed_from == saved
     # until GRPO finishes, a retry of this attempt could resume too: the checkpoint stays in the heartbeat

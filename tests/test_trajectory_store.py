@@ -16,8 +16,7 @@ from minio import Minio
 from temporalio.testing import ActivityEnvironment
 from trajectory_factory import START, finish, make_trajectory, read, write
 
-from agent_sre.activities.trajectories import store_trajectory
-from agent_sre.config import Settings, get_settings
+from agent_sre.config import Settings
 from agent_sre.models.reward import HumanFeedback, RewardConfig
 from agent_sre.models.tools import ToolCall, ToolResult
 from agent_sre.models.trajectory import Step, Trajectory
@@ -32,6 +31,7 @@ from agent_sre.trajectory_store import (
     write_reward,
     write_trajectory,
 )
+from agent_sre.workers.main import build_activities
 
 LEAKY_OUTPUT = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\ndata:\n  password: hunter2\n"
 
@@ -150,20 +150,15 @@ def test_store_activity_writes_to_the_configured_bucket(s3_store: Settings, clie
     t = episode(run=uuid.uuid4().hex[:8])
     t.steps[1].decision.action = ToolCall(tool="set_env", args={"deployment": "cart", "container": "cart",
                                                                 "name": "DB_PASSWORD", "value": "hunter2"})
-    stored = ActivityEnvironment().run(store_trajectory, t)
+    stored = ActivityEnvironment().run(build_activities(s3_store).trajectories.store_trajectory, t)
     raw = client.get_object(s3_store.s3_bucket, stored.key).read()
     assert len(raw) == stored.bytes and b"hunter2" not in raw
 
 
-def test_store_activity_raises_when_the_store_is_down() -> None:
+def test_store_activity_raises_when_the_store_is_down(settings: Settings) -> None:
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    try:
-        with pytest.MonkeyPatch.context() as env:
-            env.setenv("AGENT_SRE_S3_ENDPOINT", f"127.0.0.1:{port}")
-            get_settings.cache_clear()
-            with pytest.raises(urllib3.exceptions.HTTPError, match="Connection refused"):
-                ActivityEnvironment().run(store_trajectory, episode())
-    finally:
-        get_settings.cache_clear()
+    down = build_activities(settings.model_copy(update={"s3_endpoint": f"127.0.0.1:{port}"}))
+    with pytest.raises(urllib3.exceptions.HTTPError, match="Connection refused"):
+        ActivityEnvironment().run(down.trajectories.store_trajectory, episode())

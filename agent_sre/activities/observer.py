@@ -11,7 +11,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agent_sre.config import get_settings
+from agent_sre.config import Settings
 from agent_sre.faults import oracle
 from agent_sre.models.incident import Incident
 from agent_sre.models.remediation import ObserveRequest
@@ -22,27 +22,6 @@ from agent_sre.tools.client import KubeconfigError, api_client
 T = TypeVar("T")
 
 
-def _cluster(incident: Incident) -> ApiClient:
-    """The incident's cluster, if it is the worker's own (`scope.worker_cluster`). A kubeconfig that is missing,
-    unusable or another cluster's will not mend on a retry: fail at once."""
-    try:
-        return api_client(worker_cluster(incident.kubeconfig, get_settings()))
-    except KubeconfigError as e:
-        raise ApplicationError(str(e), type="KubeconfigError", non_retryable=True) from e
-
-
-def _read(incident: Incident, read: Callable[[ApiClient], T]) -> T:
-    """`read` the incident's cluster. A 404 (its namespace deleted) or a 410 (its simulator environment gone with
-    a restart) will not mend on a retry: fail at once, saying which."""
-    try:
-        return read(_cluster(incident))
-    except ApiException as e:
-        if e.status in (404, 410):
-            raise ApplicationError(f"namespace {incident.namespace!r} is not in the incident's cluster (any more): "
-                                   f"{_message(e)}", type="NamespaceNotFound", non_retryable=True) from e
-        raise
-
-
 def _message(e: ApiException) -> str:
     """The API server's own words (its Status' message), else the HTTP reason."""
     try:
@@ -51,14 +30,39 @@ def _message(e: ApiException) -> str:
         return str(e.reason)
 
 
-@activity.defn
-def snapshot_cluster(incident: Incident) -> HealthSnapshot:
-    """The baseline. A namespace that does not exist is a bad incident, not a passing fault: fail, don't retry."""
-    app = incident.scenario.app if incident.scenario else None
-    return _read(incident, lambda cluster: oracle.snapshot(cluster, incident.namespace, app))
+class ObserverActivities:
+    """Built once per worker with its settings: they say which cluster is the worker's own."""
 
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
 
-@activity.defn
-def observe(req: ObserveRequest) -> Verdict:
-    return _read(req.incident, lambda cluster: oracle.observe_incident(cluster, req.incident, req.baseline,
-                                                                       req.termination, req.writes))
+    def _cluster(self, incident: Incident) -> ApiClient:
+        """The incident's cluster, if it is the worker's own (`scope.worker_cluster`). A kubeconfig that is
+        missing, unusable or another cluster's will not mend on a retry: fail at once."""
+        try:
+            return api_client(worker_cluster(incident.kubeconfig, self._settings), settings=self._settings)
+        except KubeconfigError as e:
+            raise ApplicationError(str(e), type="KubeconfigError", non_retryable=True) from e
+
+    def _read(self, incident: Incident, read: Callable[[ApiClient], T]) -> T:
+        """`read` the incident's cluster. A 404 (its namespace deleted) or a 410 (its simulator environment gone
+        with a restart) will not mend on a retry: fail at once, saying which."""
+        try:
+            return read(self._cluster(incident))
+        except ApiException as e:
+            if e.status in (404, 410):
+                raise ApplicationError(f"namespace {incident.namespace!r} is not in the incident's cluster (any "
+                                       f"more): {_message(e)}", type="NamespaceNotFound", non_retryable=True) from e
+            raise
+
+    @activity.defn
+    def snapshot_cluster(self, incident: Incident) -> HealthSnapshot:
+        """The baseline. A namespace that does not exist is a bad incident, not a passing fault: fail, don't
+        retry."""
+        app = incident.scenario.app if incident.scenario else None
+        return self._read(incident, lambda cluster: oracle.snapshot(cluster, incident.namespace, app))
+
+    @activity.defn
+    def observe(self, req: ObserveRequest) -> Verdict:
+        return self._read(req.incident, lambda cluster: oracle.observe_incident(
+            cluster, req.incident, req.baseline, req.termination, req.writes))

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Mapping
 
 from temporalio import activity
 
 from agent_sre import spans
-from agent_sre.config import get_settings
+from agent_sre.config import Settings
 from agent_sre.models.policy import PolicyDecision
 from agent_sre.models.remediation import PolicyName, PolicyRequest
 from agent_sre.policy.base import Policy
@@ -18,22 +18,30 @@ from agent_sre.policy.scripted import ScriptedPolicy
 from agent_sre.registry import Registry
 
 
-def registered_model_dir(version: str) -> Path:
-    """A registered LLM version by name: the model registry's verified download cache."""
-    return Registry.from_settings(get_settings()).local_path(version)
+def rule_based_policies() -> dict[PolicyName, Policy]:
+    return {"runbook": RunbookPolicy(), "expert": ExpertPolicy(), "scripted": ScriptedPolicy()}
 
 
-POLICIES: dict[PolicyName, Policy] = {"runbook": RunbookPolicy(), "expert": ExpertPolicy(), "scripted": ScriptedPolicy(),
-                                      "llm": LLMPolicy(registry=registered_model_dir)}
+def served_policies(settings: Settings, registry: Registry) -> dict[PolicyName, Policy]:
+    """Every policy a worker serves. The LLM loads nothing until it is asked; a registered version's weights come
+    from `registry`'s verified download cache."""
+    return {**rule_based_policies(), "llm": LLMPolicy(registry=registry.local_path, settings=settings)}
 
 
-@activity.defn
-def decide_next_action(req: PolicyRequest) -> PolicyDecision:
-    policy = POLICIES.get(req.policy.name)
-    if policy is None:
-        raise ValueError(f"policy {req.policy.name!r} is not served by this worker (serves: {', '.join(POLICIES)})")
-    with spans.tracer.start_as_current_span(f"chat {req.policy.version}",
-                                            attributes=spans.decision_request_attributes(req)) as span:
-        decision = policy.decide(req.policy, req.trajectory)
-        span.set_attributes(spans.decision_attributes(decision))
-    return decision
+class PolicyActivities:
+    """Built once per worker with the policies it serves (`served_policies`): a model stays loaded between calls."""
+
+    def __init__(self, policies: Mapping[PolicyName, Policy]) -> None:
+        self.policies = policies
+
+    @activity.defn
+    def decide_next_action(self, req: PolicyRequest) -> PolicyDecision:
+        policy = self.policies.get(req.policy.name)
+        if policy is None:
+            raise ValueError(f"policy {req.policy.name!r} is not served by this worker (serves: "
+                             f"{', '.join(self.policies)})")
+        with spans.tracer.start_as_current_span(f"chat {req.policy.version}",
+                                                attributes=spans.decision_request_attributes(req)) as span:
+            decision = policy.decide(req.policy, req.trajectory)
+            span.set_attributes(spans.decision_attributes(decision))
+        return decision

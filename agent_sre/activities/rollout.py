@@ -8,11 +8,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from minio import Minio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agent_sre.config import Settings, get_settings
 from agent_sre.models.rollout import (
     AnalysisRequest,
     AnalysisResult,
@@ -25,83 +23,63 @@ from agent_sre.models.rollout import (
 )
 from agent_sre.registry import Registry, RegistryError
 from agent_sre.rollout import analysis, events, routing, samples
-from agent_sre.storage import object_store
-
-STORE_TIMEOUT_S = 10.0
-_clients: dict[tuple[str, str, str, bool], Minio] = {}
 
 
-def store() -> tuple[Minio, Settings]:
-    """One store client per worker process (and per store settings): guardrails run every hour for weeks and the
-    routing activity once per incident, so connections are reused. Fail-fast timeouts: Temporal's retry policy
-    owns the retries."""
-    settings = get_settings()
-    key = (settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key, settings.s3_secure)
-    if (client := _clients.get(key)) is None:
-        client = _clients.setdefault(key, object_store(settings, timeout_s=STORE_TIMEOUT_S))
-    return client, settings
+class RolloutActivities:
+    """Built once per worker with the registry (short store timeouts: Temporal's retry policy owns the retries);
+    the routing table and the served outcomes are in its store and bucket too."""
 
+    def __init__(self, registry: Registry) -> None:
+        self._registry = registry
 
-def registry() -> Registry:
-    client, settings = store()
-    return Registry(client, settings.s3_bucket, settings.data_dir / "models")
+    @activity.defn
+    def update_stages(self, update: StageUpdate) -> RolloutPolicies:
+        """started: candidate → canary (baseline must be production); succeeded: candidate → production and the
+        old production → archived; rolled_back / aborted: candidate → rolled_back / candidate. Returns how each
+        version is served, for the routing table."""
+        versions = self._registry
+        try:
+            if update.outcome == "started":
+                baseline = versions.get(update.baseline)
+                if baseline.stage != "production":
+                    raise RegistryError(f"the baseline {update.baseline} is {baseline.stage}, not production")
+                versions.start_canary(update.candidate, by=update.by, reason=update.reason)
+            elif update.outcome == "succeeded":
+                versions.promote(update.candidate, by=update.by, reason=update.reason, ending_rollout=True)
+            else:
+                versions.end_canary(update.candidate,
+                                    "rolled_back" if update.outcome == "rolled_back" else "candidate",
+                                    by=update.by, reason=update.reason)
+            return RolloutPolicies(candidate=versions.policy_ref(update.candidate),
+                                   baseline=versions.policy_ref(update.baseline))
+        except RegistryError as exc:
+            raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
 
+    @activity.defn
+    def set_routing(self, table: RoutingTable) -> RoutingTable:
+        return routing.write_table(self._registry.client, self._registry.bucket, table)
 
-@activity.defn
-def update_stages(update: StageUpdate) -> RolloutPolicies:
-    """started: candidate → canary (baseline must be production); succeeded: candidate → production and the old
-    production → archived; rolled_back / aborted: candidate → rolled_back / candidate. Returns how each version
-    is served, for the routing table."""
-    versions = registry()
-    try:
-        if update.outcome == "started":
-            baseline = versions.get(update.baseline)
-            if baseline.stage != "production":
-                raise RegistryError(f"the baseline {update.baseline} is {baseline.stage}, not production")
-            versions.start_canary(update.candidate, by=update.by, reason=update.reason)
-        elif update.outcome == "succeeded":
-            versions.promote(update.candidate, by=update.by, reason=update.reason, ending_rollout=True)
-        else:
-            versions.end_canary(update.candidate, "rolled_back" if update.outcome == "rolled_back" else "candidate",
-                                by=update.by, reason=update.reason)
-        return RolloutPolicies(candidate=versions.policy_ref(update.candidate),
-                               baseline=versions.policy_ref(update.baseline))
-    except RegistryError as exc:
-        raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
+    def _served(self, version: str, start: datetime, end: datetime) -> list[samples.OutcomeSample]:
+        return samples.served(self._registry.client, self._registry.bucket, version, start, end)
 
+    @activity.defn
+    def analyze_rollout(self, req: AnalysisRequest) -> AnalysisResult:
+        candidate = self._served(req.candidate, req.window_start, req.window_end)
+        baseline = self._served(req.baseline, req.window_start, req.window_end)
+        return analysis.analyze(analysis.summarize_arm(req.candidate, candidate),
+                                analysis.summarize_arm(req.baseline, baseline), candidate, baseline, req.config,
+                                req.min_samples, (req.window_start, req.window_end))
 
-@activity.defn
-def set_routing(table: RoutingTable) -> RoutingTable:
-    client, settings = store()
-    return routing.write_table(client, settings.s3_bucket, table)
+    @activity.defn
+    def check_guardrails(self, req: GuardrailRequest) -> GuardrailResult:
+        return analysis.check_guardrails(self._served(req.candidate, req.since, req.until), req.config, req.until)
 
+    @activity.defn
+    def record_rollback(self, event: RollbackEvent) -> str:
+        return events.record_rollback(event)
 
-def _served(version: str, start: datetime, end: datetime) -> list[samples.OutcomeSample]:
-    client, settings = store()
-    return samples.served(client, settings.s3_bucket, version, start, end)
-
-
-@activity.defn
-def analyze_rollout(req: AnalysisRequest) -> AnalysisResult:
-    candidate = _served(req.candidate, req.window_start, req.window_end)
-    baseline = _served(req.baseline, req.window_start, req.window_end)
-    return analysis.analyze(analysis.summarize_arm(req.candidate, candidate),
-                            analysis.summarize_arm(req.baseline, baseline), candidate, baseline, req.config,
-                            req.min_samples, (req.window_start, req.window_end))
-
-
-@activity.defn
-def check_guardrails(req: GuardrailRequest) -> GuardrailResult:
-    return analysis.check_guardrails(_served(req.candidate, req.since, req.until), req.config, req.until)
-
-
-@activity.defn
-def record_rollback(event: RollbackEvent) -> str:
-    return events.record_rollback(event)
-
-
-@activity.defn
-def notify_rollback(event: RollbackEvent) -> int:
-    if event.notify_url is None:
-        raise ApplicationError("no notification URL", non_retryable=True)
-    return events.post_webhook(event.notify_url, event)
+    @activity.defn
+    def notify_rollback(self, event: RollbackEvent) -> int:
+        if event.notify_url is None:
+            raise ApplicationError("no notification URL", non_retryable=True)
+        return events.post_webhook(event.notify_url, event)

@@ -31,8 +31,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agent_sre import cas
-from agent_sre.activities.rollout import registry, store
-from agent_sre.config import Settings, get_settings
+from agent_sre.config import Settings
 from agent_sre.episodes import summarize
 from agent_sre.models.episode import EpisodeResult
 from agent_sre.models.registry import DataItem
@@ -142,45 +141,6 @@ def select_training_data(request: TrainingRequest, episodes: Iterable[tuple[str,
     if request.data.rehearsal is None:
         return selected, None
     return selected, select_episodes(rehearsal, request.data.rehearsal, bucket, exclude=selected, held_out=held_out)
-
-
-@activity.defn
-def collect_training_data(request: TrainingRequest) -> DataManifest:
-    client, settings = store()
-    bucket = settings.s3_bucket
-    try:
-        base_parent(registry(), request.base)
-        manifest = DataManifest()
-        if request.needs_episodes:
-            wanted = request.data
-            selected, rehearsal = select_training_data(
-                request, _listed(client, bucket, wanted.trajectories),
-                _listed(client, bucket, wanted.rehearsal) if wanted.rehearsal else iter(()), bucket)
-            manifest = selected.manifest
-            if rehearsal is not None:
-                if not rehearsal.episodes:
-                    raise ValueError(f"no expert episodes to rehearse: none matches data.rehearsal outside the "
-                                     f"training episodes and the evaluation suite "
-                                     f"(counts: {rehearsal.manifest.counts})")
-                manifest.rehearsal = rehearsal.manifest
-        if request.offpolicy is not None:
-            from agent_sre.training.offpolicy import check_learnable
-
-            check_learnable(selected.episodes, request.offpolicy, rehearsal.episodes if rehearsal else [])
-        if request.sft is not None:
-            from agent_sre.training.sft import is_expert_episode
-
-            manifest.expert_episodes = sum(is_expert_episode(t, request.sft.expert_policies)
-                                           for t in selected.episodes)
-            if not manifest.expert_episodes:
-                raise ValueError(
-                    f"no expert episodes for SFT: {manifest.episodes} accepted, none a finished, resolved episode "
-                    f"of {', '.join(request.sft.expert_policies)} without false positive (counts: {manifest.counts})")
-        if "grpo" in request.stages:
-            manifest.scenarios = grpo_scenarios(request)
-    except (ValueError, ScenarioError, RegistryError) as exc:
-        raise refuse(exc) from exc
-    return manifest
 
 
 # --- training ------------------------------------------------------------------------------------------------------
@@ -373,65 +333,11 @@ def visible_gpus() -> int:
     return torch.cuda.device_count()
 
 
-@activity.defn
-async def train_policy(job: TrainJob) -> TrainedModel:
-    settings = get_settings()
-    request = job.request
-    versions = Registry.from_settings(settings)  # no short store timeout: weights and checkpoints are big
-    client, bucket = versions.client, settings.s3_bucket
-    details = activity.info().heartbeat_details
-    state = TrainHeartbeat.model_validate(details[0]) if details else TrainHeartbeat()
-    resumed_from = state.checkpoint.prefix if state.checkpoint else None
-    root = settings.data_dir / "training"
-    root.mkdir(parents=True, exist_ok=True)
-    out = Path(tempfile.mkdtemp(prefix=f"{job.version}-", dir=root))
-    try:
-        try:
-            if (done := await asyncio.to_thread(already_trained, versions, job)) is not None:
-                return done
-            base_dir, parent = await asyncio.to_thread(resolve_base, versions, settings, request.base)
-            args = ["--request", str(out / "request.json"), "--base", str(base_dir), "--out", str(out)]
-            (out / "request.json").write_text(request.model_dump_json())
-            if request.needs_episodes:
-                args += await asyncio.to_thread(write_episodes, client, bucket, job, out)
-            if (checkpoint := await asyncio.to_thread(restore, client, bucket, state, out)) is not None:
-                args += ["--resume-from", str(checkpoint)]
-            gpus = 0 if request.compute == "cpu" else await asyncio.to_thread(visible_gpus)
-            launch = launch_command(request.compute, args, gpus)
-        except (ValueError, RegistryError, LaunchError) as exc:
-            raise refuse(exc) from exc
-        if launch.argv[1:3] != ["launch", "--config_file"]:
-            activity.logger.warning("training %s without accelerate: %s", job.version, launch.description)
-        process = TrainingProcess(launch, out)
-        state.pid = process.pid
-        activity.logger.info("training %s (pid %d): %s%s", job.version, process.pid, launch.description,
-                             f", resuming from {resumed_from}" if resumed_from else "")
-        follower = Follower(job, state, client, bucket)
-        status = await follow(process, follower)
-        if status != 0:
-            raise ApplicationError(f"the training job exited with status {status}; the end of its log:\n"
-                                   f"{process.log_tail()}", type="TrainingJobFailed",
-                                   non_retryable=status == BAD_INPUT)
-        final = out / request.stages[-1] / "model"
-        await asyncio.to_thread(
-            versions.register, job.version, policy="llm", by=request.requested_by, weights_dir=final, parent=parent,
-            training_request=request.model_dump(mode="json"), data_manifest=job.data.learnt_from,
-            reason=f"trained by {request.algorithm} from {request.base}" + (f": {request.reason}" if request.reason
-                                                                             else ""))
-        await asyncio.to_thread(remove_prefix, client, bucket, f"{STORE_PREFIX}/{job.version}/")
-        return TrainedModel(version=job.version, parent=parent, launcher=launch.description,
-                            resumed_from=resumed_from, sft=follower.results.get("sft"),
-                            grpo=follower.results.get("grpo"), offpolicy=follower.results.get("offpolicy"),
-                            metrics=state.metrics)
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
-
-
 # --- evaluation and the gate ---------------------------------------------------------------------------------------
 def evaluation_episodes(req: EvalRequest, versions: Registry, settings: Settings, registered: bool,
                         on_progress: Callable[[int, int], None]) -> list[EpisodeResult]:
     """The version's episodes on the suite; `on_progress(played, of)` after each episode or forward batch."""
-    from agent_sre.activities.policy import POLICIES
+    from agent_sre.activities.policy import rule_based_policies
     from agent_sre.policy.llm.policy import BASE_VERSION, local_version_dir
     from agent_sre.training.evaluate import run_model, run_policy
 
@@ -440,7 +346,7 @@ def evaluation_episodes(req: EvalRequest, versions: Registry, settings: Settings
         card = versions.card(req.version)
         if not card.files:  # a rule-based version (the runbook): its own step limit, no model turns
             done = itertools.count(1)
-            return run_policy(POLICIES[card.policy], card.policy_ref, scenarios,
+            return run_policy(rule_based_policies()[card.policy], card.policy_ref, scenarios,
                               on_done=lambda _: on_progress(next(done), len(scenarios)))
         model_dir = versions.local_path(req.version)
     elif req.version == BASE_VERSION:
@@ -451,7 +357,6 @@ def evaluation_episodes(req: EvalRequest, versions: Registry, settings: Settings
     for start in range(0, len(scenarios), config.batch):  # one chunk per forward batch: progress between them
         results += run_model(model_dir, scenarios[start:start + config.batch], version=req.version,
                              max_turns=config.max_turns, max_new_tokens=config.max_new_tokens, batch=config.batch,
-                             extra_turns_per_service=config.extra_turns_per_service,
                              extra_turns_per_service=config.extra_turns_per_service,
                              device=settings.llm_device)
         on_progress(len(results), len(scenarios))
@@ -482,46 +387,141 @@ def evaluate_with_episodes(req: EvalRequest, versions: Registry, settings: Setti
     return EvalReport(version=req.version, suite=suite, scenarios=len(scenarios), rows=rows, stored=store_it), episodes
 
 
-@activity.defn
-def evaluate_version(req: EvalRequest) -> EvalReport:
-    try:
-        # (played, of) as heartbeat details: what `agent-sre train status` shows while a version is evaluated
-        return run_evaluation(req, registry(), get_settings(), on_progress=activity.heartbeat)
-    except (ValueError, ScenarioError, RegistryError) as exc:
-        raise refuse(exc) from exc
+class TrainingActivities:
+    """Built once per worker with its settings (data and model directories, the evaluation's device) and two
+    registries on the same store: `registry` with short timeouts for cards, stages and episodes (Temporal's retry
+    policies own the retries), `weights` without, for the big uploads and downloads of training."""
 
+    def __init__(self, settings: Settings, registry: Registry, weights: Registry) -> None:
+        self._settings, self._registry, self._weights = settings, registry, weights
 
-@activity.defn
-def register_if_better(req: GateRequest) -> GateDecision:
-    candidate, parent = req.candidate, req.parent
-    if candidate.suite != parent.suite:
-        raise ApplicationError(f"{candidate.version} and {parent.version} were measured on different suites "
-                               f"({candidate.suite}, {parent.suite}): no fair comparison", non_retryable=True)
-    passed, reasons = judge(candidate.overall, parent.overall, req.tolerances)
-    versions = registry()
-    try:
-        if passed:
-            stage = versions.get(candidate.version).stage
-        else:
-            failed = "; ".join(r for r in reasons if not r.endswith(": ok"))
-            stage = versions.archive(candidate.version, by=req.by,
-                                     reason=f"failed the training gate against {parent.version} on {parent.suite}: "
-                                            f"{failed}").stage
-    except RegistryError as exc:
-        raise refuse(exc) from exc
-    return GateDecision(passed=passed, reasons=reasons, stage=stage)
+    @activity.defn
+    def collect_training_data(self, request: TrainingRequest) -> DataManifest:
+        client, bucket = self._registry.client, self._registry.bucket
+        try:
+            base_parent(self._registry, request.base)
+            manifest = DataManifest()
+            if request.needs_episodes:
+                wanted = request.data
+                selected, rehearsal = select_training_data(
+                    request, _listed(client, bucket, wanted.trajectories),
+                    _listed(client, bucket, wanted.rehearsal) if wanted.rehearsal else iter(()), bucket)
+                manifest = selected.manifest
+                if rehearsal is not None:
+                    if not rehearsal.episodes:
+                        raise ValueError(f"no expert episodes to rehearse: none matches data.rehearsal outside the "
+                                         f"training episodes and the evaluation suite "
+                                         f"(counts: {rehearsal.manifest.counts})")
+                    manifest.rehearsal = rehearsal.manifest
+            if request.offpolicy is not None:
+                from agent_sre.training.offpolicy import check_learnable
 
+                check_learnable(selected.episodes, request.offpolicy, rehearsal.episodes if rehearsal else [])
+            if request.sft is not None:
+                from agent_sre.training.sft import is_expert_episode
 
-@activity.defn
-def archive_version(req: ArchiveRequest) -> str | None:
-    """Returns the version's stage afterwards, or None when this training never registered it."""
-    versions = registry()
-    if req.version not in versions.index().versions:
-        return None
-    current = versions.get(req.version)
-    if current.card.training_request != req.training_request:
-        return None
-    if current.stage != "candidate":
-        return current.stage
-    return versions.archive(req.version, by=req.by, reason=req.reason).stage
+                manifest.expert_episodes = sum(is_expert_episode(t, request.sft.expert_policies)
+                                               for t in selected.episodes)
+                if not manifest.expert_episodes:
+                    raise ValueError(
+                        f"no expert episodes for SFT: {manifest.episodes} accepted, none a finished, resolved "
+                        f"episode of {', '.join(request.sft.expert_policies)} without false positive (counts: "
+                        f"{manifest.counts})")
+            if "grpo" in request.stages:
+                manifest.scenarios = grpo_scenarios(request)
+        except (ValueError, ScenarioError, RegistryError) as exc:
+            raise refuse(exc) from exc
+        return manifest
 
+    @activity.defn
+    async def train_policy(self, job: TrainJob) -> TrainedModel:
+        settings, request = self._settings, job.request
+        versions = self._weights  # no short store timeout: weights and checkpoints are big
+        client, bucket = versions.client, versions.bucket
+        details = activity.info().heartbeat_details
+        state = TrainHeartbeat.model_validate(details[0]) if details else TrainHeartbeat()
+        resumed_from = state.checkpoint.prefix if state.checkpoint else None
+        root = settings.data_dir / "training"
+        root.mkdir(parents=True, exist_ok=True)
+        out = Path(tempfile.mkdtemp(prefix=f"{job.version}-", dir=root))
+        try:
+            try:
+                if (done := await asyncio.to_thread(already_trained, versions, job)) is not None:
+                    return done
+                base_dir, parent = await asyncio.to_thread(resolve_base, versions, settings, request.base)
+                args = ["--request", str(out / "request.json"), "--base", str(base_dir), "--out", str(out)]
+                (out / "request.json").write_text(request.model_dump_json())
+                if request.needs_episodes:
+                    args += await asyncio.to_thread(write_episodes, client, bucket, job, out)
+                if (checkpoint := await asyncio.to_thread(restore, client, bucket, state, out)) is not None:
+                    args += ["--resume-from", str(checkpoint)]
+                gpus = 0 if request.compute == "cpu" else await asyncio.to_thread(visible_gpus)
+                launch = launch_command(request.compute, args, gpus)
+            except (ValueError, RegistryError, LaunchError) as exc:
+                raise refuse(exc) from exc
+            if launch.argv[1:3] != ["launch", "--config_file"]:
+                activity.logger.warning("training %s without accelerate: %s", job.version, launch.description)
+            process = TrainingProcess(launch, out)
+            state.pid = process.pid
+            activity.logger.info("training %s (pid %d): %s%s", job.version, process.pid, launch.description,
+                                 f", resuming from {resumed_from}" if resumed_from else "")
+            follower = Follower(job, state, client, bucket)
+            status = await follow(process, follower)
+            if status != 0:
+                raise ApplicationError(f"the training job exited with status {status}; the end of its log:\n"
+                                       f"{process.log_tail()}", type="TrainingJobFailed",
+                                       non_retryable=status == BAD_INPUT)
+            final = out / request.stages[-1] / "model"
+            await asyncio.to_thread(
+                versions.register, job.version, policy="llm", by=request.requested_by, weights_dir=final, parent=parent,
+                training_request=request.model_dump(mode="json"), data_manifest=job.data.learnt_from,
+                reason=f"trained by {request.algorithm} from {request.base}" + (f": {request.reason}" if request.reason
+                                                                                 else ""))
+            await asyncio.to_thread(remove_prefix, client, bucket, f"{STORE_PREFIX}/{job.version}/")
+            return TrainedModel(version=job.version, parent=parent, launcher=launch.description,
+                                resumed_from=resumed_from, sft=follower.results.get("sft"),
+                                grpo=follower.results.get("grpo"), offpolicy=follower.results.get("offpolicy"),
+                                metrics=state.metrics)
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+
+    @activity.defn
+    def evaluate_version(self, req: EvalRequest) -> EvalReport:
+        try:
+            # (played, of) as heartbeat details: what `agent-sre train status` shows while a version is evaluated
+            return run_evaluation(req, self._registry, self._settings, on_progress=activity.heartbeat)
+        except (ValueError, ScenarioError, RegistryError) as exc:
+            raise refuse(exc) from exc
+
+    @activity.defn
+    def register_if_better(self, req: GateRequest) -> GateDecision:
+        candidate, parent = req.candidate, req.parent
+        if candidate.suite != parent.suite:
+            raise ApplicationError(f"{candidate.version} and {parent.version} were measured on different suites "
+                                   f"({candidate.suite}, {parent.suite}): no fair comparison", non_retryable=True)
+        passed, reasons = judge(candidate.overall, parent.overall, req.tolerances)
+        versions = self._registry
+        try:
+            if passed:
+                stage = versions.get(candidate.version).stage
+            else:
+                failed = "; ".join(r for r in reasons if not r.endswith(": ok"))
+                stage = versions.archive(candidate.version, by=req.by,
+                                         reason=f"failed the training gate against {parent.version} on {parent.suite}: "
+                                                f"{failed}").stage
+        except RegistryError as exc:
+            raise refuse(exc) from exc
+        return GateDecision(passed=passed, reasons=reasons, stage=stage)
+
+    @activity.defn
+    def archive_version(self, req: ArchiveRequest) -> str | None:
+        """Returns the version's stage afterwards, or None when this training never registered it."""
+        versions = self._registry
+        if req.version not in versions.index().versions:
+            return None
+        current = versions.get(req.version)
+        if current.card.training_request != req.training_request:
+            return None
+        if current.stage != "candidate":
+            return current.stage
+        return versions.archive(req.version, by=req.by, reason=req.reason).stage

@@ -6,19 +6,21 @@ in its state, and the deterministic key makes every retry overwrite the same obj
 
 from __future__ import annotations
 
+from minio import Minio
 from temporalio import activity
 
-from agent_sre.config import get_settings
 from agent_sre.models.remediation import StoredTrajectory
 from agent_sre.models.trajectory import Trajectory
-from agent_sre.storage import object_store
 from agent_sre.trajectory_store import write_trajectory
 
-STORE_TIMEOUT_S = 10.0
 
+class TrajectoryActivities:
+    """Built once per worker with its store client (fail-fast timeouts, no client-side retries: Temporal's retry
+    policy owns the backoff and keeps the attempts visible) and bucket."""
 
-@activity.defn
-def store_trajectory(t: Trajectory) -> StoredTrajectory:
-    settings = get_settings()
-    # Fail fast (no client-side retries): Temporal's retry policy owns the backoff and keeps the attempts visible.
-    return write_trajectory(object_store(settings, timeout_s=STORE_TIMEOUT_S), settings.s3_bucket, t)
+    def __init__(self, store: Minio, bucket: str) -> None:
+        self._store, self._bucket = store, bucket
+
+    @activity.defn
+    def store_trajectory(self, t: Trajectory) -> StoredTrajectory:
+        return write_trajectory(self._store, self._bucket, t)

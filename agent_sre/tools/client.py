@@ -25,7 +25,7 @@ from kubernetes.config import ConfigException, new_client_from_config_dict
 from kubernetes.config.incluster_config import InClusterConfigLoader
 from kubernetes.config.kube_config import KubeConfigMerger
 
-from agent_sre.config import get_settings
+from agent_sre.config import Settings, get_settings
 
 # Where Kubernetes mounts a pod's service-account token and the cluster's CA.
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -48,12 +48,16 @@ def simulator_kubeconfig(server_url: str) -> dict[str, object]:
             "contexts": [{"name": "simulator", "context": {"cluster": "simulator", "user": "simulator"}}]}
 
 
-def api_client(kubeconfig: Path | str | None = None, context: str | None = None) -> ApiClient:
+def api_client(kubeconfig: Path | str | None = None, context: str | None = None,
+               settings: Settings | None = None) -> ApiClient:
     """The cached client for a kubeconfig (a path, or a `KUBECONFIG`-style list) and context, or for a simulator
     environment's URL (`http://…/envs/E`, which has no contexts); without either, `KUBECONFIG` and
     `AGENT_SRE_KUBE_CONTEXT` from the settings, then in-cluster config if `AGENT_SRE_KUBE_IN_CLUSTER`, then the
-    embedded simulator's "default" environment at `AGENT_SRE_SIM_HOST`/`_PORT`."""
-    settings = get_settings()
+    embedded simulator's "default" environment at `AGENT_SRE_SIM_HOST`/`_PORT`. `settings`: a worker's own
+    (default: the environment's)."""
+    if str(kubeconfig or "").startswith(("http://", "https://")):
+        return _simulator_client(str(kubeconfig))
+    settings = settings or get_settings()
     source = str(kubeconfig or settings.kubeconfig or "")
     context = context or settings.kube_context
     if source.startswith(("http://", "https://")):

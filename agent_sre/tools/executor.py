@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 from urllib3.exceptions import HTTPError
 
-from agent_sre.config import get_settings
+from agent_sre.config import Settings, get_settings
 from agent_sre.kube.client import KubeError
 from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolInvocation, ToolResult, WriteAssessment
 from agent_sre.tools import read, write
@@ -124,14 +124,15 @@ def execute(call: ToolCall, ctx: ToolContext) -> ToolResult:
     return result
 
 
-def execute_invocation(invocation: ToolInvocation, attempt: int = 1) -> ToolResult:
+def execute_invocation(invocation: ToolInvocation, attempt: int = 1, settings: Settings | None = None) -> ToolResult:
     """`execute` for a call that crossed a process boundary (the tool activity): the client comes from the
-    kubeconfig, `attempt` from the activity's retry count."""
+    kubeconfig, `attempt` from the activity's retry count, the write rules from `settings` (a worker's own;
+    default: the environment's)."""
+    settings = settings or get_settings()
     try:
-        client = api_client(invocation.kubeconfig)
+        client = api_client(invocation.kubeconfig, settings=settings)
     except KubeconfigError as exc:
         return _failed(invocation.call.tool, f"error: {exc}")
-    settings = get_settings()
     ctx = ToolContext(api=client, namespace=invocation.namespace, idempotency_key=invocation.idempotency_key,
                       attempt=attempt, max_chars=invocation.max_chars, approved=invocation.approved,
                       rules=WriteRules(settings.allowed_image_sources, settings.max_replicas))

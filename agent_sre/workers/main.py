@@ -1,8 +1,10 @@
 """`agent-sre worker`: runs workflows and activities on their task queues.
 
 One process may serve every queue (dev, demo, tests) or just one (production: tools near the cluster, policy on
-inference machines, training on GPUs). Activities are plain sync functions, run on a thread pool, except the
-training job's (`train_policy`), which is async: it follows a child process.
+inference machines, training on GPUs). Activities are sync, run on a thread pool, except the training job's
+(`train_policy`), which is async: it follows a child process. Those that use clients or settings are methods of
+classes that `build_activities` builds once per process, with the settings it was given and the clients made from
+them; no activity reads the environment itself.
 """
 
 from __future__ import annotations
@@ -13,28 +15,27 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from agent_sre.activities import (
-    escalation,
-    learning,
-    locks,
-    observer,
-    policy,
-    rewards,
-    rollout,
-    routing,
-    simulation,
-    tools,
-    training,
-    trajectories,
-)
+from agent_sre.activities import escalation, locks, rewards
+from agent_sre.activities.learning import LearningActivities
+from agent_sre.activities.observer import ObserverActivities
+from agent_sre.activities.policy import PolicyActivities, served_policies
+from agent_sre.activities.rollout import RolloutActivities
+from agent_sre.activities.routing import RoutingActivities
+from agent_sre.activities.simulation import SimulationActivities
+from agent_sre.activities.tools import ToolActivities
+from agent_sre.activities.training import TrainingActivities
+from agent_sre.activities.trajectories import TrajectoryActivities
 from agent_sre.config import Settings
 from agent_sre.redaction import install_log_redaction
+from agent_sre.registry import Registry
+from agent_sre.storage import object_store
 from agent_sre.workers.signals import SignalArgumentsInterceptor
 from agent_sre.workflows.incident import IncidentRemediationWorkflow
 from agent_sre.workflows.learning import ContinuousLearningWorkflow
@@ -47,30 +48,69 @@ HEARTBEAT_THROTTLE = timedelta(seconds=2)
 # How long running activities may go on once a worker is told to stop; Kubernetes gives a pod 30 s by default.
 GRACEFUL_SHUTDOWN = timedelta(seconds=20)
 GC_THRESHOLDS = (10_000, 20, 20)  # the interpreter's: (700, 10, 10)
+STORE_TIMEOUT_S = 10.0  # fail fast: Temporal's retry policies own the retries, and keep the attempts visible
 
 
-def queue_contents(settings: Settings) -> dict[str, tuple[list[type], list[Callable[..., Any]]]]:
-    """Which workflows and activities each task queue serves. Queues configured with one name are one queue, with
-    the contents of each (tools on the workflows' queue then get eager dispatch)."""
+@dataclass(frozen=True)
+class Activities:
+    """The activity classes, each built once per worker process with what it uses."""
+
+    simulation: SimulationActivities
+    observer: ObserverActivities
+    tools: ToolActivities
+    policy: PolicyActivities
+    trajectories: TrajectoryActivities
+    routing: RoutingActivities
+    rollout: RolloutActivities
+    training: TrainingActivities
+    learning: LearningActivities
+
+
+def build_activities(settings: Settings) -> Activities:
+    """Every activity's dependencies, built from `settings` once: clients are reused by every call (guardrails run
+    every hour for weeks, routing once per incident), and a test or a second worker in the process passes
+    settings of its own instead of changing the environment. Two store clients: one with short timeouts for
+    small objects (trajectories, registry cards, the routing table), one without for model weights."""
+    store = object_store(settings, timeout_s=STORE_TIMEOUT_S)
+    registry = Registry(store, settings.s3_bucket, settings.data_dir / "models")
+    weights = Registry.from_settings(settings)
+    return Activities(
+        simulation=SimulationActivities.of(settings.sim_url),
+        observer=ObserverActivities(settings),
+        tools=ToolActivities(settings),
+        policy=PolicyActivities(served_policies(settings, weights)),
+        trajectories=TrajectoryActivities(store, settings.s3_bucket),
+        routing=RoutingActivities(registry),
+        rollout=RolloutActivities(registry),
+        training=TrainingActivities(settings, registry, weights),
+        learning=LearningActivities(registry, settings.data_dir))
+
+
+def queue_contents(settings: Settings, activities: Activities | None = None,
+                   ) -> dict[str, tuple[list[type], list[Callable[..., Any]]]]:
+    """Which workflows and activities each task queue serves (`activities`: built from `settings` if not given).
+    Queues configured with one name are one queue, with the contents of each (tools on the workflows' queue then
+    get eager dispatch)."""
+    a = activities or build_activities(settings)
     # On the workflows' queue too: they run there as local activities (and writes as eager ones) when a request's
     # tool_execution is `local`.
-    cluster: list[Callable[..., Any]] = [tools.run_tool, observer.snapshot_cluster, observer.observe,
-                                         simulation.create_and_inject, simulation.delete_environment]
+    cluster: list[Callable[..., Any]] = [a.tools.run_tool, a.observer.snapshot_cluster, a.observer.observe,
+                                         a.simulation.create_and_inject, a.simulation.delete_environment]
     return _merged([
         (settings.queue_agent, [IncidentRemediationWorkflow, SimulatedIncidentWorkflow, ModelRolloutWorkflow,
                                 NamespaceLockWorkflow],
-                               [routing.route_model, rewards.compute_reward, trajectories.store_trajectory,
+                               [a.routing.route_model, rewards.compute_reward, a.trajectories.store_trajectory,
                                 escalation.notify_escalation, locks.request_lease,
-                                policy.decide_next_action, *cluster,
-                                rollout.update_stages, rollout.set_routing, rollout.analyze_rollout,
-                                rollout.check_guardrails, rollout.record_rollback, rollout.notify_rollback]),
+                                a.policy.decide_next_action, *cluster,
+                                a.rollout.update_stages, a.rollout.set_routing, a.rollout.analyze_rollout,
+                                a.rollout.check_guardrails, a.rollout.record_rollback, a.rollout.notify_rollback]),
         (settings.queue_tools, [], cluster),
-        (settings.queue_policy, [], [policy.decide_next_action]),
+        (settings.queue_policy, [], [a.policy.decide_next_action]),
         (settings.queue_training, [TrainingCycleWorkflow, ContinuousLearningWorkflow],
-                                  [training.collect_training_data, training.train_policy, training.evaluate_version,
-                                   training.register_if_better, training.archive_version,
-                                   learning.begin_cycle, learning.gather_cycle_data, learning.prepare_rollout,
-                                   learning.finish_cycle]),
+                                  [a.training.collect_training_data, a.training.train_policy,
+                                   a.training.evaluate_version, a.training.register_if_better,
+                                   a.training.archive_version, a.learning.begin_cycle, a.learning.gather_cycle_data,
+                                   a.learning.prepare_rollout, a.learning.finish_cycle]),
     ])
 
 
@@ -85,10 +125,12 @@ def _merged(served: list[tuple[str, list[type], list[Callable[..., Any]]]],
 
 
 def build_workers(client: Client, settings: Settings, queues: Sequence[str] | None = None,
-                  max_concurrent_activities: int = 64, graceful_shutdown: timedelta = timedelta(0)) -> list[Worker]:
-    """The workers of `queues` (all by default). `graceful_shutdown`: how long running activities may go on once
-    shutdown begins; 0 cancels them at once, as in-process workers (demo, bench, tests) want."""
-    contents = queue_contents(settings)
+                  max_concurrent_activities: int = 64, graceful_shutdown: timedelta = timedelta(0),
+                  activities: Activities | None = None) -> list[Worker]:
+    """The workers of `queues` (all by default), sharing one set of `activities` (built from `settings` if not
+    given). `graceful_shutdown`: how long running activities may go on once shutdown begins; 0 cancels them at
+    once, as in-process workers (demo, bench, tests) want."""
+    contents = queue_contents(settings, activities)
     unknown = set(queues or ()) - set(contents)
     if unknown:
         raise ValueError(f"unknown task queue(s) {sorted(unknown)}; this worker serves {sorted(contents)}")

@@ -20,14 +20,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ActivityError, FailureError
 
-from agent_sre.activities import escalation, locks, observer, policy, rewards, routing, tools, trajectories
+from agent_sre.activities import escalation, locks, rewards
+from agent_sre.activities.observer import ObserverActivities
+from agent_sre.activities.policy import PolicyActivities
+from agent_sre.activities.routing import RoutingActivities
+from agent_sre.activities.tools import ToolActivities
+from agent_sre.activities.trajectories import TrajectoryActivities
 from agent_sre.models.alert import Alert
+from agent_sre.models.endings import Termination
 from agent_sre.models.incident import Incident
 from agent_sre.models.lock import LEASE_GRANTED, AcquireRequest, LeaseGrant, LeaseRequest, lock_id
 from agent_sre.models.policy import ChatMessage, PolicyDecision
@@ -46,7 +52,7 @@ from agent_sre.models.remediation import (
 )
 from agent_sre.models.reward import HumanFeedback
 from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolInvocation, ToolResult, WriteAssessment
-from agent_sre.models.trajectory import Step, Termination, Trajectory
+from agent_sre.models.trajectory import Step, Trajectory
 from agent_sre.models.verdict import Verdict
 from agent_sre.outcome import escalation_notice, incident_outcome
 from agent_sre.workflows import BAD_INPUT, refusal
@@ -81,22 +87,23 @@ Arg = TypeVar("Arg")
 Result = TypeVar("Result")
 
 
-def near_cluster(queues: TaskQueues, fn: Callable[[Arg], Result], arg: Arg, timeout: timedelta = QUICK_TIMEOUT,
-                 heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+def near_cluster(queues: TaskQueues, method: Callable[[Any, Arg], Result], arg: Arg,
+                 timeout: timedelta = QUICK_TIMEOUT, heartbeat_timeout: timedelta | None = None,
+                 retry_policy: RetryPolicy | None = None,
                  deadline: timedelta | None = None) -> workflow.ActivityHandle[Result]:
-    """An activity that reads the cluster (or sets up the simulator) and is safe to run again; `deadline` bounds
-    it with its retries (none: the retry policy's attempts, or forever).
+    """An activity method that reads the cluster (or sets up the simulator) and is safe to run again; `deadline`
+    bounds it with its retries (none: the retry policy's attempts, or forever).
 
     `local`: a local activity beside the workflow, no task-queue round trip; a worker that crashes before its
     workflow task completes re-runs it. `queue`: an activity on the tools queue, for workers that cannot reach the
     cluster. (Local activities cannot heartbeat: they are bounded by `timeout` alone.)
     """
     if queues.tool_execution == "local":
-        return workflow.start_local_activity(fn, arg, start_to_close_timeout=timeout, retry_policy=retry_policy,
-                                             schedule_to_close_timeout=deadline)
-    return workflow.start_activity(fn, arg, start_to_close_timeout=timeout, heartbeat_timeout=heartbeat_timeout,
-                                   retry_policy=retry_policy, schedule_to_close_timeout=deadline,
-                                   task_queue=queues.tools)
+        return workflow.start_local_activity_method(method, arg, start_to_close_timeout=timeout,
+                                                    retry_policy=retry_policy, schedule_to_close_timeout=deadline)
+    return workflow.start_activity_method(method, arg, start_to_close_timeout=timeout,
+                                          heartbeat_timeout=heartbeat_timeout, retry_policy=retry_policy,
+                                          schedule_to_close_timeout=deadline, task_queue=queues.tools)
 
 
 def unjudged(why: str) -> Verdict:
@@ -151,9 +158,9 @@ class IncidentRemediationWorkflow:
         incident = request.incident
         info = workflow.info()
         policy_ref = request.policy
-        if policy_ref is None:
-            policy_ref = await self._waiting_for("activity route_model", workflow.execute_local_activity(
-                routing.route_model, incident, start_to_close_timeout=QUICK_TIMEOUT))  # a read of the routing table
+        if policy_ref is None:  # a read of the routing table
+            policy_ref = await self._waiting_for("activity route_model", workflow.execute_local_activity_method(
+                RoutingActivities.route_model, incident, start_to_close_timeout=QUICK_TIMEOUT))
         self._model_version = policy_ref.version
         known = info.typed_search_attributes  # as the workflow was started, or upserted since
         unset = [key.value_set(value) for key, value in search_attributes(incident, policy_ref)
@@ -163,7 +170,7 @@ class IncidentRemediationWorkflow:
         baseline = request.baseline
         if baseline is None:
             baseline = await self._waiting_for("activity snapshot_cluster", near_cluster(
-                self._queues, observer.snapshot_cluster, incident, retry_policy=CLUSTER_READ_RETRY,
+                self._queues, ObserverActivities.snapshot_cluster, incident, retry_policy=CLUSTER_READ_RETRY,
                 deadline=timedelta(seconds=incident.limits.cluster_timeout_s)))
 
         self._trajectory = trajectory = Trajectory(
@@ -207,8 +214,8 @@ class IncidentRemediationWorkflow:
         key = None
         if request.store_trajectory:
             self._set_phase("storing")
-            stored = await self._waiting_for("activity store_trajectory", workflow.execute_local_activity(
-                trajectories.store_trajectory, trajectory, start_to_close_timeout=QUICK_TIMEOUT,
+            stored = await self._waiting_for("activity store_trajectory", workflow.execute_local_activity_method(
+                TrajectoryActivities.store_trajectory, trajectory, start_to_close_timeout=QUICK_TIMEOUT,
                 retry_policy=STORE_RETRY))  # re-running it rewrites the same object
             key = stored.key
         self._set_phase("done")
@@ -259,11 +266,12 @@ class IncidentRemediationWorkflow:
         workflow. Models run on the policy queue, where the inference hardware is. None: cancelled meanwhile."""
         request = PolicyRequest(policy=policy_ref, trajectory=trajectory.for_policy())
         if policy_ref.name in RULE_BASED_POLICIES:
-            decision = workflow.start_local_activity(policy.decide_next_action, request,
-                                                     start_to_close_timeout=QUICK_TIMEOUT)
+            decision = workflow.start_local_activity_method(PolicyActivities.decide_next_action, request,
+                                                            start_to_close_timeout=QUICK_TIMEOUT)
         else:
-            decision = workflow.start_activity(policy.decide_next_action, request, task_queue=self._queues.policy,
-                                               start_to_close_timeout=MODEL_DECISION_TIMEOUT)
+            decision = workflow.start_activity_method(PolicyActivities.decide_next_action, request,
+                                                      task_queue=self._queues.policy,
+                                                      start_to_close_timeout=MODEL_DECISION_TIMEOUT)
         return await self._unless_cancelled("activity decide_next_action", decision, self._cancelled_from_now())
 
     async def _act(self, action: ToolCall, index: int, incident: Incident) -> ToolResult:
@@ -300,14 +308,15 @@ class IncidentRemediationWorkflow:
         what = f"activity run_tool ({action.tool})"
         if spec is None or not spec.write:  # a waiting read (rollout_status) gets its longest wait on top
             timeout = QUICK_TIMEOUT + timedelta(seconds=spec.max_wait_s if spec else 0.0)
-            return await self._waiting_for(what, near_cluster(self._queues, tools.run_tool, invocation, timeout))
+            return await self._waiting_for(what, near_cluster(self._queues, ToolActivities.run_tool, invocation,
+                                                              timeout))
         # A write is always an activity of its own, in history before the agent moves on: re-running a chain of
         # local activities after a crash re-reads a cluster the write has changed, and the agent could then decide
         # differently and lose the write from its trajectory. `local` puts it on the workflow's own queue, where
         # eager dispatch hands it straight back to this worker.
         queue = info.task_queue if self._queues.tool_execution == "local" else self._queues.tools
-        return await self._waiting_for(what, workflow.execute_activity(
-            tools.run_tool, invocation, start_to_close_timeout=QUICK_TIMEOUT, task_queue=queue))
+        return await self._waiting_for(what, workflow.execute_activity_method(
+            ToolActivities.run_tool, invocation, start_to_close_timeout=QUICK_TIMEOUT, task_queue=queue))
 
     async def _await_approval(self, action: ToolCall, index: int, timeout_s: float,
                               assessment: WriteAssessment | None = None) -> str | None:
@@ -381,9 +390,9 @@ class IncidentRemediationWorkflow:
         """The verdict. An observer that fails for good (the cluster or its namespace is gone, or it kept failing
         for `cluster_timeout_s`) ends the incident as `cluster_lost`, and a cancel abandons it: both unjudged."""
         if not workflow.patched(CLUSTER_LOST_PATCH):
-            return await near_cluster(self._queues, observer.observe, request)
+            return await near_cluster(self._queues, ObserverActivities.observe, request)
         deadline = timedelta(seconds=request.incident.limits.cluster_timeout_s)
-        observing = near_cluster(self._queues, observer.observe, request, retry_policy=CLUSTER_READ_RETRY,
+        observing = near_cluster(self._queues, ObserverActivities.observe, request, retry_policy=CLUSTER_READ_RETRY,
                                  deadline=deadline)
         try:  # the timer too: a local activity's retries do not stop at its schedule-to-close timeout
             verdict = await self._unless_cancelled("activity observe", observing, self._cancelled_from_now(),

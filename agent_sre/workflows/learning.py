@@ -25,8 +25,8 @@ from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflow
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from agent_sre.activities import learning as activities
-    from agent_sre.activities import training as training_activities
+    from agent_sre.activities.learning import LearningActivities
+    from agent_sre.activities.training import TrainingActivities
     from agent_sre.models.learning import (
         BeginCycle,
         CycleClaim,
@@ -91,14 +91,14 @@ class ContinuousLearningWorkflow:
         config, r = input.config, self._record
         info = workflow.info()
         try:
-            start = await self._activity("claim the stream", activities.begin_cycle, BeginCycle(
+            start = await self._activity("claim the stream", LearningActivities.begin_cycle, BeginCycle(
                 config=config, claim=CycleClaim(cycle_id=r.cycle_id, workflow_id=r.cycle_id, run_id=r.run_id,
                                                 since=r.started_at)), **REGISTRY_OPTIONS)
             r.production, r.base = start.production, start.base
             if start.skip is not None:
                 return await self._end("skipped", start.skip, config)
             r.data = data = await self._activity(
-                "read the episodes written since the watermark", activities.gather_cycle_data,
+                "read the episodes written since the watermark", LearningActivities.gather_cycle_data,
                 GatherRequest(config=config, cycle_id=r.cycle_id, cutoff=r.cutoff), **COLLECT_OPTIONS)
             if data.nothing_to_learn is not None:
                 return await self._end("skipped", f"nothing to learn from the {data.episodes} new episodes "
@@ -137,11 +137,11 @@ class ContinuousLearningWorkflow:
         evaluation = config.training.evaluation.model_copy(update={"suite": data.replay.evaluate_file, "limit": None})
         for version in (r.version, r.production):
             r.production_eval.append(await self._activity(
-                f"evaluate {version} on re-created recent incidents", training_activities.evaluate_version,
+                f"evaluate {version} on re-created recent incidents", TrainingActivities.evaluate_version,
                 EvalRequest(version=version, evaluation=evaluation), **EVALUATE_OPTIONS))
         candidate, production = r.production_eval
         r.production_gate = await self._activity(
-            f"gate {r.version} against production {r.production}", training_activities.register_if_better,
+            f"gate {r.version} against production {r.production}", TrainingActivities.register_if_better,
             GateRequest(candidate=candidate, parent=production, tolerances=evaluation.tolerances,
                         by=config.training.requested_by), **REGISTRY_OPTIONS)
         return r.production_gate.passed
@@ -152,7 +152,7 @@ class ContinuousLearningWorkflow:
         r = self._record
         assert r.version is not None
         try:
-            request = await self._activity("check the registry for a rollout", activities.prepare_rollout,
+            request = await self._activity("check the registry for a rollout", LearningActivities.prepare_rollout,
                                            RolloutPrep(config=config, candidate=r.version, cycle_id=r.cycle_id),
                                            **REGISTRY_OPTIONS)
             handle = await workflow.start_child_workflow(
@@ -173,14 +173,14 @@ class ContinuousLearningWorkflow:
         r.status, r.reason, r.ended_at = status, reason, workflow.now()
         self._show()
         self._record = await self._activity(f"{'commit and ' if commit else ''}record the cycle",
-                                            activities.finish_cycle,
+                                            LearningActivities.finish_cycle,
                                             FinishRequest(record=r, commit=commit, late_days=config.late_days),
                                             **RECORD_CYCLE_OPTIONS)
         return self._record
 
     async def _activity(self, what: str, activity: Callable[..., Any], arg: Any, **options: Any) -> Any:
         self._show(what)
-        return await workflow.execute_activity(activity, arg, summary=what, **options)
+        return await workflow.execute_activity_method(activity, arg, summary=what, **options)
 
     @workflow.query
     def progress(self) -> CycleRecord:

@@ -23,7 +23,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from agent_sre.activities import rollout as activities
+    from agent_sre.activities.rollout import RolloutActivities
     from agent_sre.models.rollout import (
         FINISHED,
         AnalysisRequest,
@@ -135,8 +135,8 @@ class ModelRolloutWorkflow:
             if self._interrupted():
                 return self._skipped()
             assert s.window_start is not None
-            result = await workflow.execute_activity(
-                activities.analyze_rollout,
+            result = await workflow.execute_activity_method(
+                RolloutActivities.analyze_rollout,
                 AnalysisRequest(candidate=self._req.candidate, baseline=self._req.baseline,
                                 window_start=s.window_start, window_end=workflow.now(), config=config,
                                 min_samples=min_samples),
@@ -176,7 +176,7 @@ class ModelRolloutWorkflow:
             wake = [t for t in (guard_at, None if paused else s.deadline) if t is not None]
             seen = self._wakeups
             try:
-                await workflow.wait_condition(lambda seen=seen: self._wakeups != seen,
+                await workflow.wait_condition(lambda: self._wakeups != seen,  # noqa: B023 (awaited in this iteration)
                                               timeout=min(wake) - now if wake else None)
             except TimeoutError:
                 pass
@@ -187,8 +187,8 @@ class ModelRolloutWorkflow:
         s, config = self._s, self._plan.guardrails
         now = workflow.now()
         assert s.started_at is not None
-        result = await workflow.execute_activity(
-            activities.check_guardrails,
+        result = await workflow.execute_activity_method(
+            RolloutActivities.check_guardrails,
             GuardrailRequest(candidate=self._req.candidate, since=max(s.started_at, now - config.lookback),
                              until=now, config=config),
             start_to_close_timeout=GUARDRAIL_TIMEOUT)
@@ -207,8 +207,8 @@ class ModelRolloutWorkflow:
         else:
             table = RoutingTable(baseline=s.policies.baseline, candidate=s.policies.candidate if weight else None,
                                  weight=weight, reason=reason, rollout_id=s.rollout_id, updated_at=workflow.now())
-        await workflow.execute_activity(activities.set_routing, table, start_to_close_timeout=QUICK_TIMEOUT,
-                                        retry_policy=ROUTING_RETRY)
+        await workflow.execute_activity_method(RolloutActivities.set_routing, table,
+                                               start_to_close_timeout=QUICK_TIMEOUT, retry_policy=ROUTING_RETRY)
 
     async def _set_weight(self, weight: float) -> None:
         s = self._s
@@ -219,8 +219,8 @@ class ModelRolloutWorkflow:
         self._details()
 
     async def _stages(self, outcome: StageOutcome, reason: str, by: str) -> RolloutPolicies:
-        return await workflow.execute_activity(
-            activities.update_stages,
+        return await workflow.execute_activity_method(
+            RolloutActivities.update_stages,
             StageUpdate(candidate=self._req.candidate, baseline=self._req.baseline, outcome=outcome, by=by,
                         reason=reason),
             start_to_close_timeout=QUICK_TIMEOUT)
@@ -234,11 +234,12 @@ class ModelRolloutWorkflow:
         await self._stages("rolled_back", reason, f"rollout:{trigger}")
         event = RollbackEvent(rollout_id=s.rollout_id, candidate=self._req.candidate, baseline=self._req.baseline,
                               trigger=trigger, reason=reason, at=workflow.now(), notify_url=self._req.notify_url)
-        await workflow.execute_activity(activities.record_rollback, event, start_to_close_timeout=QUICK_TIMEOUT)
+        await workflow.execute_activity_method(RolloutActivities.record_rollback, event,
+                                               start_to_close_timeout=QUICK_TIMEOUT)
         if self._req.notify_url:
             try:
-                await workflow.execute_activity(activities.notify_rollback, event, start_to_close_timeout=QUICK_TIMEOUT,
-                                                retry_policy=NOTIFY_RETRY)
+                await workflow.execute_activity_method(RolloutActivities.notify_rollback, event,
+                                                       start_to_close_timeout=QUICK_TIMEOUT, retry_policy=NOTIFY_RETRY)
             except ActivityError as exc:
                 self._decide("notification failed", f"{self._req.notify_url}: {exc.cause or exc}")
         s.phase = "rolled_back"

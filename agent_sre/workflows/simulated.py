@@ -10,7 +10,7 @@ import re
 
 from temporalio import workflow
 
-from agent_sre.activities import simulation
+from agent_sre.activities.simulation import SimulationActivities
 from agent_sre.models.episode import EpisodeRequest, EpisodeResult, InjectRequest
 from agent_sre.models.incident import Incident
 from agent_sre.models.remediation import RemediationRequest
@@ -33,7 +33,7 @@ class SimulatedIncidentWorkflow:
         scenario = req.scenario
         environment = environment_name(workflow.info().workflow_id)
         try:
-            injected = await near_cluster(req.queues, simulation.create_and_inject,
+            injected = await near_cluster(req.queues, SimulationActivities.create_and_inject,
                                           InjectRequest(environment=environment, scenario=scenario),
                                           timeout=ENVIRONMENT_SETUP_TIMEOUT, heartbeat_timeout=QUICK_TIMEOUT)
             incident = Incident(
@@ -48,5 +48,5 @@ class SimulatedIncidentWorkflow:
                 id=f"{workflow.info().workflow_id}-remediation",
                 search_attributes=search_attributes(incident, req.policy))  # the child need not upsert them
         finally:
-            await near_cluster(req.queues, simulation.delete_environment, environment)
+            await near_cluster(req.queues, SimulationActivities.delete_environment, environment)
         return EpisodeResult(scenario=scenario.name, fault=scenario.fault, environment=environment, outcome=outcome)

@@ -22,7 +22,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from agent_sre.activities import training as activities
+    from agent_sre.activities.training import TrainingActivities
     from agent_sre.models.training import (
         ArchiveRequest,
         EvalRequest,
@@ -69,21 +69,21 @@ class TrainingCycleWorkflow:
         assert s.candidate is not None
         try:
             s.data = await self._step("collecting", "collect and validate the training data",
-                                      activities.collect_training_data, request, **COLLECT_OPTIONS)
+                                      TrainingActivities.collect_training_data, request, **COLLECT_OPTIONS)
             s.trained = await self._step(
                 "training", f"train {s.candidate}: {request.algorithm} from {request.base} on {request.compute}",
-                activities.train_policy,
+                TrainingActivities.train_policy,
                 TrainJob(request=request, data=s.data, version=s.candidate, progress_to=s.workflow_id),
                 start_to_close_timeout=timedelta(hours=request.time_limit_h), heartbeat_timeout=TRAIN_HEARTBEAT_TIMEOUT,
                 retry_policy=TRAIN_RETRY)
             s.metrics = s.trained.metrics or s.metrics
             for version in (s.candidate, request.base):
                 s.evaluation.append(await self._step(
-                    "evaluating", f"evaluate {version}", activities.evaluate_version,
+                    "evaluating", f"evaluate {version}", TrainingActivities.evaluate_version,
                     EvalRequest(version=version, evaluation=request.evaluation), **EVALUATE_OPTIONS))
             candidate, parent = s.evaluation
             s.gate = await self._step("gating", f"gate {s.candidate} against {request.base}",
-                                      activities.register_if_better,
+                                      TrainingActivities.register_if_better,
                                       GateRequest(candidate=candidate, parent=parent,
                                                   tolerances=request.evaluation.tolerances, by=request.requested_by),
                                       **REGISTRY_OPTIONS)
@@ -109,9 +109,9 @@ class TrainingCycleWorkflow:
             raise Stopped
         self._status.phase = phase
         self._show(what)
-        handle = workflow.start_activity(activity, arg, summary=what,
-                                         cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                                         **options)
+        handle = workflow.start_activity_method(
+            activity, arg, summary=what, cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            **options)
         await workflow.wait_condition(lambda: handle.done() or self._stop_reason is not None)
         if not handle.done():
             handle.cancel()
@@ -127,8 +127,8 @@ class TrainingCycleWorkflow:
         if s.gate is not None or s.phase == "collecting":  # judged already, or nothing trained yet
             return
         assert s.candidate is not None
-        await workflow.execute_activity(
-            activities.archive_version, ArchiveRequest(version=s.candidate,
+        await workflow.execute_activity_method(
+            TrainingActivities.archive_version, ArchiveRequest(version=s.candidate,
                                                        training_request=request.model_dump(mode="json"),
                                                        by=request.requested_by, reason=reason),
             summary=f"archive the unjudged {s.candidate}", **REGISTRY_OPTIONS)

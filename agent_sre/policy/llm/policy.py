@@ -95,26 +95,27 @@ def backends_from_settings(settings: Settings, registry: VersionResolver | None 
 
 
 class LLMPolicy:
-    """The Policy protocol over a language model. Without arguments it configures itself from the settings on
-    first use, so registering it costs nothing in a worker that never serves it."""
+    """The Policy protocol over a language model. Without backends it configures itself from `settings` (default:
+    the environment's) on first use, so registering it costs nothing in a worker that never serves it."""
 
     def __init__(self, backends: BackendProvider | None = None, sampling: SamplingConfig | None = None,
-                 registry: VersionResolver | None = None) -> None:
+                 registry: VersionResolver | None = None, settings: Settings | None = None) -> None:
         self._backends = backends
         self._sampling = sampling
         self._registry = registry  # for the backends configured from the settings: registered version names
+        self._settings = settings
         self._lock = threading.Lock()
 
     @property
     def backends(self) -> BackendProvider:
         with self._lock:
             if self._backends is None:
-                self._backends = backends_from_settings(get_settings(), self._registry)
+                self._backends = backends_from_settings(self._settings or get_settings(), self._registry)
             return self._backends
 
     @property
     def sampling(self) -> SamplingConfig:
-        return self._sampling if self._sampling is not None else get_settings().llm_sampling
+        return self._sampling if self._sampling is not None else (self._settings or get_settings()).llm_sampling
 
     def decide(self, ref: PolicyRef, trajectory: Trajectory) -> PolicyDecision:
         return self.decide_batch(ref, [trajectory])[0]
