@@ -86,6 +86,9 @@ ground_truth:
     ("family: f\napp: shop\nfault: oom_limit\nmatrix: {target: [cart], memory_limit: []}\n", "non-empty list"),
     ("family: f\napp: shop\nfault: bad_image\nmatrix: {target: [cart], tag: ['2.4.0']}\n", "exists for"),
     ("name: x\napp: shop\nfault: none\n---\nname: x\napp: shop\nfault: none\n", "already used"),
+    ("name: x\napp: shop\nfault: oom_limit\ntarget: cart\nground_truth:\n  fault_class: resource\n"
+     "  root_cause: deployment/cart\n  wrong_fixes: [{tool: scale, args: {deployment: cart, replicas: 3}}]\n",
+     "wrong_fixes"),
 ])
 def test_bad_files_get_clear_errors(tmp_path: Path, text: str, message: str) -> None:
     path = _write(tmp_path, text)

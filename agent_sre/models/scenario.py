@@ -16,6 +16,8 @@ AlertOn = Literal["target", "caller"]
 class GroundTruth(BaseModel):
     """What an expert would conclude and do. `fix` is a list of tool calls that resolves the incident."""
 
+    model_config = ConfigDict(extra="forbid")  # a misspelt `wrong_fixes:` is an error, not an empty wrong fix
+
     fault_class: str
     root_cause: str  # e.g. "deployment/cart"
     fix: list[ToolCall] = Field(default_factory=list)
