@@ -35,6 +35,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -100,11 +101,12 @@ def webhook(candidate: str) -> bytes:
                        "externalURL": "http://alertmanager:9093", "alerts": [alert]}).encode()
 
 
-def post(url: str, body: bytes) -> dict:
+def post(url: str, body: bytes) -> dict[str, Any]:
     request = urllib.request.Request(url, data=body, method="POST", headers={
         "Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})
     with urllib.request.urlopen(request, timeout=10) as response:
-        return json.loads(response.read())
+        reply: dict[str, Any] = json.loads(response.read())  # the receiver's JSON object
+    return reply
 
 
 @contextmanager

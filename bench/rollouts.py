@@ -28,7 +28,7 @@ import argparse
 import contextlib
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast, get_args
 
@@ -77,7 +77,8 @@ class GenerateTimer:
 
     def __init__(self, loaded: LoadedModel) -> None:
         self.seconds = 0.0
-        self.synchronize = torch.cuda.synchronize if loaded.device.type == "cuda" else (lambda: None)
+        self.synchronize: Callable[[], None] = (torch.cuda.synchronize if loaded.device.type == "cuda"
+                                                else (lambda: None))
         generate: Any = loaded.model.generate  # GenerationMixin's (transformers' hints leave it out)
 
         def timed(*args: object, **kwargs: object) -> object:

@@ -608,9 +608,9 @@ async def _remediation(client: Client, workflow_id: str, wait: bool = False
 
 
 async def _outcome(client: Client, workflow_id: str) -> IncidentOutcome:
-    from agent_sre.models.remediation import IncidentOutcome
+    from agent_sre.workflows.incident import IncidentRemediationWorkflow
 
-    return await client.get_workflow_handle(workflow_id, result_type=IncidentOutcome).result()
+    return await client.get_workflow_handle_for(IncidentRemediationWorkflow.run, workflow_id).result()
 
 
 async def _status(handle: WorkflowHandle[Any, Any]) -> RemediationStatus:

@@ -34,11 +34,12 @@ from agent_sre.cli.output import Format, OutputOption, dump, emit
 if TYPE_CHECKING:  # the commands import what they use when they run: `--help` stays quick
     from pydantic import ValidationError
     from temporalio.api.workflow.v1 import PendingActivityInfo
-    from temporalio.client import Client
+    from temporalio.client import Client, WorkflowHandle
 
     from agent_sre.config import Settings
     from agent_sre.models.episode import EpisodeResult
     from agent_sre.models.training import EvalReport, EvaluationConfig, TrainingRequest, TrainingStatus
+    from agent_sre.workflows.training import TrainingCycleWorkflow
 
 app = typer.Typer(help="Train a model version: collect data, train, evaluate, gate (a Temporal workflow).",
                   invoke_without_command=True, no_args_is_help=False)
@@ -215,7 +216,8 @@ def _minutes(seconds: float) -> str:
     return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
 
 
-async def show_final(handle, output: Format = Format.table) -> None:
+async def show_final(handle: WorkflowHandle[TrainingCycleWorkflow, TrainingStatus],
+                     output: Format = Format.table) -> None:
     from temporalio.client import WorkflowFailureError
 
     try:

@@ -8,10 +8,11 @@ selected by at least one ingress policy accepts only traffic that some selecting
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from agent_sre.kube.selectors import matches
 
-Obj = dict
+Obj = dict[str, Any]
 
 
 def _isolates_ingress(policy: Obj) -> bool:

@@ -192,7 +192,7 @@ class Rollouts:
 
     def __init__(self, client: Client) -> None:
         self.client = client
-        self.open: dict[str, tuple[DrillCycle, WorkflowHandle]] = {}
+        self.open: dict[str, tuple[DrillCycle, WorkflowHandle[ModelRolloutWorkflow, RolloutResult]]] = {}
 
     def track(self, cycle: DrillCycle) -> None:
         started = cycle.record.rollout
@@ -213,7 +213,7 @@ class Rollouts:
         return bool(self.open)
 
     @staticmethod
-    async def _abort(handle: WorkflowHandle, reason: str) -> None:
+    async def _abort(handle: WorkflowHandle[ModelRolloutWorkflow, RolloutResult], reason: str) -> None:
         try:
             await handle.execute_update(ModelRolloutWorkflow.abort, RolloutControl(by=BY, reason=reason))
         except (WorkflowUpdateFailedError, RPCError) as exc:  # ending already, or not abortable now: look again

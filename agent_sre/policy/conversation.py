@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import get_args
+from typing import Any, get_args
 
 from pydantic import ValidationError
 
@@ -47,13 +47,13 @@ def system_prompt() -> str:
     return "\n".join(lines)
 
 
-def _signature(name: str, prop: dict, required: bool) -> str:
+def _signature(name: str, prop: dict[str, Any], required: bool) -> str:
     """`name` for a required string, `name?` for an optional one, with the type or choices when not a string."""
     kind = _brief(prop)
     return name + ("" if required else "?") + ("" if kind == "string" else f": {kind}")
 
 
-def _brief(prop: dict) -> str:
+def _brief(prop: dict[str, Any]) -> str:
     if "enum" in prop:
         named = next((name for name, choices in NAMED_CHOICES.items() if tuple(prop["enum"]) == choices), None)
         return named or "|".join(map(str, prop["enum"]))

@@ -168,7 +168,7 @@ async def run_rollout(client: Client, settings: Settings, registry: Registry, ca
     return demo
 
 
-async def _follow(handle: WorkflowHandle, demo: DemoRollout, deadline: float,
+async def _follow(handle: WorkflowHandle[ModelRolloutWorkflow, RolloutResult], demo: DemoRollout, deadline: float,
                   on_decision: Callable[[Decision, DemoRollout], None] | None) -> None:
     """Report each new decision until the rollout ends; stand in for the absent human when it waits for one."""
     shown = 0
@@ -188,11 +188,11 @@ async def _follow(handle: WorkflowHandle, demo: DemoRollout, deadline: float,
         await asyncio.sleep(POLL_S)
 
 
-async def _status(handle: WorkflowHandle) -> RolloutStatus:
+async def _status(handle: WorkflowHandle[ModelRolloutWorkflow, RolloutResult]) -> RolloutStatus:
     return await handle.query(ModelRolloutWorkflow.status)
 
 
-async def _abort(handle: WorkflowHandle, reason: str) -> bool:
+async def _abort(handle: WorkflowHandle[ModelRolloutWorkflow, RolloutResult], reason: str) -> bool:
     """True once the abort is accepted; False when it cannot apply now (the rollout is still starting, already
     ending, or over), which the caller's next look at the status settles."""
     try:

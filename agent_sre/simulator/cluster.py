@@ -77,7 +77,7 @@ class Cluster:
     model: dict[str, Any] = field(default_factory=dict)
     # (kind, namespace, name) -> (object, resourceVersion, its JSON): the API's responses reuse an unchanged object's
     encoded: dict[tuple[str, str, str], tuple[Obj, str, bytes]] = field(default_factory=dict)
-    _rv: itertools.count = field(default_factory=lambda: itertools.count(1))
+    _rv: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     revision: int = 0  # bumped on every write; controllers use it to skip work when nothing changed
     # (resource, namespace, name) of each object created, replaced or deleted since the workload model last took
     # the set (a reconcile pass, which looks again at what these writes affect); None: not known (after a bulk
