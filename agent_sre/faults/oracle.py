@@ -26,6 +26,7 @@ from agent_sre.apps.catalog import APPS, PART_OF, AppSpec, get_app
 from agent_sre.faults import get_fault
 from agent_sre.faults.health import KEPT_KINDS, fingerprints, inventory, service_health
 from agent_sre.kube.client import Kube
+from agent_sre.kube.times import parse_time
 from agent_sre.models.endings import Outcome, Termination
 from agent_sre.models.incident import Incident
 from agent_sre.models.scenario import GroundTruth, Scenario
@@ -56,6 +57,31 @@ def snapshot(api_client: ApiClient, namespace: str, app: str | None = None) -> H
     unhealthy = service_health(k8s, APPS.get(app or ""), namespace)
     return HealthSnapshot(namespace=namespace, unhealthy=unhealthy, resources=inventory(k8s, namespace),
                           fingerprints=fingerprints(k8s, namespace))
+
+
+def liveness_wait_s(api_client: ApiClient, namespace: str) -> float:
+    """How much longer a careful observer waits before judging: until every running container of the namespace
+    that has not restarted has outlived its liveness probe (`initialDelaySeconds + periodSeconds *
+    failureThreshold`, plus one more period for the kill and the restart to show). A container the kubelet is about
+    to kill looks healthy until then (a slow starter's probe acts a minute or more after a restart); one that already
+    restarted is judged unhealthy as it is. 0 when every probe has had time to act. Read from the pods alone."""
+    k8s = Kube(api_client, shared=True, memo=True)
+    pods = k8s.list("pod", namespace)
+    now = k8s.server_time
+    if now is None:
+        return 0.0
+    wait = 0.0
+    for pod in pods:
+        probes = {c.get("name"): c.get("livenessProbe") for c in (pod.get("spec") or {}).get("containers") or []}
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            probe = probes.get(cs.get("name"))
+            started = parse_time(((cs.get("state") or {}).get("running") or {}).get("startedAt"))
+            if not probe or started is None or cs.get("restartCount", 0):
+                continue
+            period = probe.get("periodSeconds", 10)
+            window = probe.get("initialDelaySeconds", 0) + period * (probe.get("failureThreshold", 3) + 1)
+            wait = max(wait, started + window - now)
+    return wait
 
 
 def observe(api_client: ApiClient, scenario: Scenario, baseline: HealthSnapshot,

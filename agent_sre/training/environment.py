@@ -38,6 +38,7 @@ from agent_sre.tools import ToolContext, execute
 from agent_sre.tools.context import POLL_S
 
 FAULT_DEVELOP_S = 120.0  # simulated time between injection and the alert
+MAX_PROBE_WAIT_S = 300.0  # the most the verdict waits, past the settle window, for liveness probes to act
 
 
 class IncidentEnvironment:
@@ -126,6 +127,7 @@ class IncidentEnvironment:
                 t.termination = "cancelled"
             t.mitigated_at = self._now()
             self.simulator.advance(self._env_name(), self.limits.settle_s)
+            self._await_liveness_probes()
             assert self._baseline is not None
             t.verdict = oracle.observe_incident(self._api(), t.incident, self._baseline, t.termination,
                                                 len(t.writes))
@@ -136,6 +138,18 @@ class IncidentEnvironment:
         return t
 
     # --- helpers -----------------------------------------------------------------------------------------------
+    def _await_liveness_probes(self) -> None:
+        """Settle on until the liveness probes of the namespace's fresh containers have had time to act
+        (`oracle.liveness_wait_s`): a restart does not fix a probe that kills a slow starter after the settle
+        window. Bounded: containers that keep being replaced do not hold the verdict back forever."""
+        waited = 0.0
+        while waited < MAX_PROBE_WAIT_S:
+            wait = min(oracle.liveness_wait_s(self._api(), self.scenario.namespace), MAX_PROBE_WAIT_S - waited)
+            if wait <= 0:
+                return
+            self.simulator.advance(self._env_name(), wait)
+            waited += wait
+
     def _advance_one_poll(self, reads: int) -> None:
         """A waiting tool's pause: only actions move this clock, so waiting moves it by one poll, a second of
         cluster time after every read (the wall clock's backoff would only make simulated waits cheaper)."""
