@@ -247,6 +247,13 @@ class Kube:
                                                  query, namespace=namespace, name=pod))
         return response.data.decode("utf-8", "replace")
 
+    def proxy_get(self, namespace: str, pod: str, port: int, path: str, query: Query = ()) -> str:
+        """GET `path` of the pod's program on `port`, through the API server's proxy (what a client of the service
+        would send): its answer's body."""
+        response = self._answer(lambda: rest.get(self.api, "/api/v1/namespaces/{namespace}/pods/{name}/proxy" + path,
+                                                 query, namespace=namespace, name=f"{pod}:{port}"))
+        return response.data.decode("utf-8", "replace")
+
     def metrics(self, kind: str, namespace: str) -> builtins.list[Obj]:
         """`metrics.k8s.io` usage: `kind` is "pods" (in `namespace`) or "nodes"."""
         metrics = Kind("custom", kind, f"{kind}.metrics.k8s.io", group="metrics.k8s.io", version="v1beta1")

@@ -32,6 +32,18 @@ _SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 HEALTHY_STATUSES = ("Running", "Completed")
 
 
+# What a client sent, as a program's access log repeats it: a request's query string, up to the status the program
+# answered (`path=/x?q=... status=200`, `GET /x?q=... 200 3ms`, `"GET /x?q=... HTTP/1.1" 200`). Anyone who can reach
+# the service writes it, so it is never evidence (an instruction in it included); the program's own words are.
+REQUEST_QUERY = re.compile(r"(?P<path>/[^\s?\"]*)\?[^\n]*(?=\s+status=\d{3}\b|\s+HTTP/\d(?:\.\d)?\"|\s+\d{3}\s"
+                           r"|\s+\d{3}$)", re.MULTILINE)  # greedy: to the line's last status, which the program wrote
+
+
+def program_text(log: str) -> str:
+    """A log with the query strings of the requests it records masked (`/x?…`): what the program itself says."""
+    return REQUEST_QUERY.sub(lambda m: f"{m['path']}?…", log)
+
+
 def object_name(label: str | None) -> str | None:
     """An alert's service label when it can name an object to read; None when it cannot (`Cart_Service`): a call
     built from it would be an invalid action, made again at every turn."""

@@ -35,6 +35,7 @@ from agent_sre.policy.evidence import (
     SCALED_FROM,
     Pod,
     object_name,
+    program_text,
     scaled_from,
 )
 from agent_sre.policy.evidence import pods as _pods
@@ -121,7 +122,7 @@ def _blame(logs: str, dependencies: set[str]) -> Counter[str]:
     """How loudly the logs blame each dependency: an error line naming it scores 1, a line (of any level) saying
     nothing answered scores 3, times the repeats the log view folded into it."""
     counts: Counter[str] = Counter()
-    for line in logs.splitlines():
+    for line in program_text(logs).splitlines():
         weight = 3 if HARD_FAILURE.search(line) else 1 if ERROR_LINE.search(line) else 0
         repeated = REPEATED.search(line)
         for dep in dependencies if weight else ():
@@ -240,7 +241,7 @@ class ExpertPolicy(ActionPolicy):
         if pod.status == "Pending":
             return self._pending(r, name, pod)
         if pod.status in ("CrashLoopBackOff", "Error") or (pod.restarted_recently and pod.status == "Running"):
-            logs = r.read("get_logs", pod=pod.name, previous=True)
+            logs = program_text(r.read("get_logs", pod=pod.name, previous=True))
             if remedy := self._config_error(r, name, logs, deployment):
                 return remedy
         described = r.read("describe", kind="pod", name=pod.name)
@@ -362,7 +363,7 @@ class ExpertPolicy(ActionPolicy):
             if not gone:
                 return None
             upstream = gone[0]
-        failing = [line for line in logs.splitlines() if upstream in line
+        failing = [line for line in program_text(logs).splitlines() if upstream in line
                    and (ERROR_LINE.search(line) or HARD_FAILURE.search(line))]
         timeouts = sum(bool(TIMEOUT.search(line)) for line in failing) * 2 > len(failing)
         theirs = r.read("describe", kind="deployment", name=upstream)

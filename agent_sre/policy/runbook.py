@@ -32,6 +32,7 @@ from agent_sre.policy.evidence import (
     age_seconds,
     object_name,
     pods,
+    program_text,
     scaled_from,
 )
 
@@ -61,7 +62,7 @@ class Evidence:
 
     @property
     def text(self) -> str:
-        return "\n".join(output for _, output in self.reads)
+        return "\n".join(program_text(output) if call.tool == "get_logs" else output for call, output in self.reads)
 
     def did(self, tool: str, **args: object) -> bool:
         return any(c.tool == tool and all(c.args.get(k) == v for k, v in args.items()) for c, _ in self.reads)
@@ -225,7 +226,7 @@ def _symptoms(ev: Evidence, pod: Pod | None, deployment: str) -> str:
     if pod is None:
         return "\n".join(events)
     return "\n".join([pod.status, ev.output("describe", kind="pod", name=pod.name),
-                      ev.output("get_logs", pod=pod.name, previous=True), *events])
+                      program_text(ev.output("get_logs", pod=pod.name, previous=True)), *events])
 
 
 def _worst_pod(listing: str, service: str | None) -> Pod | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_sre.simulator import logs, signals
+from agent_sre.simulator import logs, received, signals
 from agent_sre.simulator.controllers.context import Pass
 
 
@@ -34,8 +34,9 @@ def write(p: Pass, failing: dict[Any, Any], inbound: dict[Any, Any]) -> None:
             continue
         app = (pod["metadata"].get("labels") or {}).get("app", "")
         edges, users = failing.get((ns, app), ()), inbound.get((ns, app), ())
+        served = received.of(p.c, ns, name)  # requests sent through the API's proxy: the program logs them
         key = (tuple((k, r.since, r.restarts_before, r.outcome.kind) for k, r in ps.runs.items()),
-               ps.failure_since, edges, users)
+               ps.failure_since, edges, users, served)
         minute, (last_key, last_minute) = int(p.now // 60), ps.log_key or (None, None)
         if key == last_key and minute == last_minute:
             continue
@@ -50,4 +51,5 @@ def write(p: Pass, failing: dict[Any, Any], inbound: dict[Any, Any]) -> None:
             if rendered is None:
                 p.c.logs.pop((ns, name, container), None)
             else:
-                p.c.logs[(ns, name, container)] = rendered
+                p.c.logs[(ns, name, container)] = received.WithRequests(rendered, run.image, run.since, served) \
+                    if served else rendered
