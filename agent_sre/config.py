@@ -10,7 +10,7 @@ import base64
 import binascii
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     sim_host: str = "127.0.0.1"
     sim_port: Port = 8480
     sim_speed: float = Field(default=60.0, gt=0, description="simulated seconds per real second")
+    # Where the served default environment's clock starts: "wall" (now, so the ages kubectl computes itself from
+    # the wall clock, as describe's events, are right at speed 1) or "fixed" (2026-01-01, as episodes use).
+    sim_clock: Literal["wall", "fixed"] = "wall"
 
     data_dir: Path = Path(".agent-sre")
 

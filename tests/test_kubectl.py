@@ -445,7 +445,9 @@ def _cli_available() -> bool:
 @pytest.mark.skipif(not (workload_available() and _cli_available()),
                     reason="needs the workload model and every CLI module the root `agent-sre` command registers")
 def test_sim_serve_command(tmp_path: Path, served: Served) -> None:
-    """`agent-sre sim serve` writes a kubeconfig that kubectl uses as is, and stops cleanly on SIGTERM."""
+    """`agent-sre sim serve` writes a kubeconfig that kubectl uses as is, and stops cleanly on SIGTERM. Its default
+    environment's clock starts at the wall clock's present (`--clock wall`, the default), so the ages kubectl
+    computes itself from the wall clock (describe's events) are right at speed 1, not a year off."""
     import signal
     import subprocess
     import sys
@@ -453,7 +455,7 @@ def test_sim_serve_command(tmp_path: Path, served: Served) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     console_script = Path(sys.executable).parent / "agent-sre"
     proc = subprocess.Popen([sys.executable, str(console_script), "sim", "serve", "--port", "0",
-                             "--kubeconfig-out", str(kubeconfig), "--speed", "120"],
+                             "--kubeconfig-out", str(kubeconfig), "--speed", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -462,6 +464,9 @@ def test_sim_serve_command(tmp_path: Path, served: Served) -> None:
         assert proc.stdout.readline().strip() == f"kubeconfig: {kubeconfig.resolve()}"
         rows = _lines(served.kubectl("get", "pods", "-A", kubeconfig=kubeconfig).stdout)
         assert rows[0][:2] == ["NAMESPACE", "NAME"] and len(rows) > 1
+        described = served.kubectl("describe", "pods", "-n", "shop", "-l", "app=frontend", kubeconfig=kubeconfig)
+        blip = next(line for line in described.stdout.splitlines() if "Readiness probe failed" in line)
+        assert re.search(r"Unhealthy\s+4[01]m \(x3 over 4[01]m\)", blip), blip  # 40 minutes before the start
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0

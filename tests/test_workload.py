@@ -793,6 +793,31 @@ def test_the_clock_starts_at_the_simulated_epoch() -> None:
     assert cluster.clock.now() >= SIM_EPOCH
 
 
+def test_a_wall_clock_environment_starts_now_with_its_history_before_it() -> None:
+    """`clock="wall"` (the served default environment, for kubectl's own ages): the clock starts at the wall
+    clock's present and the apps' history (releases, restarts, events) is dated before it as at SIM_EPOCH; the
+    fixed clock, which episodes use, is unchanged."""
+    import time
+
+    from agent_sre.kube.times import parse_time
+
+    sim = Simulator()
+    wall, fixed = sim.create_env("wall", clock="wall"), sim.create_env("fixed")
+    assert abs(wall.clock.now() - time.time()) < 30 and fixed.clock.now() < SIM_EPOCH + 60
+
+    def ages(cluster: Cluster) -> list[float]:  # of its pods (but last night's backup, at 02:00) and events
+        now = cluster.clock.now()
+        return sorted([now - (parse_time(p["metadata"]["creationTimestamp"]) or 0) for p in cluster.list("pods")
+                       if p["metadata"]["labels"].get("app") != "db-backup"]
+                      + [now - (parse_time(e["lastTimestamp"]) or 0) for e in cluster.list("events")])
+
+    wall_ages, fixed_ages = ages(wall), ages(fixed)
+    assert len(wall_ages) == len(fixed_ages) and wall.list("events")
+    assert all(abs(w - f) < 30 for w, f in zip(wall_ages, fixed_ages, strict=True)), (wall_ages, fixed_ages)
+    with pytest.raises(ValueError, match="clock must be one of"):
+        sim.create_env("other", clock="sundial")
+
+
 def test_prometheus_exposition(sim: Simulator) -> None:
     env = new_env(sim)
     _inject(env, "oom_limit", "cart")

@@ -27,6 +27,9 @@ def serve(
     speed: float = typer.Option(None, help="simulated seconds per real second [default: AGENT_SRE_SIM_SPEED]"),
     apps: str = typer.Option("shop", help="comma-separated apps installed in the default environment"),
     seed: int = typer.Option(0, help="random seed of the default environment"),
+    clock: str = typer.Option(None, help="where the default environment's clock starts: wall (now: kubectl's own "
+                                         "ages, as describe's events, are right at --speed 1) or fixed (2026-01-01, "
+                                         "reproducible) [default: AGENT_SRE_SIM_CLOCK or wall]"),
 ) -> None:
     """Serve the Kubernetes API (default environment at the root, others under /envs/NAME) until Ctrl-C."""
     from agent_sre.simulator.server import serve_forever, write_kubeconfig
@@ -38,14 +41,17 @@ def serve(
     speed = settings.sim_speed if speed is None else speed
     if speed <= 0:
         raise typer.BadParameter("must be positive", param_hint="--speed")
+    clock = clock or settings.sim_clock
+    if clock not in ("wall", "fixed"):
+        raise typer.BadParameter("must be wall or fixed", param_hint="--clock")
     kubeconfig_out = kubeconfig_out or settings.sim_kubeconfig
     simulator = Simulator(speed=speed, ledger=settings.data_dir.expanduser() / "sim" / "environments.json")
     app_names = [a.strip() for a in apps.split(",") if a.strip()]
     try:
-        simulator.create_env("default", apps=app_names, seed=seed)
+        simulator.create_env("default", apps=app_names, seed=seed, clock=clock)
     except (KeyError, ValueError) as exc:
         raise typer.BadParameter(str(exc).strip("'\""), param_hint="--apps") from None
-    summary = f"default environment: {', '.join(app_names) or 'no apps'}; speed {speed}x"
+    summary = f"default environment: {', '.join(app_names) or 'no apps'}; speed {speed}x; clock {clock}"
 
     def ready(url: str) -> None:
         path = write_kubeconfig(kubeconfig_out, url, "agent-sre-sim")

@@ -22,6 +22,16 @@ Obj = dict[str, Any]
 Controller = Callable[["Cluster", bool], None]  # (cluster, writing): see `Cluster.sync`
 
 SIM_EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z: simulated clocks start here, so runs are reproducible
+CLOCKS = ("fixed", "wall")  # where an environment's clock starts: SIM_EPOCH, or the wall clock's present
+
+
+def clock_start(clock: str) -> float:
+    """The start of an environment's clock: SIM_EPOCH ("fixed": reproducible runs, as episodes, training and
+    evaluation need) or the wall clock at its creation, to the second ("wall": for people with kubectl, which
+    computes some ages itself, from the wall clock: describe's events)."""
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, not {clock!r}")
+    return SIM_EPOCH if clock == "fixed" else float(int(time.time()))
 
 
 class SimClock:
@@ -29,12 +39,12 @@ class SimClock:
 
     def __init__(self, speed: float = 1.0, start: float = SIM_EPOCH) -> None:
         self.speed = speed
-        self._start = start
+        self.start = start  # the environment's epoch: its apps were installed relative to it
         self._real0 = time.monotonic()
         self._offset = 0.0
 
     def now(self) -> float:
-        return self._start + (time.monotonic() - self._real0) * self.speed + self._offset
+        return self.start + (time.monotonic() - self._real0) * self.speed + self._offset
 
     def advance(self, seconds: float) -> None:
         if seconds < 0:

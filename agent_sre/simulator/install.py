@@ -19,12 +19,12 @@ from agent_sre.apps.catalog import APPS, NODE_ALLOCATABLE_CPU, NODES, AppSpec, g
 from agent_sre.apps.manifests import deployment, manifests
 from agent_sre.kube.times import rfc3339
 from agent_sre.simulator import admission, noise, workload
-from agent_sre.simulator.cluster import SIM_EPOCH, Cluster, Obj, SimClock
+from agent_sre.simulator.cluster import Cluster, Obj, SimClock
 from agent_sre.simulator.controllers.state import Index, WorkloadState, stable_uid
 
-FIRST_DEPLOY_AT = SIM_EPOCH - 7 * 86400  # the apps' first release; the current one went out 2 days ago
-CURRENT_RELEASE_AT = SIM_EPOCH - 2 * 86400
-TEMPLATE_AT = SIM_EPOCH - 300
+# Before the epoch an environment's clock starts from (SIM_EPOCH, or the wall clock's present): the apps' first
+# release, a week before; the current one, 2 days before; the built namespace is captured 5 minutes before.
+FIRST_DEPLOY_AGO, CURRENT_RELEASE_AGO, TEMPLATE_AGO = 7 * 86400, 2 * 86400, 300
 TEMPLATE_CACHE_SIZE = 256
 _NS = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -43,7 +43,8 @@ class AppInstance:
         return APPS[self.app]
 
 
-def _node(name: str, zone: str, extra: dict[str, str], index: int) -> Obj:
+def _node(name: str, zone: str, extra: dict[str, str], index: int, epoch: float) -> Obj:
+    first_deploy_at = epoch - FIRST_DEPLOY_AGO
     return {
         "metadata": {"name": name, "uid": stable_uid("node", name), "labels": {
             "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
@@ -56,14 +57,14 @@ def _node(name: str, zone: str, extra: dict[str, str], index: int) -> Obj:
                             "ephemeral-storage": "96625420693"},
             "conditions": [
                 {"type": t, "status": "False", "reason": r, "message": m,
-                 "lastHeartbeatTime": rfc3339(SIM_EPOCH), "lastTransitionTime": rfc3339(FIRST_DEPLOY_AT - 86400)}
+                 "lastHeartbeatTime": rfc3339(epoch), "lastTransitionTime": rfc3339(first_deploy_at - 86400)}
                 for t, r, m in (("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory "
                                  "available"),
                                 ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
                                 ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"))
             ] + [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                  "message": "kubelet is posting ready status", "lastHeartbeatTime": rfc3339(SIM_EPOCH),
-                  "lastTransitionTime": rfc3339(FIRST_DEPLOY_AT - 86400)}],
+                  "message": "kubelet is posting ready status", "lastHeartbeatTime": rfc3339(epoch),
+                  "lastTransitionTime": rfc3339(first_deploy_at - 86400)}],
             "addresses": [{"type": "InternalIP", "address": f"10.0.1.{10 + index}"},
                           {"type": "Hostname", "address": name}],
             "nodeInfo": {"machineID": stable_uid("machine", name).replace("-", ""),
@@ -89,34 +90,35 @@ def _settle(cluster: Cluster, until: float) -> None:
     cluster.sync()
 
 
-def _build(app: AppSpec, namespace: str, seed: int) -> _Template:
-    """The namespace as it looks 5 minutes before the simulated epoch."""
-    cluster = Cluster("template", clock=SimClock(speed=0.0, start=FIRST_DEPLOY_AT - 3600))
+def _build(app: AppSpec, namespace: str, seed: int, epoch: float) -> _Template:
+    """The namespace as it looks 5 minutes before the simulated `epoch`."""
+    first_deploy_at, current_release_at = epoch - FIRST_DEPLOY_AGO, epoch - CURRENT_RELEASE_AGO
+    cluster = Cluster("template", clock=SimClock(speed=0.0, start=first_deploy_at - 3600))
     workload.attach(cluster)
     for name in ("default", "kube-system", "kube-public", "kube-node-lease"):
         _create(cluster, "namespaces", {"metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}}})
     for index, (name, zone, extra) in enumerate(NODES, start=1):
-        cluster.create("nodes", _node(name, zone, extra, index))
+        cluster.create("nodes", _node(name, zone, extra, index, epoch))
     for resource, obj in manifests(app, namespace, seed):
         _create(cluster, resource, obj, app.name, namespace, seed)
     instance = AppInstance(app.name, namespace, seed, {db: app.password(seed, db) for db in app.databases})
     cluster.model.setdefault("apps", {})[namespace] = instance
-    _settle(cluster, FIRST_DEPLOY_AT)
+    _settle(cluster, first_deploy_at)
     for svc in app.services:  # the previous release first, so every deployment has a rollout history
         _create(cluster, "deployments.apps", deployment(app, svc, namespace, svc.previous_tag), app.name, namespace,
                 seed)
-    _settle(cluster, FIRST_DEPLOY_AT + 600)
-    _settle(cluster, CURRENT_RELEASE_AT)
+    _settle(cluster, first_deploy_at + 600)
+    _settle(cluster, current_release_at)
     for svc in app.services:
         current = cluster.snapshot("deployments.apps", namespace, svc.name)
         assert current is not None
         current["spec"]["template"]["spec"]["containers"][0]["image"] = svc.image
         cluster.replace("deployments.apps", current)
     for step in (60, 600, 3600):
-        _settle(cluster, CURRENT_RELEASE_AT + step)
-    _settle(cluster, TEMPLATE_AT - 3600)
-    noise.add(cluster, app, namespace, seed)
-    _settle(cluster, TEMPLATE_AT)
+        _settle(cluster, current_release_at + step)
+    _settle(cluster, epoch - TEMPLATE_AGO - 3600)
+    noise.add(cluster, app, namespace, seed, epoch)
+    _settle(cluster, epoch - TEMPLATE_AGO)
     objects, logs = pickle.loads(pickle.dumps((cluster.objects, cluster.logs), protocol=pickle.HIGHEST_PROTOCOL))
     highest = max(int(o["metadata"].get("resourceVersion", 0)) for items in objects.values() for o in items.values())
     return _Template(objects, logs, highest, workload.export(cluster, namespace).fork(), instance,
@@ -137,18 +139,18 @@ class _Template:
     index: Index  # of its ReplicaSets and pods: an install into an empty cluster forks it
 
 
-_templates: OrderedDict[tuple[str, str, int], _Template] = OrderedDict()
+_templates: OrderedDict[tuple[str, str, int, float], _Template] = OrderedDict()
 _templates_lock = threading.Lock()
 
 
-def _template(app: AppSpec, namespace: str, seed: int) -> _Template:
-    key = (app.name, namespace, seed)
+def _template(app: AppSpec, namespace: str, seed: int, epoch: float) -> _Template:
+    key = (app.name, namespace, seed, epoch)
     with _templates_lock:
         blob = _templates.get(key)
         if blob is not None:
             _templates.move_to_end(key)
             return blob
-    blob = _build(app, namespace, seed)
+    blob = _build(app, namespace, seed, epoch)
     with _templates_lock:
         _templates[key] = blob
         while len(_templates) > TEMPLATE_CACHE_SIZE:
@@ -157,7 +159,8 @@ def _template(app: AppSpec, namespace: str, seed: int) -> _Template:
 
 
 def install(cluster: Cluster, app: str, namespace: str | None = None, seed: int = 0) -> str:
-    """Install `app` into `cluster` (creating the namespace, and the nodes if absent); returns the namespace."""
+    """Install `app` into `cluster` (creating the namespace, and the nodes if absent); returns the namespace. The
+    app's history (releases, restarts, events) is dated relative to the cluster's clock start."""
     spec = get_app(app)
     ns = namespace or spec.name
     if not _NS.match(ns):
@@ -165,7 +168,7 @@ def install(cluster: Cluster, app: str, namespace: str | None = None, seed: int 
     if cluster.get("namespaces", "", ns) is not None:
         raise ValueError(f'namespace "{ns}" already exists in cluster {cluster.name!r}; pick another namespace')
     workload.attach(cluster)
-    template = _template(spec, ns, seed)
+    template = _template(spec, ns, seed, cluster.clock.start)
     state, instance = template.state.fork(), replace(template.instance, passwords=dict(template.instance.passwords))
     empty = not any(cluster.objects.values())
     for resource, items in template.objects.items():

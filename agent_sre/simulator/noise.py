@@ -21,24 +21,25 @@ NOISE = {
 }
 
 
-def add(cluster: Cluster, app: AppSpec, namespace: str, seed: int) -> None:
-    """Add the noise to a template cluster an hour before it is captured (older events are gone by then)."""
+def add(cluster: Cluster, app: AppSpec, namespace: str, seed: int, epoch: float = SIM_EPOCH) -> None:
+    """Add the noise to a template cluster an hour before it is captured (older events are gone by then), at times
+    relative to the `epoch` its environments' clocks start from."""
     for event in cluster.list("events"):
         cluster.delete("events", event["metadata"].get("namespace", ""), event["metadata"]["name"])
     config = NOISE.get(app.name, {})
     state: WorkloadState = cluster.model["workload"]
     pods = {p["metadata"]["name"]: p for p in cluster.list("pods", namespace)}
     if "oom" in config:
-        _old_oom_kill(cluster, state, namespace, config["oom"], pods)
+        _old_oom_kill(cluster, state, namespace, config["oom"], pods, epoch)
     if "blip" in config:
-        _probe_blip(cluster, state, namespace, config["blip"], pods)
+        _probe_blip(cluster, state, namespace, config["blip"], pods, epoch)
     if "database" in config:
-        _backup_job(cluster, app, namespace, config["database"], seed)
+        _backup_job(cluster, app, namespace, config["database"], seed, epoch)
     node = cluster.get("nodes", "", "worker-2")
     if node is not None:
         event = cluster.record_event(node, "FreeDiskSpaceFailed", "Failed to garbage collect required amount of "
                                      "images. Attempted to free 1263429632 bytes, but only found 0 bytes eligible to "
-                                     "free.", "Warning", at=SIM_EPOCH - 1500, component="kubelet")
+                                     "free.", "Warning", at=epoch - 1500, component="kubelet")
         event["count"] = 2
 
 
@@ -47,7 +48,8 @@ def _first_pod(pods: dict[str, Obj], service: str) -> Obj | None:
                 None)
 
 
-def _old_oom_kill(cluster: Cluster, state: WorkloadState, namespace: str, service: str, pods: dict[str, Obj]) -> None:
+def _old_oom_kill(cluster: Cluster, state: WorkloadState, namespace: str, service: str, pods: dict[str, Obj],
+                  epoch: float) -> None:
     """The service's pod was OOM-killed once, 26 hours ago, during a traffic spike; it has been fine since."""
     pod = _first_pod(pods, service)
     if pod is None:
@@ -56,7 +58,7 @@ def _old_oom_kill(cluster: Cluster, state: WorkloadState, namespace: str, servic
     run = ps.runs.get(f"main/{pod['spec']['containers'][0]['name']}")
     if run is None:
         return
-    killed_at = SIM_EPOCH - 26 * 3600
+    killed_at = epoch - 26 * 3600
     container_id = "containerd://" + hashlib.blake2b(f"{pod['metadata']['uid']}/old".encode(),
                                                      digest_size=32).hexdigest()
     run.last_term = {"exitCode": 137, "reason": "OOMKilled", "startedAt": rfc3339(run.since),
@@ -69,7 +71,8 @@ def _old_oom_kill(cluster: Cluster, state: WorkloadState, namespace: str, servic
         ps.conditions[kind] = (True, ps.ready_since)
 
 
-def _probe_blip(cluster: Cluster, state: WorkloadState, namespace: str, service: str, pods: dict[str, Obj]) -> None:
+def _probe_blip(cluster: Cluster, state: WorkloadState, namespace: str, service: str, pods: dict[str, Obj],
+                epoch: float) -> None:
     """Forty minutes ago a readiness probe timed out three times in a row, then recovered on its own."""
     pod = _first_pod(pods, service)
     if pod is None:
@@ -80,14 +83,15 @@ def _probe_blip(cluster: Cluster, state: WorkloadState, namespace: str, service:
     url = f"http://{ps.ip}:{probe.get('port', 8080)}{probe.get('path', '/ready')}"
     event = cluster.record_event(pod, "Unhealthy", f'Readiness probe failed: Get "{url}": context deadline exceeded '
                                  "(Client.Timeout exceeded while awaiting headers)", "Warning",
-                                 at=SIM_EPOCH - 2400, key="unhealthy-blip", component="kubelet")
+                                 at=epoch - 2400, key="unhealthy-blip", component="kubelet")
     event["count"] = 3
     event["involvedObject"]["fieldPath"] = f"spec.containers{{{container['name']}}}"
 
 
-def _backup_job(cluster: Cluster, app: AppSpec, namespace: str, database: str, seed: int) -> None:
-    """Last night's database backup: the first attempt could not connect, the retry succeeded."""
-    scheduled = int((SIM_EPOCH - 22 * 3600) // 60)
+def _backup_job(cluster: Cluster, app: AppSpec, namespace: str, database: str, seed: int, epoch: float) -> None:
+    """Last night's database backup (the last 02:00 at least 2 hours before the epoch, 22 hours before
+    SIM_EPOCH): the first attempt could not connect, the retry succeeded."""
+    scheduled = int(((epoch - 4 * 3600) // 86400 * 86400 + 2 * 3600) // 60)
     job = f"db-backup-{scheduled}"
     name = f"{job}-{stable_suffix(seed, namespace, job)}"
     started = scheduled * 60.0 + 5

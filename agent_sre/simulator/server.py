@@ -83,10 +83,13 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
 async def create_env(request: web.Request) -> web.Response:
     sim = request.app[SIMULATOR_KEY]
     body = await _json_body(request)
-    unknown = set(body) - {"name", "apps", "seed", "speed"}
+    unknown = set(body) - {"name", "apps", "seed", "speed", "clock"}
     if unknown:
-        return _error(400, f"unknown fields: {', '.join(sorted(unknown))} (allowed: name, apps, seed, speed)")
+        return _error(400, f"unknown fields: {', '.join(sorted(unknown))} (allowed: name, apps, seed, speed, clock)")
     apps, seed, speed, name = body.get("apps", ["shop"]), body.get("seed", 0), body.get("speed"), body.get("name")
+    clock = body.get("clock", "fixed")  # episodes' environments start at SIM_EPOCH, reproducibly
+    if clock not in ("fixed", "wall"):
+        return _error(400, "clock must be fixed or wall")
     if not isinstance(apps, list) or not all(isinstance(a, str) for a in apps):
         return _error(400, "apps must be a list of app names")
     if not isinstance(seed, int) or isinstance(seed, bool):
@@ -96,7 +99,7 @@ async def create_env(request: web.Request) -> web.Response:
     if name is not None and not isinstance(name, str):
         return _error(400, "name must be a string")
     try:
-        cluster = sim.create_env(name=name, apps=apps, seed=seed, speed=speed)
+        cluster = sim.create_env(name=name, apps=apps, seed=seed, speed=speed, clock=clock)
     except (ValueError, KeyError) as exc:
         status = 409 if "already exists" in str(exc) else 400
         return _error(status, str(exc).strip("'\""))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from agent_sre.kube.errors import ApiError
 from agent_sre.kube.times import rfc3339
-from agent_sre.simulator.cluster import Cluster, SimClock
+from agent_sre.simulator.cluster import Cluster, SimClock, clock_start
 
 ENV_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -79,8 +79,9 @@ class Simulator:
         return cluster
 
     def create_env(self, name: str | None = None, apps: Sequence[str] = ("shop",), seed: int = 0,
-                   speed: float | None = None) -> Cluster:
-        """A new cluster running the workload model with `apps` installed; `speed` defaults to the simulator's."""
+                   speed: float | None = None, clock: str = "fixed") -> Cluster:
+        """A new cluster running the workload model with `apps` installed; `speed` defaults to the simulator's.
+        `clock`: where its clock starts, "fixed" (SIM_EPOCH, reproducible) or "wall" (now, see `clock_start`)."""
         # Imported here: the workload model is heavier than the API layer and not needed to serve requests.
         from agent_sre.simulator import install, workload
 
@@ -89,10 +90,11 @@ class Simulator:
         effective_speed = self.speed if speed is None else speed
         if effective_speed < 0:  # 0 is a manual clock: only `advance` moves it (training episodes)
             raise ValueError(f"speed must be zero or positive, got {effective_speed}")
+        start = clock_start(clock)
         with self.lock:
             name = name or self._new_name()
             self._check_new_name(name)
-            cluster = Cluster(name, clock=SimClock(speed=effective_speed))
+            cluster = Cluster(name, clock=SimClock(speed=effective_speed, start=start))
             workload.attach(cluster)
             for app_name in apps:
                 install.install(cluster, app_name, seed=seed)

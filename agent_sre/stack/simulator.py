@@ -25,7 +25,7 @@ class SimulatorServer(Component):
         argv = [sys.executable, str(script), "sim", "serve"]
         argv += ["--host", settings.sim_host, "--port", str(settings.sim_port)]
         argv += ["--kubeconfig-out", str(settings.sim_kubeconfig.expanduser().resolve())]
-        argv += ["--speed", str(settings.sim_speed)]
+        argv += ["--speed", str(settings.sim_speed), "--clock", settings.sim_clock]
         return argv
 
     async def probe(self, settings: Settings) -> Health:
