@@ -8,7 +8,7 @@ reach, so the agent must serve the traffic, not wish it away.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -48,7 +48,7 @@ class TrafficSurge(FaultType):
     summary = "the load generator sends a service several times its traffic: its pods saturate (CPU, errors)"
     fault_class = "capacity/load"
     modelled_on = "AIOpsLab / ITBench load spike on an under-provisioned service"
-    Params = SurgeParams
+    Params: ClassVar[type[FaultParams]] = SurgeParams
     alert_name = "HighErrorRate"
 
     def targets(self, app: AppSpec) -> list[str]:

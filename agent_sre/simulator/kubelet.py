@@ -564,7 +564,14 @@ def sync_pod(pod: Obj, ps: PodState, view: Callable[[], NamespaceView], now: flo
         "ContainersReady": (all_ready, "ContainersNotReady", f"containers with unready status: [{' '.join(unready)}]"),
         "PodScheduled": (True, "", ""),
     }
-    status: Obj = {"phase": "Running" if initialized and any_started else "Pending",
+    phase = "Running" if initialized and any_started else "Pending"
+    if initialized and spec.get("restartPolicy", "Always") != "Always":
+        phase, next_change, next_display = _finished_phase(spec, ps, statuses, now, phase, next_change, next_display)
+        if phase in ("Succeeded", "Failed"):
+            all_ready, ps.ready = False, False
+            for kind in ("Ready", "ContainersReady"):
+                conditions[kind] = (False, "PodCompleted" if phase == "Succeeded" else "PodFailed", "")
+    status: Obj = {"phase": phase,
                    "conditions": [_condition(ps, kind, ok, reason, message, now)
                                   for kind, (ok, reason, message) in conditions.items()],
                    "hostIP": ps.host_ip, "hostIPs": [{"ip": ps.host_ip}], "podIP": ps.ip, "podIPs": [{"ip": ps.ip}],
@@ -573,6 +580,31 @@ def sync_pod(pod: Obj, ps: PodState, view: Callable[[], NamespaceView], now: flo
     if init_statuses:
         status["initContainerStatuses"] = init_statuses
     return status, all_ready, next_change, next_display
+
+
+def _finished_phase(spec: Obj, ps: PodState, statuses: list[Obj], now: float, phase: str, next_change: float,
+                    next_display: float) -> tuple[str, float, float]:
+    """A pod that does not always restart (a job's) ends: Succeeded once every container exited 0; with
+    `restartPolicy: Never`, Failed once one exited otherwise (it is not restarted: its first exit stays its state)."""
+    never = spec.get("restartPolicy") == "Never"
+    failed = False
+    for status in statuses:
+        run = ps.runs.get("main/" + status["name"])
+        if run is None:
+            return phase, next_change, next_display
+        out = run.outcome
+        if never and out.kind in ("crash", "start_error"):
+            end = run.since + (out.run_s if out.kind == "crash" else 0.0)
+            if now < end:
+                return phase, min(next_change, end), next_display
+            status["state"] = {"terminated": {"exitCode": out.exit_code or 1, "reason": out.reason or "Error",
+                                              "startedAt": stamp(run.since), "finishedAt": stamp(end),
+                                              "containerID": status.get("containerID", "")}}
+            status.update(ready=False, started=False, restartCount=run.restarts_before, lastState={})
+            failed = True
+        elif (status.get("state") or {}).get("terminated", {}).get("exitCode") != 0:
+            return phase, next_change, next_display
+    return ("Failed" if failed else "Succeeded"), INF, INF
 
 
 def _condition(ps: PodState, kind: str, ok: bool, reason: str, message: str, now: float) -> Obj:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
-from agent_sre.apps.catalog import AppSpec
+from agent_sre.apps.catalog import PART_OF, AppSpec
 from agent_sre.kube.times import rfc3339
 from agent_sre.simulator.cluster import SIM_EPOCH, Cluster, Obj
 from agent_sre.simulator.controllers.state import WorkloadState, stable_suffix, stable_uid
@@ -134,6 +134,7 @@ def _backup_job(cluster: Cluster, app: AppSpec, namespace: str, database: str, s
                                              "finishedAt": rfc3339(started + 3)}}}],
         },
     }
+    _backup_owners(cluster, app, namespace, job, pod, scheduled * 60.0, started)
     cluster.create("pods", pod)
     svc_ip = ((cluster.get("services", namespace, database) or {}).get("spec") or {}).get("clusterIP", "10.96.0.20")
     cluster.logs[(namespace, name, "pg-dump")] = {
@@ -144,3 +145,33 @@ def _backup_job(cluster: Cluster, app: AppSpec, namespace: str, database: str, s
                      "Connection refused", "\tIs the server running on that host and accepting TCP/IP connections?"],
     }
 
+
+def _backup_owners(cluster: Cluster, app: AppSpec, namespace: str, job: str, pod: Obj, scheduled: float,
+                   started: float) -> None:
+    """The Job that ran the backup pod, complete, and the CronJob that scheduled it nightly at 02:00."""
+    cron_uid = stable_uid(namespace, "db-backup")
+    template = {"metadata": {"labels": {"app": "db-backup", PART_OF: app.name}},
+                "spec": {k: v for k, v in pod["spec"].items() if k != "nodeName"}}
+    finished = rfc3339(started + 95)
+    job_uid = stable_uid(namespace, job)
+    cluster.create("cronjobs.batch", {
+        "metadata": {"name": "db-backup", "namespace": namespace, "uid": cron_uid, "labels": {PART_OF: app.name},
+                     "creationTimestamp": rfc3339(SIM_EPOCH - 30 * 86400)},
+        "spec": {"schedule": "0 2 * * *", "concurrencyPolicy": "Forbid", "suspend": False,
+                 "successfulJobsHistoryLimit": 3, "failedJobsHistoryLimit": 1,
+                 "jobTemplate": {"spec": {"backoffLimit": 2, "template": template}}},
+        "status": {"lastScheduleTime": rfc3339(scheduled), "lastSuccessfulTime": finished}})
+    done = {"type": "Complete", "status": "True", "lastProbeTime": finished, "lastTransitionTime": finished,
+            "reason": "CompletionsReached", "message": "Reached expected number of succeeded pods"}
+    cluster.create("jobs.batch", {
+        "metadata": {"name": job, "namespace": namespace, "uid": job_uid, "creationTimestamp": rfc3339(scheduled),
+                     "labels": {"batch.kubernetes.io/controller-uid": job_uid, "batch.kubernetes.io/job-name": job,
+                                "controller-uid": job_uid, "job-name": job},
+                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "CronJob", "name": "db-backup",
+                                          "uid": cron_uid, "controller": True, "blockOwnerDeletion": True}]},
+        "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 2, "completionMode": "NonIndexed",
+                 "suspend": False, "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": job_uid}},
+                 "template": template},
+        "status": {"startTime": rfc3339(started - 2), "completionTime": finished, "succeeded": 1, "terminating": 0,
+                   "ready": 0, "uncountedTerminatedPods": {},
+                   "conditions": [{**done, "type": "SuccessCriteriaMet"}, done]}})

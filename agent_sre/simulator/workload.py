@@ -26,6 +26,7 @@ from agent_sre.simulator.controllers import (
     chaos,
     deployment,
     endpoints,
+    job,
     kubelet,
     logs,
     nodes,
@@ -158,6 +159,9 @@ def _run(p: Pass) -> tuple[float, float]:
     nodes.reconcile(p)
     scheduler.reconcile(p)
     kubelet.reconcile(p)
+    if job.reconcile(p):  # new pods of jobs start in this pass
+        scheduler.reconcile(p)
+        kubelet.reconcile(p)
     autoscaling.reconcile(p)  # before the deployment controller: a new scale is acted on in this pass
     p.touched |= waiting
     # after API writes, the first round syncs every ReplicaSet (a cheap count), so a set the deployment

@@ -413,8 +413,74 @@ def resourcequota(obj: Obj, now: float, **_: Any) -> str:
     return str(block)
 
 
+def horizontalpodautoscaler(obj: Obj, now: float, **_: Any) -> str:
+    """As `kubectl describe hpa`: the metric against its target, the bounds, the scale and the conditions (their
+    messages say why it cannot scale)."""
+    block = Block()
+    meta = _meta(block, obj)
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    ref = spec.get("scaleTargetRef") or {}
+    block.add("Reference", f"{ref.get('kind', '')}/{ref.get('name', '')}")
+    block.add("Age", age(meta.get("creationTimestamp"), now))
+    block.add("Metrics", "( current / target )")
+    current = status.get("currentMetrics") or []
+    for i, metric in enumerate(spec.get("metrics") or []):
+        source = metric.get("resource") or {}
+        target = source.get("target") or {}
+        now_value = ((current[i] if i < len(current) else {}).get("resource") or {}).get("current") or {}
+        if target.get("averageValue") is not None:
+            block.add(f"resource {source.get('name')} on pods", f"{now_value.get('averageValue', '<unknown>')} / "
+                                                                f"{target['averageValue']}", 1)
+        else:
+            used = now_value.get("averageUtilization")
+            shown = f"{used}% ({now_value.get('averageValue')})" if used is not None else "<unknown>"
+            block.add(f"resource {source.get('name')} on pods (as a percentage of request)",
+                      f"{shown} / {target.get('averageUtilization')}%", 1)
+    block.add("Min replicas", spec.get("minReplicas", 1))
+    block.add("Max replicas", spec.get("maxReplicas", ""))
+    block.add(f"{ref.get('kind', '')} pods", f"{status.get('currentReplicas', 0)} current / "
+                                             f"{status.get('desiredReplicas', 0)} desired")
+    _conditions(block, obj, ("type", "status", "reason", "message"))
+    return str(block)
+
+
+def job(obj: Obj, now: float, **_: Any) -> str:
+    block = Block()
+    meta = _meta(block, obj, template=(obj.get("spec") or {}).get("template") or {})
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    owners = meta.get("ownerReferences") or []
+    if owners:
+        block.add("Controlled By", f"{owners[0].get('kind')}/{owners[0].get('name')}")
+    block.add("Parallelism", spec.get("parallelism", 1))
+    block.add("Completions", spec.get("completions", NONE))
+    block.add("Backoff Limit", spec.get("backoffLimit", 6))
+    block.add("Start Time", status.get("startTime") or NONE)
+    if status.get("completionTime"):
+        block.add("Completed At", status["completionTime"])
+    block.add("Pods Statuses", f"{status.get('active', 0)} Active / {status.get('succeeded', 0)} Succeeded / "
+                               f"{status.get('failed', 0)} Failed")
+    _pod_template(block, spec.get("template") or {})
+    _conditions(block, obj, ("type", "status", "reason", "message"))
+    return str(block)
+
+
+def cronjob(obj: Obj, now: float, **_: Any) -> str:
+    block = Block()
+    _meta(block, obj)
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    block.add("Schedule", spec.get("schedule", ""))
+    block.add("Concurrency Policy", spec.get("concurrencyPolicy", "Allow"))
+    block.add("Suspend", str(bool(spec.get("suspend"))))
+    block.add("Last Schedule Time", status.get("lastScheduleTime") or NONE)
+    block.add("Last Successful Time", status.get("lastSuccessfulTime") or NONE)
+    block.add("Active Jobs", ", ".join(a.get("name", "") for a in status.get("active") or []) or NONE)
+    _pod_template(block, ((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {})
+    return str(block)
+
+
 DESCRIBERS: dict[str, Callable[..., str]] = {
     "pod": pod, "deployment": deployment, "replicaset": replicaset, "service": service, "endpoints": endpoints,
     "node": node, "namespace": namespace, "configmap": configmap, "secret": secret,
     "networkpolicy": networkpolicy, "resourcequota": resourcequota,
+    "horizontalpodautoscaler": horizontalpodautoscaler, "job": job, "cronjob": cronjob,
 }
