@@ -181,6 +181,32 @@ def test_clear_errors_for_a_bad_target_or_a_parameter_that_breaks_nothing() -> N
         get_fault("bad_env").scenario("x", "bookstore", "bookstore", "cart", {})
 
 
+def test_an_unschedulable_cpu_request_must_pass_the_namespaces_quota() -> None:
+    """Above a node's 3.8 CPUs but beyond what the quota leaves, no pod is created at all (FailedCreate: exceeded
+    quota): a quota incident, not the Pending pod the fault promises."""
+    fault = get_fault("cpu_unschedulable")
+    with pytest.raises(FaultError, match=r"ResourceQuota compute-resources \(requests.cpu=8\).*at most 7.05 CPU"):
+        fault.scenario("x", "bank", "bank", "ledger", {"cpu_request": "12"})
+    with pytest.raises(FaultError, match=r"ResourceQuota compute-resources \(requests.cpu=10\)"):
+        fault.scenario("x", "shop", "shop", "frontend", {"cpu_request": "16"})
+    fault.scenario("x", "bank", "bank", "ledger", {"cpu_request": "6"})
+
+
+def test_every_suites_unschedulable_cpu_request_leaves_a_pending_pod_not_a_quota_refusal(sim: Simulator) -> None:
+    suites = load_scenarios() + load_scenarios(HELDOUT_DIR) + load_scenarios(VARIANTS_DIR)
+    scenarios = [s for s in suites if "cpu_unschedulable" in {f.fault for f in s.faults}]
+    assert scenarios
+    for scenario in scenarios:
+        env, _ = injected(sim, scenario)
+        target = next(f.target for f in scenario.faults if f.fault == "cpu_unschedulable")
+        assert not [e["message"] for e in env.events("FailedCreate") if "exceeded quota" in e["message"]], \
+            scenario.name
+        pending = [p for p in env.pods(target) if p["status"]["phase"] == "Pending"]
+        assert pending and "Insufficient cpu" in next(
+            c["message"] for c in pending[0]["status"]["conditions"] if c["type"] == "PodScheduled"), scenario.name
+        sim.delete_env(env.name)
+
+
 @pytest.mark.slow
 def test_every_catalog_and_heldout_scenario_behaves(sim: Simulator) -> None:
     """The whole catalog and held-out suite: each injection shows, its fix resolves, the wrong fix does not."""

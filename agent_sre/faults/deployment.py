@@ -12,9 +12,12 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from agent_sre.apps.catalog import NODE_ALLOCATABLE_CPU, NODES, AppSpec, ServiceSpec, run_context
+from agent_sre.apps.manifests import deployment
 from agent_sre.apps.software import check_value, effective_argv
 from agent_sre.faults.base import FaultContext, FaultError, FaultParams, RolloutFault, restart_cause
+from agent_sre.faults.platform import QUOTA
 from agent_sre.kube.client import Kube
+from agent_sre.kube.deployments import fenceposts
 from agent_sre.kube.quantity import quantity
 from agent_sre.models.tools import ToolCall
 
@@ -291,6 +294,21 @@ class CpuUnschedulable(_TemplateFault):
         if quantity(ctx.params.cpu_request) <= quantity(NODE_ALLOCATABLE_CPU):
             raise FaultError(f"a node offers {NODE_ALLOCATABLE_CPU} CPU; a request of {ctx.params.cpu_request} "
                              f"still fits")
+        hard = ctx.app.quota.get("requests.cpu")
+        if hard is None:
+            return
+        # Every pod the broken rollout creates must pass the namespace's quota, on top of every pod the app runs
+        # (old pods counted in full): a pod the quota refuses is never created (FailedCreate: exceeded quota), a
+        # quota incident, not a Pending pod that no node can fit.
+        surge, unavailable = fenceposts(deployment(ctx.app, ctx.svc, ctx.namespace)["spec"])
+        new_pods = min(ctx.svc.replicas, surge + unavailable) if surge + unavailable else ctx.svc.replicas
+        room = quantity(hard) - sum(s.replicas * quantity(s.cpu) for s in ctx.app.services)
+        if new_pods * quantity(ctx.params.cpu_request) > room + 1e-9:
+            raise FaultError(
+                f"the namespace's ResourceQuota {QUOTA} (requests.cpu={hard}) leaves {room:g} CPU for "
+                f"{new_pods} new {ctx.target} pod(s); a request of {ctx.params.cpu_request} would be refused at pod "
+                f"creation (exceeded quota) instead of leaving the pods Pending: pick a request at most "
+                f"{room / new_pods:g} CPU")
 
     def broken(self, ctx: FaultContext) -> dict[str, Any]:
         return {"resources": {"requests": {"cpu": ctx.params.cpu_request}}}
