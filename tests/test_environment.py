@@ -164,7 +164,8 @@ def test_waiting_for_a_rollout_costs_simulated_time(simulator: Simulator) -> Non
 def test_the_runbook_leaves_a_model_room_to_slip_within_the_simulated_budgets(simulator: Simulator,
                                                                            tiny_model_dir: Path) -> None:
     """SFT teaches the runbook's episodes and GRPO and the evaluation give a model SIMULATED_MAX_ACTIONS actions of
-    MAX_ACTION_TOKENS tokens each. A model that copies the longest episode still has two actions for an invalid one
+    MAX_ACTION_TOKENS tokens each (more with several services unhealthy at the alert: `simulated_max_actions`, the
+    episode's own budget). A model that copies the longest episode still has two actions for an invalid one
     (with none spare, half the held-out episodes of a model taught by it ran out of actions), and one that copies
     the longest action, end token included, a quarter of the tokens for a longer name (at 64, the escalations of
     the runbook's student were cut off)."""
@@ -172,7 +173,9 @@ def test_the_runbook_leaves_a_model_room_to_slip_within_the_simulated_budgets(si
     ref, runbook = PolicyRef(name="runbook"), RunbookPolicy()
     played = [play(runbook, ref, s, simulator)
               for s in load_scenarios(default_catalog()) + load_scenarios(heldout_suite())]
-    assert max(len(t.steps) for t in played) <= SIMULATED_MAX_ACTIONS - 2
+    assert max(len(t.steps) for t in played if t.incident.limits.max_steps == SIMULATED_MAX_ACTIONS) \
+        <= SIMULATED_MAX_ACTIONS - 2
+    assert max(len(t.steps) - t.incident.limits.max_steps for t in played) <= -2
     assert not [t.incident.fault_class for t in played if t.termination == "step_limit"]
     longest = max(len(tokenizer(s.decision.completion, add_special_tokens=False).input_ids) + 1
                   for t in played for s in t.steps)

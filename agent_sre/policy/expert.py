@@ -10,7 +10,9 @@ fix appears in that output or follows from it by a rule stated next to it. `test
 every family. Because it decides from the conversation alone, it can label any state a student reaches (DAgger).
 
 Each triage step asks for what it needs with `Reads.read`: a read not made yet is the next action, so the policy
-is one pure function of the conversation, re-run at every turn.
+is one pure function of the conversation, re-run at every turn. An incident can hold several faults (issue #40): once
+a fix checks out it lists the pods again and mends the next service that still fails (`next_fault`), round after
+round, until nothing it can see fails; with no room left for that, it hands over what it still sees failing.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ PASSWORD_REJECTED = re.compile(r"password authentication failed|Access denied fo
                                re.IGNORECASE)
 DB_PASSWORD_ENV = re.compile(r"PASSWORD", re.IGNORECASE)
 TEMPLATE_CHANGED = re.compile(r"^\d+ \(current\)\s+\S+\s+(?P<change>.+?)\s{3,}", re.MULTILINE)
+SCALED_TO_NOTHING = re.compile(r"deployment/(?P<name>[-a-z0-9]+)\s+Scaled down replica set \S+ "
+                               r"(?:to 0 from|from \d+ to 0\b)")
 MIN_UPSTREAM_SCORE = 3  # an error line naming a dependency scores 1, or 3 if nothing answered: below it, noise
 CPU_REQUEST = re.compile(r"Requests: cpu=(?P<cpu>\d+)m")
 TOP_ROW = re.compile(r"^(?P<pod>[-a-z0-9.]+)\s+(?P<cpu>\d+)m\s", re.MULTILINE)
@@ -110,6 +114,11 @@ class Remedy:
     diagnosis: str
     check: ToolCall
 
+    @property
+    def targets(self) -> set[str]:
+        """The deployments and services the fix and its check name: what this round fixed."""
+        return {str(v) for c in (*self.calls, self.check) for k, v in c.args.items() if k in ("deployment", "service")}
+
     def worked(self, output: str) -> bool:
         if self.check.tool == "rollout_status":
             return ROLLED_OUT.search(output) is not None
@@ -129,6 +138,11 @@ def _blame(logs: str, dependencies: set[str]) -> Counter[str]:
             if re.search(rf"\b{re.escape(dep)}\b", line):
                 counts[dep] += weight * (int(repeated["n"]) if repeated else 1)
     return counts
+
+
+def _dependency_names(deployment: str) -> set[str]:
+    """The hosts `describe deployment`'s environment points at: the services it calls."""
+    return {m["host"] for m in (DEPENDENCY_VALUE.match(v["value"]) for v in ENV_LINE.finditer(deployment)) if m}
 
 
 def _scaled_to_nothing(deployment: str) -> bool:
@@ -152,44 +166,75 @@ def _finish(diagnosis: str, summary: str) -> ToolCall:
     return ToolCall(tool="finish", args={"diagnosis": diagnosis, "summary": summary})
 
 
+def _diagnoses(remedies: list[Remedy]) -> str:
+    return "; ".join(r.diagnosis for r in remedies)
+
+
+def _finished(done: list[Remedy], then: str) -> ToolCall:
+    """The ending after every round's fix checked out."""
+    fixes = "; ".join(f"{', '.join(c.tool for c in r.calls)}, {r.check.tool} shows it worked" for r in done)
+    return _finish(_diagnoses(done), f"applied {fixes}; {then}")
+
+
 class ExpertPolicy(ActionPolicy):
     """Investigate by symptom, fix from what was read, check the fix, then finish; escalate what it cannot fix."""
 
     def choose(self, ref: PolicyRef, trajectory: Trajectory) -> ToolCall:
+        """Round after round: diagnose, fix, check; once a fix checks out, list the pods again and take the next
+        deployment still failing, until nothing observable is (`next_fault`). Each round diagnoses from the reads
+        made since the last one ended, the first answer to each (a check after the fix does not re-diagnose)."""
         steps = [(s.action, s.result) for s in trajectory.steps if s.action is not None and s.result is not None]
-        reads = Reads()
-        for action, result in steps:  # the first answer to each read: a check after the fix does not re-diagnose
-            if not TOOL_SPECS[action.tool].write:
-                reads.outputs.setdefault(_key(action.tool, action.args), result.output)
-        try:
-            remedy = self.diagnose(reads, object_name(trajectory.incident.service))
-        except _Need as need:
-            return need.call
-        if remedy is None:
-            return _finish("no fault found: the alerted service's pods are running and ready, and its logs show no "
-                           "failing dependency", "false alarm; nothing needs changing")
-        fixed_at = -1
-        for call in remedy.calls:
-            done = [i for i, (action, _) in enumerate(steps) if action == call]
+        room = trajectory.incident.limits.max_steps - len(trajectory.steps)
+        service = object_name(trajectory.incident.service)
+        first, done, start = Reads(), list[Remedy](), 0
+        while True:
+            reads = Reads()
+            for action, result in steps[start:]:
+                if not TOOL_SPECS[action.tool].write:
+                    reads.outputs.setdefault(_key(action.tool, action.args), result.output)
+            try:
+                remedy = self.diagnose(reads, service) if not done else self.next_fault(reads, first, done, service)
+            except _Need as need:
+                if done and room < 2:  # no room for the read and an ending after it
+                    if still := sorted({p.deployment for p in _pods(reads.outputs.get(_key("list_pods", {}), ""))
+                                        if p.sick and p.status != "Completed"}):
+                        return ToolCall(tool="escalate", args={"diagnosis": _diagnoses(done), "summary": (
+                            f"list_pods shows {', '.join(still)} still failing; no step left to mend it")})
+                    return _finished(done, "no step left to look for another failing service")
+                return need.call
             if not done:
-                return call
-            result = steps[done[-1]][1]
-            if not result.ok:
-                error = next((line for line in result.output.splitlines() if line.strip()), "no answer")
-                return ToolCall(tool="escalate", args={"diagnosis": remedy.diagnosis,
-                                                       "summary": f"{call.tool} failed: {error[:MAX_ERROR_CHARS]}"})
-            fixed_at = max(fixed_at, done[-1])
-        after = [result for action, result in steps[fixed_at + 1:] if action == remedy.check]
-        if not after:
-            if len(trajectory.steps) + 2 > trajectory.incident.limits.max_steps:
-                return _finish(remedy.diagnosis, "applied the fix; no step left to check it")
-            return remedy.check
-        if remedy.worked(after[-1].output):
-            return _finish(remedy.diagnosis, f"applied {', '.join(c.tool for c in remedy.calls)}; "
-                                             f"{remedy.check.tool} shows it worked")
-        last = (after[-1].output.strip().splitlines() or ["no answer"])[-1]
-        return ToolCall(tool="escalate", args={"diagnosis": remedy.diagnosis,
-                                               "summary": f"the fix did not work: {last[:MAX_ERROR_CHARS]}"})
+                first = reads
+            if remedy is None:
+                if done:
+                    return _finished(done, "list_pods shows nothing else failing")
+                return _finish("no fault found: the alerted service's pods are running and ready, and its logs show "
+                               "no failing dependency", "false alarm; nothing needs changing")
+            if any(remedy.calls == earlier.calls for earlier in done):
+                return ToolCall(tool="escalate", args={"diagnosis": _diagnoses(done), "summary": (
+                    f"{remedy.check.command_line()} checked out, yet {', '.join(sorted(remedy.targets))} fails again")})
+            fixed_at = start - 1
+            for call in remedy.calls:
+                applied = [i for i, (action, _) in enumerate(steps) if i >= start and action == call]
+                if not applied:
+                    return call
+                result = steps[applied[-1]][1]
+                if not result.ok:
+                    error = next((line for line in result.output.splitlines() if line.strip()), "no answer")
+                    return ToolCall(tool="escalate", args={"diagnosis": _diagnoses([*done, remedy]), "summary":
+                                                           f"{call.tool} failed: {error[:MAX_ERROR_CHARS]}"})
+                fixed_at = max(fixed_at, applied[-1])
+            after = [i for i, (action, _) in enumerate(steps) if i > fixed_at and action == remedy.check]
+            if not after:
+                if room < 2:
+                    return _finish(_diagnoses([*done, remedy]), "applied the fix; no step left to check it")
+                return remedy.check
+            output = steps[after[-1]][1].output
+            if not remedy.worked(output):
+                last = (output.strip().splitlines() or ["no answer"])[-1]
+                return ToolCall(tool="escalate", args={"diagnosis": _diagnoses([*done, remedy]),
+                                                       "summary": f"the fix did not work: {last[:MAX_ERROR_CHARS]}"})
+            done.append(remedy)
+            start = after[-1] + 1
 
     # --- triage -------------------------------------------------------------------------------------------------
 
@@ -206,6 +251,30 @@ class ExpertPolicy(ActionPolicy):
         if target is None:
             return None
         return self._service(r, target, pods, events, caller=None)
+
+    def next_fault(self, r: Reads, first: Reads, done: list[Remedy], service: str | None) -> Remedy | None:
+        """After a fix checked out: the pods listed again, and the first deployment that still fails and was not fixed
+        yet, diagnosed as its own incident; else a deployment the first round's events showed scaled to nothing, if
+        it still is; else, when the alerted service itself was mended, the dependency its new pod's logs blame.
+        None: nothing observable is failing any more."""
+        fixed = set().union(*(remedy.targets for remedy in done))
+        pods = _pods(r.read("list_pods"))
+        events = first.outputs.get(_key("get_events", {}), "")
+        failing = next((p.deployment for p in pods if p.sick and p.status != "Completed"), None)
+        if failing is not None:
+            return self._service(r, failing, pods, events, caller=failing)
+        for m in SCALED_TO_NOTHING.finditer(events):
+            if m["name"] not in fixed and not any(p.deployment == m["name"] for p in pods):
+                return self._service(r, m["name"], pods, events, caller=m["name"])
+        if service in fixed:  # the alerted service was mended: do its calls now fail further down?
+            own = [p for p in pods if p.deployment == service and p.status == "Running"]
+            described = first.outputs.get(_key("describe", {"kind": "deployment", "name": service}))
+            if own and described is not None:
+                logs = r.read("get_logs", pod=own[0].name)
+                counts = _blame(logs, _dependency_names(described) - fixed - {service})
+                if counts and counts.most_common(1)[0][1] >= MIN_UPSTREAM_SCORE:
+                    return self._upstream(r, service, counts.most_common(1)[0][0], logs, pods, events)
+        return None
 
     def _service(self, r: Reads, name: str, pods: list[Pod], events: str, caller: str | None) -> Remedy | None:
         """A service that misbehaves: its own pods first, then what it depends on."""
@@ -347,8 +416,7 @@ class ExpertPolicy(ActionPolicy):
         """The alerted service runs fine: follow the errors in its logs to the dependency they name."""
         if remedy := self._wiring(r, name, deployment, r.read("get_endpoints", service=name), "it serves nothing"):
             return remedy
-        names = {m["host"] for m in (DEPENDENCY_VALUE.match(v["value"]) for v in ENV_LINE.finditer(deployment)) if m}
-        names -= {name}
+        names = _dependency_names(deployment) - {name}
         counts: Counter[str] = Counter()
         logs = ""
         for pod in own[:2]:  # a second replica when the first one's recent lines show nothing
@@ -363,6 +431,11 @@ class ExpertPolicy(ActionPolicy):
             if not gone:
                 return None
             upstream = gone[0]
+        return self._upstream(r, name, upstream, logs, pods, events)
+
+    def _upstream(self, r: Reads, name: str, upstream: str, logs: str, pods: list[Pod], events: str) -> Remedy | None:
+        """The dependency `name`'s logs blame: scaled to nothing, its own pods failing, its Service's wiring, or a
+        network policy that drops `name`'s calls (most of them time out)."""
         failing = [line for line in program_text(logs).splitlines() if upstream in line
                    and (ERROR_LINE.search(line) or HARD_FAILURE.search(line))]
         timeouts = sum(bool(TIMEOUT.search(line)) for line in failing) * 2 > len(failing)

@@ -7,11 +7,15 @@ read about the pod it blames (a day-old OOMKill elsewhere is not evidence), conf
 deployment before scaling it back to the count it had, and looks for a cordon where kubectl shows one. After a fix
 it waits for the rollout and escalates to a human if it never becomes available, so a failed fix is handed over
 rather than claimed, as is a fix the cluster refuses (a fix that rolls out but cures nothing is still claimed).
+Once a fix rolls out it lists the pods again and, while a deployment it has not fixed still has an unhealthy pod,
+applies the same rules to that pod (several faults at once, issue #40); what its rules never look at (a Service, a
+scale to zero it read no event of) stays unseen.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -88,61 +92,86 @@ class Remedy(NamedTuple):
 
 class RunbookPolicy(ActionPolicy):
     def choose(self, ref: PolicyRef, trajectory: Trajectory) -> ToolCall:
+        """Investigate, fix, wait for the rollout; then, if the round's pod listing showed an unhealthy pod of a
+        deployment not fixed yet, list the pods again and apply the same rules to the sickest such pod, round after
+        round (a listing that showed nothing else costs no second look)."""
         steps = fresh(trajectory.steps)
-        ev = Evidence.of(steps)
         service = object_name(trajectory.incident.service)
-        for call in self._investigation(ev, service):
-            if not ev.did(call.tool, **call.args):
-                return call
-        writes = [s for s in steps if s.action is not None and TOOL_SPECS[s.action.tool].write]
-        if fixes := [s.action for s in writes if s.action is not None and s.result is not None and s.result.ok]:
-            return self._after_fix(trajectory, ev, service, fixes[-1])
-        if writes:
-            return self._hand_over(trajectory, writes[-1], service)
-        if len(steps) < len(trajectory.steps) and _worst_pod(ev.output("list_pods"), service) is None:
-            return _finish("no fault left: another remediation of the namespace fixed it meanwhile",
-                           "read the namespace again after another remediation's write; nothing is unhealthy")
-        remedy = self._remediation(ev, service)
-        return remedy.call if remedy is not None else _finish(
-            "no fault found", "no actionable fault found; likely a false alarm")
+        room = trajectory.incident.limits.max_steps - len(trajectory.steps)
+        done: list[str] = []  # the faults whose fix rolled out, in words
+        fixed: set[str] = set()
+        start, listed = 0, ""
+        while True:
+            part = steps[start:]
+            ev = Evidence.of(part)
+            alerted = None if done else service
+            if done and _worst_pod(listed, None, fixed) is None:
+                return _finish("; ".join(done), ROLLED_OUT_SUMMARY)
+            for call in self._investigation(ev, alerted, fixed, again=bool(done)):
+                if not ev.did(call.tool, **call.args):
+                    if done and room < 2:
+                        return _finish("; ".join(done), ROLLED_OUT_SUMMARY)
+                    return call
+            writes = [s for s in part if s.action is not None and TOOL_SPECS[s.action.tool].write]
+            if fixes := [s.action for s in writes if s.action is not None and s.result is not None and s.result.ok]:
+                fix = fixes[0]  # one fix a round: the next round's, if any, comes after this one's check
+                diagnosis = self._diagnosis(part, alerted, fix, fixed)
+                target = alerted or fix.args.get("deployment")
+                if not isinstance(target, str) or room < 2:  # with one step left there is no room to check
+                    return _finish("; ".join([*done, diagnosis]), "applied the runbook remediation")
+                check = ToolCall(tool="rollout_status", args={"deployment": target})
+                applied = next(i for i, s in enumerate(part) if s.action == fix)
+                checked = [(i, s.result.output) for i, s in enumerate(part)
+                           if i > applied and s.action == check and s.result is not None]
+                if not checked:
+                    return check
+                at, status = checked[0]
+                if not ROLLED_OUT.search(status):
+                    last = status.splitlines()[-1] if status else "no answer"
+                    return ToolCall(tool="escalate", args={
+                        "diagnosis": "; ".join([*done, f"{diagnosis}; {fix.tool} did not fix deployment/{target}"]),
+                        "summary": f"rollout status: {last}"})
+                done.append(diagnosis)
+                listed = ev.output("list_pods")
+                fixed |= {target, *(d for d in [fix.args.get("deployment")] if isinstance(d, str))}
+                start += at + 1
+                continue
+            if writes:
+                return self._hand_over(part, writes[-1], alerted, fixed, done)
+            if not done and len(steps) < len(trajectory.steps) and _worst_pod(ev.output("list_pods"), service) is None:
+                return _finish("no fault left: another remediation of the namespace fixed it meanwhile",
+                               "read the namespace again after another remediation's write; nothing is unhealthy")
+            remedy = self._remediation(ev, alerted, fixed)
+            if remedy is not None:
+                return remedy.call
+            if done:
+                return _finish("; ".join(done), f"{ROLLED_OUT_SUMMARY}; no other pod is unhealthy")
+            return _finish("no fault found", "no actionable fault found; likely a false alarm")
 
-    def _after_fix(self, trajectory: Trajectory, ev: Evidence, service: str | None, fix: ToolCall) -> ToolCall:
-        """Check the fix the way the wiki says (`kubectl rollout status` on the alerting service's deployment, else
-        the one it touched), then finish, or escalate if the rollout never became available. With one step left
-        there is no room to check."""
-        target = service or fix.args.get("deployment")
-        if not isinstance(target, str) or len(trajectory.steps) + 2 > trajectory.incident.limits.max_steps:
-            return _finish(self._diagnosis(trajectory, service, fix), "applied the runbook remediation")
-        check = ToolCall(tool="rollout_status", args={"deployment": target})
-        if not ev.did(check.tool, **check.args):
-            return check
-        diagnosis = self._diagnosis(trajectory, service, fix)
-        status = next(s.result.output for s in reversed(trajectory.steps)
-                      if s.action == check and s.result is not None)
-        if ROLLED_OUT.search(status):
-            return _finish(diagnosis, "applied the runbook remediation; it rolled out")
-        last = status.splitlines()[-1] if status else "no answer"
-        return ToolCall(tool="escalate", args={"diagnosis": f"{diagnosis}; {fix.tool} did not fix deployment/{target}",
-                                               "summary": f"rollout status: {last}"})
-
-    def _hand_over(self, trajectory: Trajectory, failed: Step, service: str | None) -> ToolCall:
+    def _hand_over(self, part: list[Step], failed: Step, service: str | None, fixed: Collection[str],
+                   done: list[str]) -> ToolCall:
         """A fix the cluster (or a guardrail) refused is neither claimed nor retried blindly: a human gets the fault,
         the fix and its error."""
         assert failed.action is not None
         fix, output = failed.action, failed.result.output if failed.result is not None else ""
         error = next((line for line in output.splitlines() if line.strip()), "no answer")
-        return ToolCall(tool="escalate", args={"diagnosis": f"{self._diagnosis(trajectory, service, fix)}; "
-                                                            f"{fix.tool} failed",
+        diagnosis = f"{self._diagnosis(part, service, fix, fixed)}; {fix.tool} failed"
+        return ToolCall(tool="escalate", args={"diagnosis": "; ".join([*done, diagnosis]),
                                                "summary": f"{fix.tool}: {error[:MAX_ERROR_CHARS]}"})
 
-    def _diagnosis(self, trajectory: Trajectory, service: str | None, fix: ToolCall) -> str:
-        """The fault the fix answered, in words: the remediation rules re-read on what was known before it."""
-        steps = fresh(trajectory.steps)
-        before = steps[:next(i for i, s in enumerate(steps) if s.action == fix)]
-        remedy = self._remediation(Evidence.of(before), service)
+    def _diagnosis(self, part: list[Step], service: str | None, fix: ToolCall, fixed: Collection[str]) -> str:
+        """The fault the fix answered, in words: the remediation rules re-read on what the round knew before it."""
+        before = part[:next(i for i, s in enumerate(part) if s.action == fix)]
+        remedy = self._remediation(Evidence.of(before), service, fixed)
         return remedy.diagnosis if remedy is not None and remedy.call == fix else f"{fix.tool} {fix.args}"
 
-    def _investigation(self, ev: Evidence, service: str | None) -> list[ToolCall]:
+    def _investigation(self, ev: Evidence, service: str | None, skip: Collection[str] = (),
+                       again: bool = False) -> list[ToolCall]:
+        """What to read: the namespace, the alerting service and the sickest pod; `again` (after a fix rolled out),
+        only the pods and the sickest pod of a deployment not in `skip`."""
+        pod = _worst_pod(ev.output("list_pods"), service, skip)
+        if again:
+            return [ToolCall(tool="list_pods"), *_pod_reads(pod)]
         calls = [ToolCall(tool="list_pods"), ToolCall(tool="get_events"), ToolCall(tool="list_chaos_experiments")]
         if service:
             calls += [ToolCall(tool="describe", args={"kind": "deployment", "name": service}),
@@ -151,16 +180,9 @@ class RunbookPolicy(ActionPolicy):
         # the old replica set goes to zero too, and the event that says so may be all a long event list shows.
         calls += [ToolCall(tool="describe", args={"kind": "deployment", "name": name})
                   for name in _scaled_down(ev) if name != service]
-        pod = _worst_pod(ev.output("list_pods"), service)
-        if pod is not None:
-            calls.append(ToolCall(tool="describe", args={"kind": "pod", "name": pod.name}))
-            if pod.restart_count > 0:
-                calls.append(ToolCall(tool="get_logs", args={"pod": pod.name, "previous": True}))
-            if pod.status == "Pending":
-                calls.append(ToolCall(tool="list_nodes"))
-        return calls
+        return calls + _pod_reads(pod)
 
-    def _remediation(self, ev: Evidence, service: str | None) -> Remedy | None:
+    def _remediation(self, ev: Evidence, service: str | None, skip: Collection[str] = ()) -> Remedy | None:
         chaos = CHAOS_ROW.search(ev.text) or CHAOS_SLASH.search(ev.text)
         if chaos is not None:
             kind = CHAOS_KIND_CASE.get(chaos["kind"].lower(), chaos["kind"])
@@ -171,7 +193,7 @@ class RunbookPolicy(ActionPolicy):
             if desired is not None and desired["desired"] == "0":  # back to the count it had before
                 return Remedy(ToolCall(tool="scale", args={"deployment": name, "replicas": replicas}),
                               f"deployment {name} was scaled to zero replicas (from {replicas})")
-        pod = _worst_pod(ev.output("list_pods"), service)
+        pod = _worst_pod(ev.output("list_pods"), service, skip)
         deployment = pod.deployment if pod is not None else service
         if deployment is None:
             return None
@@ -229,17 +251,33 @@ def _symptoms(ev: Evidence, pod: Pod | None, deployment: str) -> str:
                       program_text(ev.output("get_logs", pod=pod.name, previous=True)), *events])
 
 
-def _worst_pod(listing: str, service: str | None) -> Pod | None:
-    """The pod that looks sickest, preferring the alerting service's pods, then the newest (the one a change made)."""
+def _pod_reads(pod: Pod | None) -> list[ToolCall]:
+    """What the runbook reads about the pod it blames."""
+    if pod is None:
+        return []
+    calls = [ToolCall(tool="describe", args={"kind": "pod", "name": pod.name})]
+    if pod.restart_count > 0:
+        calls.append(ToolCall(tool="get_logs", args={"pod": pod.name, "previous": True}))
+    if pod.status == "Pending":
+        calls.append(ToolCall(tool="list_nodes"))
+    return calls
+
+
+def _worst_pod(listing: str, service: str | None, skip: Collection[str] = ()) -> Pod | None:
+    """The pod that looks sickest, preferring the alerting service's pods, then the newest (the one a change made);
+    none of a deployment in `skip` (fixed already)."""
     ranked = []
     for pod in pods(listing):
-        if pod.status == "Completed":
+        if pod.status == "Completed" or pod.deployment in skip:
             continue  # a finished Job's pod: not a symptom
         score = (4 if any(pod.status.startswith(u) for u in UNHEALTHY) else 0) + (2 if pod.unready else 0) \
             + (1 if pod.restarted_recently else 0)
         if score:
             ranked.append((score + (8 if service and pod.deployment == service else 0), -age_seconds(pod.age), pod))
     return max(ranked, key=lambda r: r[:2])[2] if ranked else None
+
+
+ROLLED_OUT_SUMMARY = "applied the runbook remediation; it rolled out"
 
 
 def _finish(diagnosis: str, summary: str) -> ToolCall:
