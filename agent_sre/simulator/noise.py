@@ -156,7 +156,7 @@ def _backup_owners(cluster: Cluster, app: AppSpec, namespace: str, job: str, pod
     job_uid = stable_uid(namespace, job)
     cluster.create("cronjobs.batch", {
         "metadata": {"name": "db-backup", "namespace": namespace, "uid": cron_uid, "labels": {PART_OF: app.name},
-                     "creationTimestamp": rfc3339(SIM_EPOCH - 30 * 86400)},
+                     "creationTimestamp": rfc3339(scheduled - 30 * 86400)},
         "spec": {"schedule": "0 2 * * *", "concurrencyPolicy": "Forbid", "suspend": False,
                  "successfulJobsHistoryLimit": 3, "failedJobsHistoryLimit": 1,
                  "jobTemplate": {"spec": {"backoffLimit": 2, "template": template}}},
