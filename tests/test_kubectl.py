@@ -399,6 +399,21 @@ def test_diff_shows_what_apply_would_change(served: Served, fresh: Path, tmp_pat
     assert served.kubectl("get", "cm", "new-config", "-n", NS, check=False, kubeconfig=fresh).returncode == 1
 
 
+def test_explain_from_the_apis_own_schemas(served: Served) -> None:
+    """`kubectl explain` reads /openapi/v3: the built-in kinds' schemas (descriptions, types, required fields, as the
+    API's document has them) and, for Chaos Mesh's kinds, a schema that says the simulator has none."""
+    pods = served.kubectl("explain", "pods").stdout
+    assert "Pod is a collection of containers that can run on a host." in pods and "spec\t<PodSpec>" in pods
+    image = served.kubectl("explain", "deploy.spec.template.spec.containers.image").stdout
+    assert "FIELD: image <string>" in image and "Container image name." in image
+    port = served.kubectl("explain", "pods.spec.containers.ports").stdout
+    assert "containerPort\t<integer> -required-" in port
+    chaos = served.kubectl("explain", "podchaos").stdout
+    assert "KIND:       PodChaos" in chaos and "no schema" in chaos
+    missing = served.kubectl("explain", "pods.spec.nonsense", check=False)
+    assert missing.returncode != 0 and 'field "nonsense" does not exist' in missing.stderr
+
+
 def test_errors(served: Served) -> None:
     result = served.kubectl("get", "pod", "ghost", "-n", NS, check=False)
     assert result.returncode != 0 and 'Error from server (NotFound): pods "ghost" not found' in result.stderr

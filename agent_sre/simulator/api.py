@@ -23,7 +23,7 @@ import pydantic_core
 from agent_sre.kube.errors import ApiError
 from agent_sre.kube.selectors import LabelSelector, parse_label_selector, selector_to_string
 from agent_sre.kube.times import parse_time, rfc3339
-from agent_sre.simulator import admission, derived, discovery, protobuf, received, tables
+from agent_sre.simulator import admission, derived, discovery, openapi, protobuf, received, tables
 from agent_sre.simulator.cluster import Cluster, Obj, clone
 from agent_sre.simulator.fields import parse_field_selector
 from agent_sre.simulator.patching import apply_patch
@@ -256,7 +256,7 @@ class Router:
     # --- dispatch ---------------------------------------------------------------------------------------------
     def dispatch(self) -> Reply:
         path = self.req.path.rstrip("/") or "/"
-        doc = discovery.documents().get(path)
+        doc = openapi.document(path) if path.startswith("/openapi/v3/") else discovery.documents().get(path)
         if doc is not None:
             if self.req.method != "GET":
                 raise ApiError(405, "MethodNotAllowed", f"{self.req.method} is not allowed on {path}")
