@@ -125,6 +125,22 @@ def test_the_scenarios_cli_takes_a_context(server: SimulatorServer, tmp_path: Pa
     server.simulator.env("shop").get("networkpolicies.networking.k8s.io", "shop", "payment-allow-monitoring-only")
 
 
+def test_the_worker_acts_on_the_cluster_its_flags_name(server: SimulatorServer, tmp_path: Path) -> None:
+    """`agent-sre worker --kubeconfig --context`: an unknown context stops it at start-up with the known ones; a
+    known one becomes the cluster of the settings the worker hands its activities."""
+    from agent_sre.cli.worker import _with_cluster
+
+    listed = os.pathsep.join([str(kubeconfig(server, tmp_path / "a", SEEDED_ENV)),
+                              str(kubeconfig(server, tmp_path / "b", "shop"))])
+    refused = CliRunner().invoke(app, ["worker", "--kubeconfig", listed, "--context", "prod"])
+    assert refused.exit_code == 1 and "has no context 'prod'; its contexts: sim-seeded, sim-shop" in \
+        " ".join(refused.output.split())
+    chosen = _with_cluster(get_settings(), listed, "sim-shop")
+    assert (str(chosen.kubeconfig), chosen.kube_context) == (listed, "sim-shop")
+    assert "shop" in namespaces(api_client(settings=chosen))
+    assert _with_cluster(get_settings(), None, None) == get_settings()
+
+
 def _serving_certificate(directory: Path) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 and its key: the apiserver's, and the CA a pod is given."""
     key = ec.generate_private_key(ec.SECP256R1())

@@ -5,8 +5,13 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from agent_sre.config import Settings
 
 
 def worker(
@@ -14,6 +19,11 @@ def worker(
                                     help="task queue to serve (repeatable); default: every queue"),
     metrics_port: int = typer.Option(None, "--metrics-port", min=0, max=65535,
                                      help="Prometheus /metrics port (default: settings.metrics_port; 0 = off)"),
+    kubeconfig: str = typer.Option(None, "--kubeconfig", help="the cluster this worker's tools and observer act "
+                                   "on, as kubectl takes it (a path or a list) (default: KUBECONFIG, else the "
+                                   "embedded simulator)"),
+    context: str = typer.Option(None, "--context", help="the kubeconfig's context (default: "
+                                "AGENT_SRE_KUBE_CONTEXT, else its current-context)"),
 ) -> None:
     """Run workflows and activities: the agent loop, tools, policy inference."""
     from agent_sre.cli.common import connect_or_fail
@@ -23,7 +33,7 @@ def worker(
     from agent_sre.temporal import unregistered_search_attributes
     from agent_sre.workers.main import queue_contents, run_workers
 
-    settings = get_settings()
+    settings = _with_cluster(get_settings(), kubeconfig, context)
     known = set(queue_contents(settings))
     unknown = sorted(set(queue or ()) - known)
     if unknown:
@@ -67,3 +77,20 @@ def worker(
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _with_cluster(settings: Settings, kubeconfig: str | None, context: str | None) -> Settings:
+    """The settings with the cluster of `--kubeconfig`/`--context`, checked now: a context the kubeconfig does not
+    define is one clear error at start-up, not a failure of the first incident's first look at the cluster."""
+    from agent_sre.cli.common import fail
+    from agent_sre.tools.client import KubeconfigError, api_client
+
+    chosen = {"kubeconfig": Path(kubeconfig) if kubeconfig else None, "kube_context": context}
+    if not any(chosen.values()):
+        return settings
+    settings = settings.model_copy(update={key: value for key, value in chosen.items() if value})
+    try:
+        api_client(settings=settings)
+    except KubeconfigError as e:
+        fail(str(e))
+    return settings
