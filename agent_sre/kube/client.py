@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import builtins
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -137,6 +138,18 @@ class WriteGuard(Protocol):
     def judge(self, kube: Kube, kind: str, before: Obj, after: Obj | None) -> None: ...
 
 
+class RawResponse(Protocol):
+    """A call's undecoded answer (`_preload_content=False`): urllib3's response, or the in-process transport's."""
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def data(self) -> bytes: ...
+
+    def json(self) -> Any: ...
+
+
 def decoded(response: Any) -> Any:
     """The JSON document of a raw response: the in-process transport's own document as it answered (`.document`:
     shared, so treat it as read-only), or the decoded body otherwise."""
@@ -158,12 +171,13 @@ class Kube:
                                       "networking": NetworkingV1Api(api), "custom": CustomObjectsApi(api),
                                       "autoscaling": AutoscalingV2Api(api), "batch": BatchV1Api(api)}
         self._shared = shared
-        self._memo: dict[tuple[Any, ...], Any] | None = {} if memo else None
+        self._memo: dict[tuple[Any, ...], Obj] | None = {} if memo else None
         self.server_time: float | None = None  # from the last answer's Date header: the server's clock
         self._date: str | None = None
 
     # --- plumbing --------------------------------------------------------------------------------------------
-    def _call(self, kind: Kind, verb: str, name: str | None, namespace: str, *extra: Any, **kwargs: Any) -> Any:
+    def _call(self, kind: Kind, verb: str, name: str | None, namespace: str, *extra: Any,
+              **kwargs: Any) -> RawResponse:
         """`verb` (read/list/patch/delete/create) on `kind`, with the positional arguments in the client's order;
         the raw response."""
         api = self._apis[kind.api]
@@ -176,7 +190,7 @@ class Kube:
             args = (*named, *((namespace,) if kind.namespaced else ()), *extra)
         return self._answer(lambda: method(*args, _preload_content=False, **kwargs))
 
-    def _answer(self, send: Any) -> Any:
+    def _answer(self, send: Callable[[], RawResponse]) -> RawResponse:
         """Send; keep the server's clock from the answer; raise `KubeError` for an error answer."""
         try:
             response = send()
@@ -188,10 +202,11 @@ class Kube:
             self.server_time = http_date(date) or self.server_time
         return response
 
-    def _document(self, response: Any) -> Any:
-        return decoded(response) if self._shared else response.json()
+    def _document(self, response: RawResponse) -> Obj:
+        document: Obj = decoded(response) if self._shared else response.json()  # a read or write answers an object
+        return document
 
-    def _read(self, kind: Kind, namespace: str | None, name: str | None = None, query: Query = ()) -> Any:
+    def _read(self, kind: Kind, namespace: str | None, name: str | None = None, query: Query = ()) -> Obj:
         """The document of a read (`rest.get`: as the typed API sends it, without its per-call validation);
         `namespace` None reads across all namespaces (a cluster-scoped kind has none)."""
         namespace = namespace if kind.namespaced else None
@@ -273,9 +288,10 @@ class Kube:
             self.guard.check("patch", kind, name, self.namespace, body)
 
         def send(**dry_run: str) -> Obj:
-            return self._call(KINDS[kind], "patch", name, self.namespace, body, **dry_run,
-                              _content_type=CONTENT_TYPES[patch_type],
-                              _headers={IDEMPOTENCY_HEADER: idempotency_key}).json()
+            patched: Obj = self._call(KINDS[kind], "patch", name, self.namespace, body, **dry_run,
+                                      _content_type=CONTENT_TYPES[patch_type],
+                                      _headers={IDEMPOTENCY_HEADER: idempotency_key}).json()
+            return patched
 
         if self.guard is not None:
             self.guard.judge(self, kind, self.get(kind, name), send(dry_run="All"))

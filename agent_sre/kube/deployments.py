@@ -62,7 +62,7 @@ def max_surge(spec: Obj) -> int:
 
 def max_unavailable(spec: Obj) -> int:
     """How many replicas may be unavailable (MaxUnavailable upstream): never more than there are."""
-    replicas = spec.get("replicas", 1)
+    replicas: int = spec.get("replicas", 1)
     if _rolling(spec) is None or replicas == 0:
         return 0
     return min(fenceposts(spec)[1], replicas)
@@ -92,7 +92,7 @@ class ReplicaSetFigures:
 
 def new_replicas(spec: Obj, all_sets: list[ReplicaSetFigures], new: ReplicaSetFigures) -> int:
     """The size the new ReplicaSet may grow to now (NewRSNewReplicas)."""
-    replicas = spec.get("replicas", 1)
+    replicas: int = spec.get("replicas", 1)
     rolling = _rolling(spec)
     if rolling is None:
         return replicas
@@ -168,14 +168,15 @@ def proportional(spec: Obj, sets: list[ReplicaSetFigures], status_replicas: int)
 def complete(spec: Obj, status: Obj, generation: int) -> bool:
     """DeploymentComplete: every replica updated and available, no old pods left, the spec observed."""
     replicas = spec.get("replicas", 1)
-    return (status.get("updatedReplicas", 0) == replicas and status.get("replicas", 0) == replicas
-            and status.get("availableReplicas", 0) == replicas and status.get("observedGeneration", 0) >= generation)
+    return bool(status.get("updatedReplicas", 0) == replicas and status.get("replicas", 0) == replicas
+                and status.get("availableReplicas", 0) == replicas
+                and status.get("observedGeneration", 0) >= generation)
 
 
 def progressed(old: Obj, new: Obj) -> bool:
     """DeploymentProgressing: more updated, ready or available replicas, or fewer old ones, than last time."""
-    return (new.get("updatedReplicas", 0) > old.get("updatedReplicas", 0)
-            or new.get("replicas", 0) - new.get("updatedReplicas", 0)
-            < old.get("replicas", 0) - old.get("updatedReplicas", 0)
-            or new.get("readyReplicas", 0) > old.get("readyReplicas", 0)
-            or new.get("availableReplicas", 0) > old.get("availableReplicas", 0))
+    return bool(new.get("updatedReplicas", 0) > old.get("updatedReplicas", 0)
+                or new.get("replicas", 0) - new.get("updatedReplicas", 0)
+                < old.get("replicas", 0) - old.get("updatedReplicas", 0)
+                or new.get("readyReplicas", 0) > old.get("readyReplicas", 0)
+                or new.get("availableReplicas", 0) > old.get("availableReplicas", 0))

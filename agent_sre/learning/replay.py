@@ -105,4 +105,5 @@ def replay_sets(episodes: Iterable[Trajectory], eval_share: float, eval_limit: i
 
 def scenario_file(scenarios: Iterable[Scenario]) -> bytes:
     """A scenario file `load_scenarios` reads back as the same scenarios (one YAML document each)."""
-    return yaml.safe_dump_all([s.model_dump(mode="json") for s in scenarios], sort_keys=False).encode()
+    text: str = yaml.safe_dump_all([s.model_dump(mode="json") for s in scenarios], sort_keys=False)
+    return text.encode()

@@ -191,7 +191,8 @@ def watch_events(known: dict[str, Obj], snapshot: bytes) -> tuple[bytes, dict[st
 
 def _watched_meta(obj: Obj) -> Obj:
     """The metadata of a watched object, or of the one row of a Table event (`kubectl get -w`)."""
-    return obj["rows"][0]["object"]["metadata"] if obj.get("kind") == "Table" else obj["metadata"]
+    meta: Obj = obj["rows"][0]["object"]["metadata"] if obj.get("kind") == "Table" else obj["metadata"]
+    return meta
 
 
 def split_env(path: str) -> tuple[str, str]:

@@ -27,7 +27,8 @@ class SimulatorClient:
                                      headers={"Content-Type": "application/json"} if data else {})
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return resp.read()
+                answer: bytes = resp.read()
+                return answer
         except urllib.error.HTTPError as exc:
             text = exc.read().decode(errors="replace")
             try:
@@ -36,8 +37,13 @@ class SimulatorClient:
                 pass
             raise SimulatorError(exc.code, text) from None
 
-    def _json(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        return json.loads(self._call(method, path, body))
+    def _object(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        document: dict[str, Any] = json.loads(self._call(method, path, body))
+        return document
+
+    def _objects(self, method: str, path: str) -> list[dict[str, Any]]:
+        documents: list[dict[str, Any]] = json.loads(self._call(method, path))
+        return documents
 
     def create_env(self, name: str | None = None, apps: list[str] | tuple[str, ...] = ("shop",), seed: int = 0,
                    speed: float | None = None) -> dict[str, str]:
@@ -47,19 +53,19 @@ class SimulatorClient:
             body["name"] = name
         if speed is not None:
             body["speed"] = speed
-        return self._json("POST", "/sim/v1/envs", body)
+        return self._object("POST", "/sim/v1/envs", body)
 
     def list_envs(self) -> list[dict[str, Any]]:
-        return self._json("GET", "/sim/v1/envs")
+        return self._objects("GET", "/sim/v1/envs")
 
     def delete_env(self, name: str) -> None:
         self._call("DELETE", f"/sim/v1/envs/{name}")
 
     def advance(self, name: str, seconds: float) -> dict[str, Any]:
-        return self._json("POST", f"/sim/v1/envs/{name}/advance", {"seconds": seconds})
+        return self._object("POST", f"/sim/v1/envs/{name}/advance", {"seconds": seconds})
 
     def audit(self, name: str, since: int = 0) -> list[dict[str, Any]]:
-        return self._json("GET", f"/sim/v1/envs/{name}/audit?since={since}")
+        return self._objects("GET", f"/sim/v1/envs/{name}/audit?since={since}")
 
     def kubeconfig(self, name: str) -> str:
         return self._call("GET", f"/sim/v1/envs/{name}/kubeconfig").decode()

@@ -62,7 +62,7 @@ def crash_timeline(elapsed: float, run_s: float) -> tuple[int, bool, float, floa
     reconcile pass scheduled for that boundary must see the new state despite float rounding."""
     def start_of(k: int) -> float:
         if k <= 5:
-            return k * run_s + BACKOFF_START_S * (2 ** k - 1)
+            return k * run_s + BACKOFF_START_S * (2.0 ** k - 1)
         return start_of(5) + (k - 5) * (run_s + BACKOFF_CAP_S)
 
     at = elapsed + TIME_EPSILON_S

@@ -137,11 +137,11 @@ def apply_patch(obj: dict[str, Any], content_type: str, body: bytes) -> dict[str
         if not isinstance(patch, list):
             raise ApiError(400, "BadRequest", "a JSON patch must be a list of operations")
         try:
-            return jsonpatch.JsonPatch(patch).apply(obj, in_place=True)
+            patched: dict[str, Any] = jsonpatch.JsonPatch(patch).apply(obj, in_place=True)
+            return patched
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, KeyError, TypeError) as exc:
             raise ApiError(422, "Invalid", f"the JSON patch could not be applied: {exc}") from None
     if not isinstance(patch, dict):
         raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
-    if patch_type == MERGE_PATCH:
-        return merge_patch(obj, patch)
-    return strategic_merge_patch(obj, patch)
+    merged: dict[str, Any] = merge_patch(obj, patch) if patch_type == MERGE_PATCH else strategic_merge_patch(obj, patch)
+    return merged

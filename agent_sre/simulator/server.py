@@ -43,7 +43,8 @@ def kubeconfig_yaml(server_url: str, context_name: str, namespace: str | None = 
            "users": [{"name": context_name, "user": {}}],
            "contexts": [{"name": context_name, "context": context}],
            "current-context": context_name}
-    return yaml.safe_dump(doc, sort_keys=False)
+    text: str = yaml.safe_dump(doc, sort_keys=False)
+    return text
 
 
 def write_kubeconfig(path: str | Path, server_url: str, context_name: str, namespace: str | None = None) -> Path:

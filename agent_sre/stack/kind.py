@@ -39,7 +39,8 @@ def app_manifests(app_name: str, seed: int = 0) -> str:
         f"# Rendered from agent_sre/apps/ by `python -m agent_sre.stack.kind {app.name}`; do not edit.\n"
         f"# Secrets hold demo values (seed {seed}).\n"
     )
-    return header + yaml.safe_dump_all(documents, sort_keys=False)
+    rendered: str = yaml.safe_dump_all(documents, sort_keys=False)
+    return header + rendered
 
 
 if __name__ == "__main__":

@@ -101,8 +101,9 @@ def _kubeconfig_client(source: str, context: str | None) -> ApiClient:
 def _merged_client(files: str, context: str | None) -> ApiClient:
     try:
         merged = KubeConfigMerger(files)
-        return new_client_from_config_dict(merged.config, context=_chosen_context(files, merged, context),
-                                           persist_config=False)
+        client: ApiClient = new_client_from_config_dict(merged.config, persist_config=False,
+                                                        context=_chosen_context(files, merged, context))
+        return client
     except KubeconfigError:
         raise
     except KUBECONFIG_ERRORS as exc:

@@ -22,7 +22,7 @@ def poll_delay(reads: int) -> float:
     """Seconds to wait after a waiting tool's `reads`-th read: 50 ms, doubling to one second (client-go's backoff
     shape). A rollout that completes in a blink, as on the simulator's fast clock, is seen in a blink; a long one
     costs the API server one read a second."""
-    return min(POLL_S, FIRST_POLL_S * 2 ** (reads - 1))
+    return min(POLL_S, FIRST_POLL_S * 2.0 ** (reads - 1))
 
 
 def sleep_backing_off(reads: int) -> None:

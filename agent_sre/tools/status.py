@@ -59,7 +59,8 @@ def _condition(obj: Obj, kind: str) -> Obj:
     """The status condition of type `kind`, or {} when there is none."""
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if cond.get("type") == kind:
-            return cond
+            found: Obj = cond
+            return found
     return {}
 
 

@@ -44,7 +44,7 @@ from agent_sre.training.environment import IncidentEnvironment
 
 if TYPE_CHECKING:
     import torch
-    from transformers import PreTrainedTokenizerBase, TrainerCallback
+    from transformers import PreTrainedTokenizerBase, TrainerCallback, TrainerState
 
 SENTINEL = "\u2063"  # invisible separator: finds where an assistant turn's content ends in the rendered template
 
@@ -215,7 +215,8 @@ def probe_callback(scenarios: Sequence[Scenario], config: GRPOTrainingConfig) ->
         state.log_history.append({"step": state.global_step, PROBE_KEYS[0]: played.success_rate,
                                   PROBE_KEYS[1]: played.mean_group_reward, PROBE_KEYS[2]: len(probes)})
 
-    def due(state: Any) -> bool:  # a resumed run keeps the schedule: no extra probe at the step it resumed from
+    # a resumed run keeps the schedule: no extra probe at the step it resumed from
+    def due(state: TrainerState) -> bool:
         return state.global_step % config.probe_every == 0 or state.global_step == state.max_steps
 
     class Probe(TrainerCallback):

@@ -50,7 +50,7 @@ def binomial_two_sided(k: int, n: int) -> float:
     if n == 0:
         return 1.0
     k = min(k, n - k)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / (1 << n)
     return min(1.0, 2.0 * tail)
 
 

@@ -49,7 +49,8 @@ ACTION_JSON_FORMAT: dict[str, Any] = {"whitespace_flexible": False, "item_separa
 
 def action_json_schema() -> dict[str, Any]:
     """The JSON schema of one action, from the tools as they are now: any of them, with its arguments' schema."""
-    return json.loads(_schema_text(tuple((name, spec.args) for name, spec in TOOL_SPECS.items())))
+    schema: dict[str, Any] = json.loads(_schema_text(tuple((name, spec.args) for name, spec in TOOL_SPECS.items())))
+    return schema
 
 
 @lru_cache(maxsize=8)

@@ -379,7 +379,7 @@ def _progressing(p: Pass, dep: Obj, conditions: _Conditions, old: Obj, status: O
     elif (conditions.get("Progressing") or {}).get("reason") in ("NewReplicaSetAvailable",
                                                                   "ProgressDeadlineExceeded"):
         return INF  # DeploymentTimedOut: a finished rollout never times out (nor a rollback before it progresses)
-    deadline = p.st.progress.setdefault(uid, p.now) + spec["progressDeadlineSeconds"]
+    deadline: float = p.st.progress.setdefault(uid, p.now) + spec["progressDeadlineSeconds"]
     if p.now + kubelet.TIME_EPSILON_S >= deadline:  # stamped when it timed out, however late we look
         conditions.set("Progressing", "False", "ProgressDeadlineExceeded", f"{subject} has timed out progressing.",
                        at=deadline)

@@ -137,7 +137,8 @@ class Index:
 def owner_uid(obj: Obj) -> str | None:
     for ref in obj["metadata"].get("ownerReferences") or []:
         if ref.get("controller"):
-            return ref.get("uid")
+            uid: str | None = ref.get("uid")
+            return uid
     return None
 
 
