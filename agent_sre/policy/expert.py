@@ -74,6 +74,7 @@ DB_PASSWORD_ENV = re.compile(r"PASSWORD", re.IGNORECASE)
 TEMPLATE_CHANGED = re.compile(r"^\d+ \(current\)\s+\S+\s+(?P<change>.+?)\s{3,}", re.MULTILINE)
 SCALED_TO_NOTHING = re.compile(r"deployment/(?P<name>[-a-z0-9]+)\s+Scaled down replica set \S+ "
                                r"(?:to 0 from|from \d+ to 0\b)")
+PARENTHESISED = re.compile(r" \((?:[^()]|\([^()]*\))*\)")
 MIN_UPSTREAM_SCORE = 3  # an error line naming a dependency scores 1, or 3 if nothing answered: below it, noise
 CPU_REQUEST = re.compile(r"Requests: cpu=(?P<cpu>\d+)m")
 TOP_ROW = re.compile(r"^(?P<pod>[-a-z0-9.]+)\s+(?P<cpu>\d+)m\s", re.MULTILINE)
@@ -167,13 +168,19 @@ def _finish(diagnosis: str, summary: str) -> ToolCall:
 
 
 def _diagnoses(remedies: list[Remedy]) -> str:
-    return "; ".join(r.diagnosis for r in remedies)
+    """The faults in words; of several, each without its parenthesised details, so that the ending still fits the
+    tokens of one action (MAX_ACTION_TOKENS)."""
+    if len(remedies) == 1:
+        return remedies[0].diagnosis
+    return "; ".join(PARENTHESISED.sub("", r.diagnosis) for r in remedies)
 
 
 def _finished(done: list[Remedy], then: str) -> ToolCall:
-    """The ending after every round's fix checked out."""
-    fixes = "; ".join(f"{', '.join(c.tool for c in r.calls)}, {r.check.tool} shows it worked" for r in done)
-    return _finish(_diagnoses(done), f"applied {fixes}; {then}")
+    """The ending after every round's fix checked out; `then`, why it stops there (of several rounds)."""
+    if len(done) == 1:  # as an incident of one fault always ended
+        r = done[0]
+        return _finish(r.diagnosis, f"applied {', '.join(c.tool for c in r.calls)}; {r.check.tool} shows it worked")
+    return _finish(_diagnoses(done), f"{len(done)} fixes, each checked; {then}")
 
 
 class ExpertPolicy(ActionPolicy):

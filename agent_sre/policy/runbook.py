@@ -129,7 +129,7 @@ class RunbookPolicy(ActionPolicy):
                 if not ROLLED_OUT.search(status):
                     last = status.splitlines()[-1] if status else "no answer"
                     return ToolCall(tool="escalate", args={
-                        "diagnosis": "; ".join([*done, f"{diagnosis}; {fix.tool} did not fix deployment/{target}"]),
+                        "diagnosis": f"{diagnosis}; {fix.tool} did not fix deployment/{target}{_after(fixed)}",
                         "summary": f"rollout status: {last}"})
                 done.append(diagnosis)
                 listed = ev.output("list_pods")
@@ -137,7 +137,7 @@ class RunbookPolicy(ActionPolicy):
                 start += at + 1
                 continue
             if writes:
-                return self._hand_over(part, writes[-1], alerted, fixed, done)
+                return self._hand_over(part, writes[-1], alerted, fixed)
             if not done and len(steps) < len(trajectory.steps) and _worst_pod(ev.output("list_pods"), service) is None:
                 return _finish("no fault left: another remediation of the namespace fixed it meanwhile",
                                "read the namespace again after another remediation's write; nothing is unhealthy")
@@ -148,15 +148,14 @@ class RunbookPolicy(ActionPolicy):
                 return _finish("; ".join(done), f"{ROLLED_OUT_SUMMARY}; no other pod is unhealthy")
             return _finish("no fault found", "no actionable fault found; likely a false alarm")
 
-    def _hand_over(self, part: list[Step], failed: Step, service: str | None, fixed: Collection[str],
-                   done: list[str]) -> ToolCall:
+    def _hand_over(self, part: list[Step], failed: Step, service: str | None, fixed: Collection[str]) -> ToolCall:
         """A fix the cluster (or a guardrail) refused is neither claimed nor retried blindly: a human gets the fault,
         the fix and its error."""
         assert failed.action is not None
         fix, output = failed.action, failed.result.output if failed.result is not None else ""
         error = next((line for line in output.splitlines() if line.strip()), "no answer")
-        diagnosis = f"{self._diagnosis(part, service, fix, fixed)}; {fix.tool} failed"
-        return ToolCall(tool="escalate", args={"diagnosis": "; ".join([*done, diagnosis]),
+        diagnosis = f"{self._diagnosis(part, service, fix, fixed)}; {fix.tool} failed{_after(fixed)}"
+        return ToolCall(tool="escalate", args={"diagnosis": diagnosis,
                                                "summary": f"{fix.tool}: {error[:MAX_ERROR_CHARS]}"})
 
     def _diagnosis(self, part: list[Step], service: str | None, fix: ToolCall, fixed: Collection[str]) -> str:
@@ -278,6 +277,12 @@ def _worst_pod(listing: str, service: str | None, skip: Collection[str] = ()) ->
 
 
 ROLLED_OUT_SUMMARY = "applied the runbook remediation; it rolled out"
+
+
+def _after(fixed: Collection[str]) -> str:
+    """An escalation's word on the rounds before: the deployments already fixed, by name (their faults in full
+    would not fit an action's tokens)."""
+    return f"; after fixing {', '.join(sorted(fixed))}" if fixed else ""
 
 
 def _finish(diagnosis: str, summary: str) -> ToolCall:
