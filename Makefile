@@ -4,7 +4,7 @@ TORCH_SPEC ?= torch==2.13.0
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test unit test-all bench clean
+.PHONY: setup demo test lint unit test-all bench clean
 
 $(BIN)/agent-sre: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,9 +20,12 @@ setup: $(BIN)/agent-sre
 demo: setup
 	$(BIN)/agent-sre demo
 
-test: setup  # the type check first (a minute or two): the hints are part of every module's contract
-	$(BIN)/python -m mypy
+test: lint  # ruff and mypy first (a minute or two cold, seconds after): the hints are part of every contract
 	$(BIN)/python -m pytest -q
+
+lint: setup  # ruff (rules in pyproject.toml), then mypy --strict (strict = true there) on agent_sre and bench
+	$(BIN)/ruff check agent_sre bench tests
+	$(BIN)/python -m mypy
 
 unit: setup  # the loop while editing: no server started, no slow test (tests/conftest.py marks integration tests)
 	$(BIN)/python -m pytest -q -m "not slow and not integration"
