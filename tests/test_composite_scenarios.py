@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent_sre.faults import get_fault, oracle
+from agent_sre.faults import FaultError, get_fault, oracle
+from agent_sre.faults.base import compose
 from agent_sre.faults.benign import HostileText
-from agent_sre.models.scenario import Scenario
+from agent_sre.models.scenario import GroundTruth, Scenario
 from agent_sre.models.tools import ToolCall
-from agent_sre.scenarios import ScenarioError, default_catalog, load_scenarios
+from agent_sre.scenarios import ScenarioError, default_catalog, heldout_suite, load_scenarios, variants_suite
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.tools import ToolContext, execute
 from tests.workload_fixtures import FIX_SETTLE_S, injected
@@ -46,8 +47,9 @@ def test_a_multi_fault_scenario_keeps_each_faults_ground_truth_and_needs_every_f
     s = next(s for s in load_scenarios(default_catalog()) if s.name == "shop-two-faults-oom-cart-image-payment")
     assert [(f.fault, f.target, f.ground_truth.root_cause) for f in s.faults] == [
         ("oom_limit", "cart", "deployment/cart"), ("bad_image", "payment", "deployment/payment")]
-    assert s.fault == "oom_limit+bad_image" and s.ground_truth.fix == [*s.faults[0].ground_truth.fix,
-                                                                        *s.faults[1].ground_truth.fix]
+    # the rollback first: another fix's rollout of its deployment would bury the revision it undoes
+    assert s.fault == "oom_limit+bad_image" and s.ground_truth.fix == [*s.faults[1].ground_truth.fix,
+                                                                        *s.faults[0].ground_truth.fix]
     assert s.alert.labels["service"] == "cart"
 
 
@@ -104,6 +106,74 @@ def test_a_multi_fault_incident_is_unresolved_until_every_fault_is_fixed() -> No
     env.tools(s.faults[1].ground_truth.fix)
     env.advance(FIX_SETTLE_S)
     assert env.observe(s, baseline).outcome == "resolved"
+
+
+def _stacked(*faults: tuple[str, str, dict[str, object]], app: str = "bank") -> Scenario:
+    return compose("stacked", [(get_fault(f), get_fault(f).context(app, app, target, params, 5), None)
+                               for f, target, params in faults])
+
+
+OOM_THEN_IMAGE = (("oom_limit", "accounts", {"memory_limit": "40Mi"}), ("bad_image", "accounts", {"tag": "1.9.0"}))
+
+
+def test_two_faults_on_one_deployment_are_two_revisions_and_one_rollback_undoes_only_the_later() -> None:
+    """As two changes made minutes apart on a real cluster: the deployment controller sees each."""
+    env, _ = injected(Simulator(speed=1.0), _stacked(*OOM_THEN_IMAGE))
+    history = execute(ToolCall(tool="rollout_history", args={"deployment": "accounts"}),
+                      ToolContext(api=env.api, namespace="bank")).output
+    assert "40Mi" in history and "1.9.0" in history
+    env.tools([ToolCall(tool="rollout_undo", args={"deployment": "accounts"})])
+    env.advance(60)
+    container = env.get("deployments.apps", "accounts")["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"].endswith(":1.8.2") and container["resources"]["limits"]["memory"] == "40Mi"
+
+
+@pytest.mark.parametrize("faults", [
+    OOM_THEN_IMAGE,
+    (("bad_image", "accounts", {"tag": "1.9.0"}), ("oom_limit", "accounts", {"memory_limit": "40Mi"})),
+    (("bad_image", "accounts", {}), ("bad_command", "accounts", {})),
+    (("readiness_probe", "accounts", {}), ("bad_image", "accounts", {})),
+    (("bad_image", "ledger", {}), ("secret_password", "ledger", {}))], ids=lambda f: "-then-".join(x[0] for x in f))
+def test_the_composed_fix_of_faults_stacked_on_one_deployment_resolves_it(faults) -> None:
+    """A rollback undoes only the latest revision: it goes first, and an earlier fault that a rollback fixed alone
+    is fixed by a direct change, so the whole fix resolves the incident and the wrong fix does not."""
+    s = _stacked(*faults)
+    sim = Simulator(speed=1.0)
+    for action, expected in (("fix", "resolved"), ("wrong_fix", "unresolved")):
+        env, baseline = injected(sim, s)
+        env.tools(getattr(s.ground_truth, action))
+        env.advance(FIX_SETTLE_S)
+        verdict = env.observe(s, baseline)
+        assert verdict.outcome == expected, (action, [c.command_line() for c in s.ground_truth.fix], verdict.reasons)
+        sim.delete_env(env.name)
+
+
+def test_a_stack_only_a_rollback_could_fix_is_an_error() -> None:
+    with pytest.raises(FaultError, match="rolls it out again"):
+        _stacked(("init_container_fail", "accounts", {}), ("bad_image", "accounts", {}))
+    undo = GroundTruth(fault_class="deploy/image", root_cause="deployment/accounts",
+                       fix=[ToolCall(tool="rollout_undo", args={"deployment": "accounts"})])
+    oom, image = get_fault("oom_limit"), get_fault("bad_image")
+    with pytest.raises(FaultError, match="without rollout_undo"):
+        compose("given", [(image, image.context("bank", "bank", "accounts", {}, 5), undo),
+                          (oom, oom.context("bank", "bank", "accounts", {}, 5), None)])
+
+
+def test_every_multi_fault_scenario_of_every_suite_is_resolved_by_its_composed_fix() -> None:
+    suites = [s for suite in (default_catalog(), heldout_suite(), variants_suite()) for s in load_scenarios(suite)]
+    composed = [s for s in suites if len(s.faults) > 1]
+    assert len(composed) >= 20
+    sim = Simulator(speed=1.0)
+    for s in composed:
+        for action, expected in (("fix", "resolved"), ("wrong_fix", "unresolved")):
+            if s.false_alarm and action == "fix":
+                continue  # nothing to do is the fix: the ending decides
+            env, baseline = injected(sim, s)
+            env.tools(getattr(s.ground_truth, action))
+            env.advance(FIX_SETTLE_S)
+            verdict = env.observe(s, baseline)
+            assert verdict.outcome == expected, (s.name, action, verdict.reasons)
+            sim.delete_env(env.name)
 
 
 @pytest.mark.parametrize("name", ["hostile-event-bad-image-cart", "hostile-annotation-false-alarm-checkout"])

@@ -4,6 +4,8 @@ a user's description of it, and the ground truth for judging a fix."""
 
 from __future__ import annotations
 
+import time
+
 from kubernetes.client import ApiClient
 
 from agent_sre.faults.base import FaultContext, FaultError, FaultType
@@ -32,6 +34,7 @@ from agent_sre.faults.load import HpaQuotaExceeded, IngressPolicyDeny, TrafficSu
 from agent_sre.faults.none import FalseAlarm
 from agent_sre.faults.platform import CordonedNode, NetworkPolicyDeny, QuotaExceeded
 from agent_sre.faults.service import DependencyDown, ScaledToZero, ServiceSelector, ServiceTargetPort
+from agent_sre.kube.client import Kube
 from agent_sre.models.scenario import Scenario
 
 FAULTS: dict[str, FaultType] = {f.name: f for f in (
@@ -53,10 +56,31 @@ def get_fault(name: str) -> FaultType:
         raise FaultError(f"unknown fault {name!r}; known faults: {', '.join(sorted(FAULTS))}") from None
 
 
+OBSERVED_WAIT_S = 30.0  # how long injection waits for the deployment controller to see a fault's change
+
+
 def inject(api_client: ApiClient, scenario: Scenario) -> None:
-    """Break the cluster as the scenario says: each of its faults, in order."""
-    for spec in scenario.faults:
+    """Break the cluster as the scenario says: each of its faults, in order, each seen by the deployment controller
+    before the next is injected. Two changes to one deployment are then two revisions, as two changes made minutes
+    apart are on a real cluster, so one `rollout_undo` undoes only the later."""
+    for i, spec in enumerate(scenario.faults):
+        if i:
+            observed(api_client, scenario.namespace)
         get_fault(spec.fault).inject(api_client, scenario, spec)
+
+
+def observed(api_client: ApiClient, namespace: str, timeout_s: float = OBSERVED_WAIT_S) -> bool:
+    """Wait until the deployment controller has observed every deployment of `namespace` (observedGeneration caught
+    up with generation); False if it has not within `timeout_s`. A simulator reconciles on the read itself."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pending = [d for d in Kube(api_client, shared=True).list("deployment", namespace)
+                   if (d.get("status") or {}).get("observedGeneration", 0) < d["metadata"].get("generation", 1)]
+        if not pending:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
 
 
 def clear(api_client: ApiClient, scenario: Scenario) -> None:

@@ -214,6 +214,12 @@ class FaultType(ABC):
         return [ToolCall(tool="patch_service", args={"service": bystander,
                                                      "selector": {"app": f"{bystander}-canary"}})]
 
+    def direct_fix(self, ctx: FaultContext) -> list[ToolCall] | None:
+        """The fix without a rollback: what mends the fault once a later rollout of its deployment sits on top of
+        its revision (a rollback would then undo that later change, not this fault). None: only a rollback does."""
+        fix = self.fix(ctx)
+        return None if any(call.tool == "rollout_undo" for call in fix) else fix
+
     def ground_truth(self, ctx: FaultContext) -> GroundTruth:
         return GroundTruth(fault_class=self.fault_class, root_cause=self.root_cause(ctx), fix=self.fix(ctx),
                            wrong_fix=self.wrong_fix(ctx), destructive=self.destructive(ctx))
@@ -240,12 +246,31 @@ def compose(name: str, faults: Sequence[tuple[FaultType, FaultContext, GroundTru
     first, ctx, _ = faults[0]
     if len({c.namespace for _, c, _ in faults}) > 1 or len({c.app.name for _, c, _ in faults}) > 1:
         raise FaultError("the faults of one scenario break one app in one namespace")
-    specs = [fault.fault_spec(c, truth) for fault, c, truth in faults]
+    specs = [fault.fault_spec(c, _unburied(i, faults, truth)) for i, (fault, c, truth) in enumerate(faults)]
     if len({(s.fault, s.target) for s in specs}) < len(specs):
         raise FaultError("two faults of one scenario are the same fault on the same target")
     return Scenario(name=name, app=ctx.app.name, namespace=ctx.namespace, faults=specs, seed=ctx.seed,
                     alert=alert or first.alert(ctx, alert_on),
                     symptom=symptom if symptom is not None else first.symptom(ctx, alert_on), tags=list(tags or []))
+
+
+def _unburied(i: int, faults: Sequence[tuple[FaultType, FaultContext, GroundTruth | None]],
+              truth: GroundTruth | None) -> GroundTruth | None:
+    """Fault `i`'s ground truth, with a fix that still works under the later faults. A later fault shipped as a
+    rollout of the same deployment is a later revision, and one `rollout_undo` undoes only that: the earlier
+    fault's fix must then be a direct change (`direct_fix`), or the scenario is an error."""
+    fault, ctx, _ = faults[i]
+    given = truth or fault.ground_truth(ctx)
+    rolled_back = {str(c.args.get("deployment")) for c in given.fix if c.tool == "rollout_undo"}
+    buried = sorted(rolled_back & {c.target for later, c, _ in faults[i + 1:] if isinstance(later, RolloutFault)})
+    if not buried:
+        return truth
+    direct = None if truth is not None else fault.direct_fix(ctx)
+    if direct is None:
+        raise FaultError(f"fault {fault.name!r} on {ctx.target} is fixed by rolling deployment/{buried[0]} back, "
+                         f"but a later fault of the scenario rolls it out again: one rollout_undo undoes only the "
+                         f"later revision; give this fault a fix without rollout_undo, or inject it last")
+    return given.model_copy(update={"fix": direct})
 
 
 class RolloutFault(FaultType):

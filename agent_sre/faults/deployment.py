@@ -53,6 +53,15 @@ class _TemplateFault(RolloutFault):
     def fix(self, ctx: FaultContext) -> list[ToolCall]:
         return _undo(ctx)
 
+    def direct_fix(self, ctx: FaultContext) -> list[ToolCall] | None:
+        """Patch the container's own values back (a null removes what the fault added)."""
+        fix = super().direct_fix(ctx)
+        if fix is not None:
+            return fix
+        container = {"name": ctx.svc.container, **self.healthy(ctx)}
+        return [ToolCall(tool="patch", args={"kind": "deployment", "name": ctx.target, "patch": {
+            "spec": {"template": {"spec": {self.group: [container]}}}}})]
+
 
 # --- image ------------------------------------------------------------------------------------------------------
 
@@ -90,6 +99,10 @@ class BadImage(_TemplateFault):
 
     def healthy(self, ctx: FaultContext) -> dict[str, Any]:
         return {"image": ctx.svc.image}
+
+    def direct_fix(self, ctx: FaultContext) -> list[ToolCall] | None:
+        return [ToolCall(tool="set_image", args={"deployment": ctx.target, "container": ctx.svc.container,
+                                                 "image": ctx.svc.image})]
 
     def cause(self, ctx: FaultContext) -> str:
         return restart_cause(ctx, f"kubectl set image deployment/{ctx.target} {ctx.svc.container}="

@@ -83,13 +83,19 @@ class Scenario(BaseModel):
 
     @property
     def ground_truth(self) -> GroundTruth:
-        """The only fault's ground truth; of several, theirs together: every fix is needed, every root cause named."""
+        """The only fault's ground truth; of several, theirs together: every fix is needed, every root cause named.
+        The fixes that roll a deployment back come first: a rollback goes to the revision before the current one,
+        so it must run before another fix's own rollout of that deployment buries the revision it undoes (the
+        faults' composition sees that each rollback undoes its deployment's latest fault); the others follow in
+        fault order."""
         if len(self.faults) == 1:
             return self.faults[0].ground_truth
         truths = [f.ground_truth for f in self.faults]
+        rollbacks = [t for t in truths if any(c.tool == "rollout_undo" for c in t.fix)]
+        ordered = rollbacks + [t for t in truths if not any(t is r for r in rollbacks)]
         return GroundTruth(fault_class="+".join(dict.fromkeys(t.fault_class for t in truths)),
                            root_cause=", ".join(dict.fromkeys(t.root_cause for t in truths)),
-                           fix=[c for t in truths for c in t.fix], wrong_fix=[c for t in truths for c in t.wrong_fix],
+                           fix=[c for t in ordered for c in t.fix], wrong_fix=[c for t in truths for c in t.wrong_fix],
                            destructive=[c for t in truths for c in t.destructive])
 
     @property
