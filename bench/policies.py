@@ -65,7 +65,8 @@ def commit() -> str:
     """The checked-out commit, `+` when the working tree differs from it."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], capture_output=True, text=True, check=False).stdout.strip()
-    return git("rev-parse", "--short", "HEAD") + ("+" if git("status", "--porcelain", "agent_sre") else "")
+    head = git("rev-parse", "--short", "HEAD") or "(no git checkout)"
+    return head + ("+" if git("status", "--porcelain", "agent_sre") else "")
 
 
 def play() -> dict[str, list[ScenarioOutcome]]:
@@ -120,11 +121,14 @@ def suite_header(paired: bool) -> Row:
 
 
 def family_rows(played: dict[str, list[ScenarioOutcome]], before: dict[str, list[ScenarioOutcome]]) -> list[Row]:
-    """One row per fault family, pooled over the suites: each policy's resolved count before → now."""
+    """One row per fault family, pooled over the suites: each policy's resolved count before → now, on the scenarios
+    both runs played."""
     counts: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0, 0]))
     for policy, outcomes in played.items():
         earlier = {_key(o): o.resolved for o in before.get(policy, [])}
         for o in outcomes:
+            if _key(o) not in earlier:  # a scenario the earlier run did not play: nothing to pair it with
+                continue
             cell = counts[o.fault][policy]
             cell[0] += 1
             cell[1] += earlier.get(_key(o), False)
