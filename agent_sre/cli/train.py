@@ -399,7 +399,6 @@ def evaluate_model_dir(model: Path, config: EvaluationConfig) -> tuple[EvalRepor
     try:
         episodes = run_model(model, scenarios, version=name, max_turns=config.max_turns,
                              extra_turns_per_service=config.extra_turns_per_service,
-                             extra_turns_per_service=config.extra_turns_per_service,
                              max_new_tokens=config.max_new_tokens, batch=config.batch,
                              device=get_settings().llm_device)
     except OSError as exc:  # weights or tokenizer files missing or unreadable
