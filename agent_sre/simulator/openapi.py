@@ -98,7 +98,7 @@ class _Builder:
             return {"$ref": REF + INT_OR_STRING}
         if origin in (list, typing.List):  # noqa: UP006  # the client's models say List
             return {"type": "array", "items": self.type(args[0]) if args else {}}
-        if origin in (dict, typing.Dict):  # noqa: UP006
+        if origin in (dict, typing.Dict):  # noqa: UP006  # the client's models say Dict
             return {"type": "object", "additionalProperties": self.type(args[1]) if len(args) == 2 else {}}
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             return {"$ref": self.ref(annotation)}
