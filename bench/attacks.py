@@ -34,7 +34,7 @@ import logging
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,14 +43,12 @@ from unittest import mock
 
 from aiohttp.test_utils import TestClient, TestServer
 from pydantic import SecretStr
-from rich.console import Console
-from rich.table import Table
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import planted_secrets as ps
-from benchdocs import provenance, write_section
+from benchdocs import Row, markdown, provenance, show, write_section
 
 from agent_sre.alerts.receiver import create_app
 from agent_sre.config import Settings, get_settings
@@ -489,7 +487,6 @@ def resolved(enforced: bool) -> tuple[int, dict[str, int]]:
 
 
 # --- the report ------------------------------------------------------------------------------------------------
-Row = tuple[str, ...]
 
 
 def write_table(judged: list[Judged]) -> list[Row]:
@@ -509,18 +506,6 @@ def delivery_table(posted: list[Posted]) -> list[Row]:
     return [(p.delivery.name[:70], ",".join(map(str, sorted(set(p.statuses)))),
              str(len(p.delivery.bodies)), str(sum(p.handling.values())), str(len(p.started)),
              str(p.handling["out_of_scope"]), str(p.handling["rate_limited"]), str(p.over_cap)) for p in posted]
-
-
-def markdown(header: Row, rows: Sequence[Row]) -> str:
-    cells = [header, tuple("---" if i == 0 else "---:" for i in range(len(header))), *rows]
-    return "".join("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |\n" for row in cells)
-
-
-def show(title: str, header: Row, rows: Sequence[Row]) -> None:
-    table = Table(*header, title=title)
-    for row in rows:
-        table.add_row(*row)
-    Console(width=140).print(table)
 
 
 def executed_lines(judged: list[Judged]) -> list[str]:

@@ -7,8 +7,12 @@ import platform
 import re
 import shlex
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 
@@ -36,3 +40,20 @@ def write_section(heading: str, body: str) -> None:
     pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
     text = pattern.sub(lambda _: section + "\n", text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
     DOCS.write_text(text)
+
+
+Row = tuple[str, ...]
+
+
+def markdown(header: Row, rows: Sequence[Row]) -> str:
+    """A Markdown table: the first column left-aligned, the others right-aligned (they hold figures)."""
+    cells = [header, tuple("---" if i == 0 else "---:" for i in range(len(header))), *rows]
+    return "".join("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |\n" for row in cells)
+
+
+def show(title: str, header: Row, rows: Sequence[Row], width: int = 140) -> None:
+    """The same table on the terminal."""
+    table = Table(*header, title=title)
+    for row in rows:
+        table.add_row(*row)
+    Console(width=width).print(table)

@@ -22,11 +22,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, Field
-from rich.console import Console
-from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchdocs import provenance, write_section
+from benchdocs import Row, markdown, provenance, show, write_section
 
 from agent_sre.models.evaluation import ScenarioOutcome, SuiteResult
 from agent_sre.models.remediation import PolicyName, PolicyRef
@@ -42,7 +40,6 @@ HEADING = "## Rule-based policies per suite and family (bench/policies.py)"
 SUITES: dict[str, Callable[[], Path]] = {"catalog": default_catalog, "heldout": heldout_suite,
                                          "variants": variants_suite}
 POLICIES: dict[PolicyName, Callable[[], Policy]] = {"runbook": RunbookPolicy, "expert": ExpertPolicy}
-Row = tuple[str, ...]
 
 
 class Saved(BaseModel):
@@ -141,18 +138,6 @@ def family_rows(played: dict[str, list[ScenarioOutcome]], before: dict[str, list
     return rows
 
 
-def markdown(header: Row, rows: Sequence[Row]) -> str:
-    cells = [header, tuple("---" if i == 0 else "---:" for i in range(len(header))), *rows]
-    return "".join("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |\n" for row in cells)
-
-
-def show(title: str, header: Row, rows: Sequence[Row]) -> None:
-    table = Table(*header, title=title)
-    for row in rows:
-        table.add_row(*row)
-    Console(width=200).print(table)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--save", type=Path, help="write every episode's outcome here (JSON)")
@@ -168,11 +153,11 @@ def main() -> None:
     before = old.outcomes if old else None
     per_suite = suite_rows(played, before)
     show(f"The rule-based policies at {here}" + (f", paired with {old.commit}" if old else ""),
-         suite_header(old is not None), per_suite)
+         suite_header(old is not None), per_suite, width=200)
     families = family_rows(played, before) if before is not None else []
     family_header = ("fault family", "scenarios", *(f"{p}: resolved before → now" for p in played))
     if families:
-        show("Per fault family, the three suites pooled", family_header, families)
+        show("Per fault family, the three suites pooled", family_header, families, width=200)
     if args.no_docs:
         return
     intro = __doc__.split("\n\n", 1)[1].split("\n    .venv")[0].strip()

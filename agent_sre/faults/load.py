@@ -15,7 +15,7 @@ from pydantic import Field
 from agent_sre.apps import traffic
 from agent_sre.apps.catalog import PART_OF, AppSpec, ServiceSpec
 from agent_sre.faults.base import FaultContext, FaultError, FaultParams, FaultType
-from agent_sre.faults.platform import QUOTA, guarded
+from agent_sre.faults.platform import QUOTA, DenyingPolicy, guarded
 from agent_sre.kube.client import Kube, KubeError
 from agent_sre.kube.quantity import quantity
 from agent_sre.models.tools import ToolCall
@@ -158,17 +158,10 @@ class HpaQuotaExceeded(TrafficSurge):
                                              "replicas": sized(ctx.svc, ctx.params.factor)})]
 
 
-class IngressPolicyParams(FaultParams):
-    policy: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-
-
-class IngressPolicyDeny(FaultType):
+class IngressPolicyDeny(DenyingPolicy):
     name = "ingress_policy_deny"
     summary = "a NetworkPolicy on the entry service admits only its own namespace: the users' ingress times out"
-    fault_class = "network/policy"
     modelled_on = "ITBench NetworkPolicy blocking ingress (from the ingress controller's namespace)"
-    Params = IngressPolicyParams
-    alert_name = "HighErrorRate"
 
     def targets(self, app: AppSpec) -> list[str]:
         entry = app.entry()
@@ -177,19 +170,5 @@ class IngressPolicyDeny(FaultType):
     def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
         return {"policy": f"{target}-same-namespace-only"}
 
-    def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
-        k8s.create_network_policy(ctx.namespace, {
-            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": {"name": ctx.params.policy, "labels": {PART_OF: ctx.app.name}},
-            "spec": {"podSelector": {"matchLabels": {"app": ctx.target}}, "policyTypes": ["Ingress"],
-                     "ingress": [{"from": [{"podSelector": {}}],
-                                  "ports": [{"port": ctx.svc.port, "protocol": "TCP"}]}]}})
-
-    def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
-        k8s.remove("networkpolicy", ctx.namespace, ctx.params.policy)
-
-    def root_cause(self, ctx: FaultContext) -> str:
-        return f"networkpolicy/{ctx.params.policy}"
-
-    def fix(self, ctx: FaultContext) -> list[ToolCall]:
-        return [ToolCall(tool="delete_network_policy", args={"name": ctx.params.policy})]
+    def admitted(self, ctx: FaultContext) -> list[dict[str, Any]]:
+        return [{"podSelector": {}}]

@@ -98,13 +98,38 @@ def guarded(app: AppSpec, service: str) -> bool:
                for p in app.network_policies)
 
 
-class NetworkPolicyDeny(FaultType):
-    name = "network_policy_deny"
-    summary = "apply a NetworkPolicy that admits only the monitoring namespace (callers time out)"
+class DenyingPolicy(FaultType):
+    """A NetworkPolicy on the target that admits only `admitted` sources on its port; the fix deletes it."""
+
     fault_class = "network/policy"
-    modelled_on = "ITBench NetworkPolicy blocking ingress, AIOpsLab network partition"
     Params = PolicyParams
     alert_name = "HighErrorRate"
+
+    def admitted(self, ctx: FaultContext) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
+        k8s.create_network_policy(ctx.namespace, {
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": ctx.params.policy, "labels": {PART_OF: ctx.app.name}},
+            "spec": {"podSelector": {"matchLabels": {"app": ctx.target}}, "policyTypes": ["Ingress"],
+                     "ingress": [{"from": self.admitted(ctx),
+                                  "ports": [{"port": ctx.svc.port, "protocol": "TCP"}]}]}})
+
+    def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
+        k8s.remove("networkpolicy", ctx.namespace, ctx.params.policy)
+
+    def root_cause(self, ctx: FaultContext) -> str:
+        return f"networkpolicy/{ctx.params.policy}"
+
+    def fix(self, ctx: FaultContext) -> list[ToolCall]:
+        return [ToolCall(tool="delete_network_policy", args={"name": ctx.params.policy})]
+
+
+class NetworkPolicyDeny(DenyingPolicy):
+    name = "network_policy_deny"
+    summary = "apply a NetworkPolicy that admits only the monitoring namespace (callers time out)"
+    modelled_on = "ITBench NetworkPolicy blocking ingress, AIOpsLab network partition"
 
     def targets(self, app: AppSpec) -> list[str]:
         # policies add up: a service that an existing policy already admits callers to cannot be blocked by a new one
@@ -119,20 +144,5 @@ class NetworkPolicyDeny(FaultType):
     def involved(self, ctx: FaultContext) -> set[str]:
         return {ctx.target, first_caller(ctx)}
 
-    def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
-        k8s.create_network_policy(ctx.namespace, {
-            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": {"name": ctx.params.policy, "labels": {PART_OF: ctx.app.name}},
-            "spec": {"podSelector": {"matchLabels": {"app": ctx.target}}, "policyTypes": ["Ingress"],
-                     "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {
-                         "kubernetes.io/metadata.name": "monitoring"}}}],
-                         "ports": [{"port": ctx.svc.port, "protocol": "TCP"}]}]}})
-
-    def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
-        k8s.remove("networkpolicy", ctx.namespace, ctx.params.policy)
-
-    def root_cause(self, ctx: FaultContext) -> str:
-        return f"networkpolicy/{ctx.params.policy}"
-
-    def fix(self, ctx: FaultContext) -> list[ToolCall]:
-        return [ToolCall(tool="delete_network_policy", args={"name": ctx.params.policy})]
+    def admitted(self, ctx: FaultContext) -> list[dict[str, Any]]:
+        return [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
