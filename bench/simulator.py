@@ -153,8 +153,9 @@ class Run:
 
 
 def investigation(ctx: ToolContext, scenario: Scenario) -> Generator[ToolCall, str | None, None]:
-    """The 8 reads an agent starts with; the pod for `get_logs` is picked from the pod list, as an agent would."""
-    target = scenario.target
+    """The 8 reads an agent starts with (about the first fault's target, the one a several-fault incident's alert
+    names); the pod for `get_logs` is picked from the pod list, as an agent would."""
+    target = scenario.faults[0].target
     pods = yield ToolCall(tool="list_pods")
     names = [line.split()[0] for line in (pods or "").splitlines()[1:] if line.strip()]
     pod = next((n for n in names if n.startswith(f"{target}-")), names[0] if names else target)
@@ -215,7 +216,7 @@ def measure(mode: str, transport: Transport, catalog: list[Scenario], n: int, wa
 
 
 def _faults(catalog: list[Scenario]) -> int:
-    return len({s.fault for s in catalog})
+    return len({f.fault for s in catalog for f in s.faults})
 
 
 def table(runs: list[Run], catalog: list[Scenario]) -> Table:
