@@ -33,12 +33,12 @@ from agent_sre.faults.deployment import (
 from agent_sre.faults.load import HpaQuotaExceeded, IngressPolicyDeny, TrafficSurge
 from agent_sre.faults.none import FalseAlarm
 from agent_sre.faults.platform import CordonedNode, NetworkPolicyDeny, QuotaExceeded
-from agent_sre.faults.service import DependencyDown, ScaledToZero, ServiceSelector, ServiceTargetPort
+from agent_sre.faults.service import DependencyDown, ScaledToZero, ServicePort, ServiceSelector, ServiceTargetPort
 from agent_sre.kube.client import Kube
 from agent_sre.models.scenario import Scenario
 
 FAULTS: dict[str, FaultType] = {f.name: f for f in (
-    ServiceTargetPort(), ServiceSelector(), ScaledToZero(), DependencyDown(),
+    ServiceTargetPort(), ServicePort(), ServiceSelector(), ScaledToZero(), DependencyDown(),
     BadImage(), BadEnv(), BadCommand(), OomLimit(), CpuUnschedulable(), NodeSelectorMissing(), ReadinessProbe(),
     InitContainerHang(), InitContainerFail(),
     SecretPassword(), BadConfig(),

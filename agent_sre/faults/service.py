@@ -62,6 +62,55 @@ class ServiceTargetPort(_ServiceFault):
         return [ToolCall(tool="patch_service", args={"service": ctx.target, "target_port": ctx.svc.port})]
 
 
+class PortParams(FaultParams):
+    port: int = Field(ge=1, le=65535)
+
+
+class ServicePort(_ServiceFault):
+    """The Service's own `port` changed, its targetPort left alone: the endpoints still list every ready pod on the
+    port it listens on, but callers dial `service:<old port>`, and kube-proxy forwards only the ports a Service
+    declares (upstream pkg/proxy/iptables/proxier.go writes one KUBE-SVC rule per Service port; a ClusterIP on a
+    port no rule names refuses the connection). See https://kubernetes.io/docs/concepts/services-networking/service/
+    ("port" is what clients use, "targetPort" where the pods listen)."""
+
+    name = "service_port_mismatch"
+    summary = "change the Service's port (not its targetPort): callers dial the old one and are refused"
+    fault_class = "network/service-port"
+    modelled_on = "ITBench service port misconfiguration (Service port changed), AIOpsLab misconfigured service"
+    Params = PortParams
+
+    def targets(self, app: AppSpec) -> list[str]:
+        return [s.name for s in app.services if app.callers(s.name)]  # its callers are who dial the port
+
+    def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
+        return {"port": 80 if app.service(target).port != 80 else 8080}
+
+    def validate(self, ctx: FaultContext) -> None:
+        if ctx.params.port == ctx.svc.port:
+            raise FaultError(f"{ctx.target}'s callers dial port {ctx.svc.port}; the Service would still work")
+
+    def _set(self, k8s: Kube, ctx: FaultContext, port: int) -> None:
+        k8s.patch_service(ctx.namespace, ctx.target, [
+            {"op": "replace", "path": "/spec/ports/0/port", "value": port},
+            {"op": "replace", "path": "/spec/ports/0/targetPort", "value": ctx.svc.port}], "json")
+
+    def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
+        self._set(k8s, ctx, ctx.params.port)
+
+    def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
+        self._set(k8s, ctx, ctx.svc.port)
+
+    def root_cause(self, ctx: FaultContext) -> str:
+        return f"service/{ctx.target}"
+
+    def fix(self, ctx: FaultContext) -> list[ToolCall]:
+        return [ToolCall(tool="patch_service", args={"service": ctx.target, "port": ctx.svc.port})]
+
+    def wrong_fix(self, ctx: FaultContext) -> list[ToolCall]:
+        """The classic mix-up: set the targetPort (already right) to the port the callers dial."""
+        return [ToolCall(tool="patch_service", args={"service": ctx.target, "target_port": ctx.svc.port})]
+
+
 class SelectorParams(FaultParams):
     value: str = Field(pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 

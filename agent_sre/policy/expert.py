@@ -54,6 +54,7 @@ HARD_FAILURE = re.compile(r"connection refused|i/o timeout|no such host|no endpo
 REPEATED = re.compile(r"\(x(?P<n>\d+)(?: similar)?\)\s*$")  # a line the log view folded with its repeats
 TIMEOUT = re.compile(r"i/o timeout|timed out|deadline exceeded|connect timeout", re.IGNORECASE)
 CONTAINER_PORT = re.compile(r"^\s+Port:\s+(?P<port>\d+)/TCP", re.MULTILINE)
+SERVICE_PORT = re.compile(r"^Port:\s+\S+\s+(?P<port>\d+)/", re.MULTILINE)
 TARGET_PORT = re.compile(r"^TargetPort:\s+(?P<port>[-a-z0-9]+)/", re.MULTILINE)
 ENDPOINT_PORT = re.compile(r"\d+\.\d+\.\d+\.\d+:(?P<port>\d+)")
 SELECTOR = re.compile(r"^Selector:\s+(?P<selector>\S+)", re.MULTILINE)
@@ -154,9 +155,27 @@ def _scaled_to_nothing(deployment: str) -> bool:
 
 def _last_change(history: str) -> str | None:
     """What the current revision changed in the pod template (`rollout_history`), or None when it changed nothing
-    there (a restart, or a change of config the template only points to)."""
+    there (a restart, or a change of config the template only points to). A JSON value in it is written as words
+    (`web resources requests cpu=4 memory=128Mi; limits memory=256Mi`): its quotes and braces cost a token each, and
+    the ending that quotes the change must fit the tokens of one action (MAX_ACTION_TOKENS)."""
     change = TEMPLATE_CHANGED.search(history)
-    return change["change"] if change and change["change"] != "no template change" else None
+    if change is None or change["change"] == "no template change":
+        return None
+    head, brace, value = change["change"].partition("{")
+    try:
+        parsed = json.loads(brace + value) if brace else None
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        return str(change["change"])
+    return head + "; ".join(f"{key} " + " ".join(f"{k}={v}" for k, v in inner.items()) if isinstance(inner, dict)
+                            else f"{key}={inner}" for key, inner in parsed.items())
+
+
+def _scheduler_reason(message: str) -> str:
+    """The scheduler's verdict, its first sentence (`0/3 nodes are available: 3 Insufficient cpu`): what follows
+    it (preemption) says nothing more and would not fit one action."""
+    return message.split(". ")[0].rstrip(".")[:80]
 
 
 def _rollout_check(deployment: str) -> ToolCall:
@@ -374,9 +393,9 @@ class ExpertPolicy(ActionPolicy):
         if change := _last_change(r.read("rollout_history", deployment=name)):
             return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),
                           f"pods of deployment {name} cannot be scheduled since its last change "
-                          f"({change[:60]}): {why[:80]}", _rollout_check(name))
+                          f"({change[:60]}): {_scheduler_reason(why)}", _rollout_check(name))
         return Remedy((ToolCall(tool="rollout_restart", args={"deployment": name}),),
-                      f"pods of deployment {name} are Pending: {why[:80]}", _rollout_check(name))
+                      f"pods of deployment {name} are Pending: {_scheduler_reason(why)}", _rollout_check(name))
 
     def _config_error(self, r: Reads, name: str, logs: str, deployment: str) -> Remedy | None:
         """A crash whose last words name a bad setting, or a database that refuses the password."""
@@ -455,6 +474,8 @@ class ExpertPolicy(ActionPolicy):
         endpoints = r.read("get_endpoints", service=upstream)
         if remedy := self._wiring(r, upstream, theirs, endpoints, f"{name}'s calls are refused"):
             return remedy
+        if not timeouts and (remedy := self._service_port(r, name, upstream)):
+            return remedy
         if timeouts:
             policies = r.read("list_network_policies")
             caller_app = f"app={name}"
@@ -500,6 +521,22 @@ class ExpertPolicy(ActionPolicy):
                           f"(they listen on {port}), so {harm}", check)
         return None
 
+
+    def _service_port(self, r: Reads, caller: str, service: str) -> Remedy | None:
+        """A Service whose port is not the one its caller dials (its environment names `service:PORT`, or a
+        `*_HOST` of `service` beside a `*_PORT`): kube-proxy refuses a port the Service does not declare."""
+        env = {m["env"]: m["value"] for m in ENV_LINE.finditer(r.read("describe", kind="deployment", name=caller))}
+        address = re.compile(rf"(?:^|[/@]){re.escape(service)}:(?P<port>\d+)")
+        dialled = {m["port"] for v in env.values() if (m := address.search(v))}
+        dialled |= {env[k[:-4] + "PORT"] for k, v in env.items() if k.endswith("HOST") and v == service
+                    and env.get(k[:-4] + "PORT", "").isdigit()}
+        ports = SERVICE_PORT.findall(r.read("describe", kind="service", name=service))
+        if len(dialled) != 1 or len(ports) != 1 or ports[0] in dialled:
+            return None
+        port = int(next(iter(dialled)))  # rule: the port its callers dial
+        return Remedy((ToolCall(tool="patch_service", args={"service": service, "port": port}),),
+                      f"service {service} exposes port {ports[0]} but {caller} dials {service}:{port}, so its calls "
+                      f"are refused", ToolCall(tool="describe", args={"kind": "service", "name": service}))
 
     def _outside(self, r: Reads, name: str, own: list[Pod], deployment: str) -> Remedy | None:
         """A service whose pods, wiring and dependencies are all well: more traffic than its pods serve (their CPU
