@@ -175,7 +175,17 @@ def _last_change(history: str) -> str | None:
 def _scheduler_reason(message: str) -> str:
     """The scheduler's verdict, its first sentence (`0/3 nodes are available: 3 Insufficient cpu`): what follows
     it (preemption) says nothing more and would not fit one action."""
-    return message.split(". ")[0].rstrip(".")[:80]
+    return _clip(message.split(". ")[0].rstrip("."), 80)
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    """`text` in at most `limit` characters, cut after its last whole clause (`; `, `, `) or word that fits, not in
+    the middle of a word or a value."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit + 1]
+    at = max(cut.rfind("; "), cut.rfind(", "))
+    return text[:at] if at > 0 else cut[:max(cut.rfind(" "), 1)].rstrip(",;:")
 
 
 def _rollout_check(deployment: str) -> ToolCall:
@@ -345,7 +355,7 @@ class ExpertPolicy(ActionPolicy):
         if oom and change and "resources" in change:
             return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),
                           f"containers of deployment {name} are OOMKilled since its last change lowered their "
-                          f"resources ({change[:60]})", _rollout_check(name))
+                          f"resources ({_clip(change)})", _rollout_check(name))
         if oom:
             limit = MEMORY_LIMIT.search(described)
             seen = int(limit["value"]) * MIB[limit["unit"]] if limit else 128
@@ -358,10 +368,11 @@ class ExpertPolicy(ActionPolicy):
         symptom = pod.status if pod.status != "Running" else "its pods never become ready"
         if change:
             return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),
-                          f"the last change to deployment {name} ({change[:60]}) broke it: {symptom}",
+                          f"the last change to deployment {name} ({_clip(change)}) broke it: {symptom}",
                           _rollout_check(name))
+        state = pod.status if pod.status != "Running" else "never ready"
         return Remedy((ToolCall(tool="rollout_restart", args={"deployment": name}),),
-                      f"pod {pod.name} of deployment {name} is {symptom} with no change to its template",
+                      f"pod {pod.name} of deployment {name} is {state} with no change to its template",
                       _rollout_check(name))
 
     def _pending(self, r: Reads, name: str, pod: Pod) -> Remedy:
@@ -382,7 +393,7 @@ class ExpertPolicy(ActionPolicy):
             if change and ("nodeSelector" in change or "affinity" in change):  # rule: undo the change that broke it,
                 return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),  # keeping older pins
                               f"pods of deployment {name} fit no node since its last change set their placement "
-                              f"({change[:60]})", _rollout_check(name))
+                              f"({_clip(change)})", _rollout_check(name))
             selectors = NODE_SELECTORS.search(described)
             wanted = set((selectors["selectors"] if selectors else "<none>").split(",")) - {"<none>"}
             listing = r.read("list_nodes")
@@ -393,7 +404,7 @@ class ExpertPolicy(ActionPolicy):
         if change := _last_change(r.read("rollout_history", deployment=name)):
             return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),
                           f"pods of deployment {name} cannot be scheduled since its last change "
-                          f"({change[:60]}): {_scheduler_reason(why)}", _rollout_check(name))
+                          f"({_clip(change)}): {_scheduler_reason(why)}", _rollout_check(name))
         return Remedy((ToolCall(tool="rollout_restart", args={"deployment": name}),),
                       f"pods of deployment {name} are Pending: {_scheduler_reason(why)}", _rollout_check(name))
 
