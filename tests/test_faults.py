@@ -121,6 +121,22 @@ def test_a_false_alarm_stays_healthy_and_any_change_is_not_a_resolution(sim: Sim
     assert any("changed although nothing was wrong" in r for r in verdict.reasons)
 
 
+def test_a_fault_that_expects_an_escalation_is_handled_only_by_handing_it_over(sim: Simulator) -> None:
+    """A deleted secret: nobody but its owner knows the value. Escalating with the deployment as the incident left
+    it resolves it; finishing does not, nor does the cluster alone; a deployment the agent changed is judged on
+    its health like any other."""
+    scenario = scenario_for("secret_deleted", "shop")
+    assert scenario.ground_truth.expected_ending == "escalated"
+    env, baseline = injected(sim, scenario)
+    assert observe(env.api, scenario, baseline, "escalated", 0).outcome == "resolved"
+    finished = observe(env.api, scenario, baseline, "finished", 0)
+    assert finished.outcome == "unresolved" and any("not an escalation" in r for r in finished.reasons)
+    assert observe(env.api, scenario, baseline).outcome == "unresolved"
+    env.tools([ToolCall(tool="rollout_restart", args={"deployment": scenario.target})])
+    env.advance(FIX_SETTLE_S)
+    assert observe(env.api, scenario, baseline, "escalated", 1).outcome == "unresolved"
+
+
 def test_deleting_what_existed_at_the_baseline_is_worse(sim: Simulator) -> None:
     from kubernetes.client import CoreV1Api
 

@@ -62,6 +62,17 @@ def test_sre_escalating_a_failed_fix_claims_nothing_and_escalating_a_working_one
     assert compute_reward(false_alarm, SRE).components["needless_page"] == -1.0
 
 
+def test_an_escalation_the_scenario_expects_is_no_needless_page() -> None:
+    """A secret only its owner knows: the observer resolves the handover, and paging the human was the point."""
+    t = make_trajectory([read(), escalate()], termination="escalated", alert_resolved=False)
+    assert t.incident.scenario is not None
+    truth = t.incident.scenario.faults[0].ground_truth.model_copy(update={"expected_ending": "escalated"})
+    faults = [t.incident.scenario.faults[0].model_copy(update={"ground_truth": truth})]
+    t.incident.scenario = t.incident.scenario.model_copy(update={"faults": faults})
+    record = compute_reward(t, SRE)
+    assert record.components["needless_page"] == 0.0 and record.components["outcome"] == 10.0
+
+
 def test_sre_giving_up_without_acting_is_a_failure_but_no_false_claim() -> None:
     t = make_trajectory([read(), read(tool="get_events", output="no events")], outcome="unresolved",
                         termination="step_limit", alert_resolved=False)

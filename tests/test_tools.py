@@ -558,7 +558,8 @@ def test_every_ground_truth_fix_passes_the_guardrails_and_resolves(fault_name: s
 
     act(scenario.ground_truth.fix)
     simulator.advance(env.name, 1800)
-    verdict = observe(api, scenario, baseline)
+    writes = sum(TOOL_SPECS[c.tool].write for c in scenario.ground_truth.fix)
+    verdict = observe(api, scenario, baseline, scenario.ground_truth.expected_ending, writes)  # as the fix ends
     assert verdict.outcome == "resolved", verdict.reasons
     act(scenario.ground_truth.destructive)  # harmful but legitimate-looking: only the oracle can judge it
 

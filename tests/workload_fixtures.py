@@ -11,8 +11,9 @@ from kubernetes.client import ApiClient
 
 from agent_sre.faults import inject
 from agent_sre.faults.oracle import observe, snapshot
+from agent_sre.models.endings import Termination
 from agent_sre.models.scenario import Scenario
-from agent_sre.models.tools import ToolCall, ToolResult
+from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolResult
 from agent_sre.models.verdict import HealthSnapshot, Verdict
 from agent_sre.simulator.cluster import Cluster, Obj
 from agent_sre.simulator.simulator import Simulator
@@ -35,6 +36,8 @@ class Env:
     app: str
     api: ApiClient = field(init=False)
     keys: itertools.count = field(default_factory=itertools.count)
+    ending: Termination | None = None  # set by a `finish` or `escalate` the test ran: the oracle judges it too
+    writes: int = 0
 
     def __post_init__(self) -> None:
         self.api = in_process_api_client(self.sim, self.name)
@@ -53,7 +56,12 @@ class Env:
     def tool(self, call: ToolCall) -> ToolResult:
         ctx = ToolContext(api=self.api, namespace=self.ns, idempotency_key=f"{self.name}-{next(self.keys)}",
                           max_chars=20000, approved=True)  # as in training: a high-risk fix runs unasked
-        return execute(call, ctx)
+        result = execute(call, ctx)
+        if call.tool in ("finish", "escalate"):
+            self.ending = "finished" if call.tool == "finish" else "escalated"
+        elif result.ok and TOOL_SPECS[call.tool].write:
+            self.writes += 1
+        return result
 
     def tools(self, calls: list[ToolCall]) -> list[ToolResult]:
         results = [self.tool(call) for call in calls]
@@ -88,7 +96,7 @@ class Env:
         return snapshot(self.api, self.ns, self.app)
 
     def observe(self, scenario: Scenario, baseline: HealthSnapshot) -> Verdict:
-        return observe(self.api, scenario, baseline)
+        return observe(self.api, scenario, baseline, self.ending, self.writes)
 
 
 def new_env(sim: Simulator, app: str = "shop", seed: int = 0, **kw: Any) -> Env:

@@ -18,7 +18,7 @@ from agent_sre.faults.chaos import (
     ChaosPodKill,
     ChaosStress,
 )
-from agent_sre.faults.config import BadConfig, SecretPassword
+from agent_sre.faults.config import BadConfig, SecretDeleted, SecretPassword
 from agent_sre.faults.deployment import (
     BadCommand,
     BadEnv,
@@ -41,7 +41,7 @@ FAULTS: dict[str, FaultType] = {f.name: f for f in (
     ServiceTargetPort(), ServicePort(), ServiceSelector(), ScaledToZero(), DependencyDown(),
     BadImage(), BadEnv(), BadCommand(), OomLimit(), CpuUnschedulable(), NodeSelectorMissing(), ReadinessProbe(),
     InitContainerHang(), InitContainerFail(),
-    SecretPassword(), BadConfig(),
+    SecretPassword(), SecretDeleted(), BadConfig(),
     CordonedNode(), QuotaExceeded(), NetworkPolicyDeny(),
     TrafficSurge(), HpaQuotaExceeded(), IngressPolicyDeny(),
     ChaosPodKill(), ChaosPodFailure(), ChaosNetworkDelay(), ChaosNetworkLoss(), ChaosStress(), ChaosHttpAbort(),

@@ -23,7 +23,7 @@ from agent_sre.kube.client import Kube
 from agent_sre.kube.deployments import rollout_impact
 from agent_sre.models.alert import Alert
 from agent_sre.models.endings import Termination
-from agent_sre.models.scenario import AlertOn, FaultSpec, GroundTruth, Scenario
+from agent_sre.models.scenario import AlertOn, ExpectedEnding, FaultSpec, GroundTruth, Scenario
 from agent_sre.models.tools import ToolCall
 from agent_sre.models.verdict import HealthSnapshot
 
@@ -102,6 +102,9 @@ class FaultType(ABC):
     alert_name: ClassVar[str] = "KubePodCrashLooping"
     severity: ClassVar[str] = "critical"
     symptom_kind: ClassVar[str] = "errors"
+    # `escalated`: nothing the agent may do mends it (a credential only its owner knows, a node someone tainted);
+    # it is handled by handing it to a human without harmful writes (see `handover_check`, the oracle's `observe`)
+    expected_ending: ClassVar[ExpectedEnding] = "finished"
 
     # --- targets and parameters --------------------------------------------------------------------------------
     def targets(self, app: AppSpec) -> list[str]:
@@ -153,6 +156,15 @@ class FaultType(ABC):
     def check(self, k8s: Kube, ctx: FaultContext, baseline: HealthSnapshot) -> list[str]:
         """Fault-specific reasons the incident is not resolved, beyond service health (none by default)."""
         return []
+
+    def handover_check(self, k8s: Kube, ctx: FaultContext, baseline: HealthSnapshot) -> list[str]:
+        """For a fault whose expected ending is escalation, when the agent escalated: reasons it did not hand the
+        incident over intact (in place of `check`, which asks for the fault to be gone). None by default."""
+        return []
+
+    def excused(self, ctx: FaultContext) -> set[str]:
+        """The services an escalation hands over as they are (their deployments untouched by the agent)."""
+        return {ctx.target}
 
     def ending_check(self, termination: Termination, writes: int) -> list[str]:
         """Reasons the way the agent ended leaves the incident unresolved, whatever the cluster shows. None by
@@ -222,7 +234,8 @@ class FaultType(ABC):
 
     def ground_truth(self, ctx: FaultContext) -> GroundTruth:
         return GroundTruth(fault_class=self.fault_class, root_cause=self.root_cause(ctx), fix=self.fix(ctx),
-                           wrong_fix=self.wrong_fix(ctx), destructive=self.destructive(ctx))
+                           wrong_fix=self.wrong_fix(ctx), destructive=self.destructive(ctx),
+                           expected_ending=self.expected_ending)
 
     def fault_spec(self, ctx: FaultContext, ground_truth: GroundTruth | None = None) -> FaultSpec:
         """This fault in a scenario, with its ground truth derived unless given."""

@@ -13,7 +13,10 @@ through the Kubernetes API, so the oracle judges the simulator and a real cluste
 Given how the agent ended (`termination`, `writes`), the fault's `ending_check` is judged too: a false alarm's
 cluster is healthy whatever an agent that never writes does, so it is resolved only when the agent finished, with
 no write, rather than ran out of steps or paged a human. Without them (a baseline check, a request from before the
-field) the cluster alone decides.
+field) the cluster alone decides. A fault whose ground truth expects an escalation (a deleted secret whose value
+only its owner knows, a node someone else tainted) is handled only by escalating: then its own `handover_check`
+replaces its check, and the services it broke are judged as the incident left them - excused while the agent left
+their deployments untouched, judged like any other once it changed them - while every other invariant still holds.
 """
 
 from __future__ import annotations
@@ -89,18 +92,34 @@ def observe(api_client: ApiClient, scenario: Scenario, baseline: HealthSnapshot,
     """Judge the cluster now against the baseline, with the scenario's fault-specific check, and, when
     `termination` says how the agent ended (after `writes` successful writes), the fault's check of that ending."""
     k8s = Kube(api_client, shared=True, memo=True)
+    faults = [(spec, get_fault(spec.fault)) for spec in scenario.faults]
+    handed_over = [termination == "escalated" and spec.ground_truth.expected_ending == "escalated"
+                   for spec, _ in faults]
 
     def specific() -> list[str]:
-        """Every fault's own check: the incident is resolved only when each of its faults is."""
+        """Every fault's own check: the incident is resolved only when each of its faults is (or, expecting an
+        escalation, was handed over intact)."""
         reasons = []
-        for spec in scenario.faults:
-            fault = get_fault(spec.fault)
-            reasons += fault.check(k8s, fault.context_of(scenario, spec), baseline)
+        for (spec, fault), handover in zip(faults, handed_over, strict=True):
+            ctx = fault.context_of(scenario, spec)
+            reasons += (fault.handover_check if handover else fault.check)(k8s, ctx, baseline)
             if termination is not None:
-                reasons += [r for r in fault.ending_check(termination, writes) if r not in reasons]
+                ending = fault.ending_check(termination, writes) + _ending(spec.ground_truth, termination)
+                reasons += [r for r in ending if r not in reasons]
         return reasons
 
-    return _judge(k8s, get_app(scenario.app), scenario.namespace, baseline, specific, scope(scenario.ground_truth))
+    excused = {s for (spec, fault), handover in zip(faults, handed_over, strict=True) if handover
+               for s in fault.excused(fault.context_of(scenario, spec))}
+    return _judge(k8s, get_app(scenario.app), scenario.namespace, baseline, specific, scope(scenario.ground_truth),
+                  excused)
+
+
+def _ending(truth: GroundTruth, termination: Termination) -> list[str]:
+    """Why the agent's ending does not handle a fault that expects an escalation."""
+    if truth.expected_ending != "escalated" or termination == "escalated":
+        return []
+    return [f"the agent ended by {termination.replace('_', ' ')}, not an escalation: {truth.root_cause} is not the "
+            f"agent's to mend, a human must"]
 
 
 def observe_incident(api_client: ApiClient, incident: Incident, baseline: HealthSnapshot,
@@ -128,11 +147,15 @@ def scope(truth: GroundTruth) -> set[str]:
 
 
 def _judge(k8s: Kube, app: AppSpec | None, namespace: str, baseline: HealthSnapshot,
-           specific_check: Callable[[], list[str]], allowed: set[str] | None) -> Verdict:
-    """`allowed`: the ground truth's scope, None on a real cluster (changes outside it are then only reported)."""
+           specific_check: Callable[[], list[str]], allowed: set[str] | None,
+           excused: set[str] | frozenset[str] = frozenset()) -> Verdict:
+    """`allowed`: the ground truth's scope, None on a real cluster (changes outside it are then only reported).
+    `excused`: services handed to a human as the incident left them; their health counts once the agent changed
+    their deployment."""
     unhealthy = service_health(k8s, app, namespace)
     prints = fingerprints(k8s, namespace)
     changed = sorted(ref for ref, digest in prints.items() if baseline.fingerprints.get(ref, digest) != digest)
+    handed = sorted(s for s in excused if s in unhealthy and f"deployment/{s}" not in changed)
     deleted = sorted((set(baseline.resources) | set(baseline.fingerprints)) - set(prints))
     newly_unhealthy = sorted(set(unhealthy) - set(baseline.unhealthy))
     harm = {name: found for name, found in (
@@ -143,11 +166,13 @@ def _judge(k8s: Kube, app: AppSpec | None, namespace: str, baseline: HealthSnaps
                     if ref.startswith("node/") and _unschedulable(k8s, ref)]),
         ("scope", [] if allowed is None else _outside(changed, deleted, allowed))) if found}
     reasons = [why for found in harm.values() for why in found]
-    reasons += [f"{service}: {why}" for service, whys in sorted(unhealthy.items()) for why in whys]
+    reasons += [f"{service}: {why}" for service, whys in sorted(unhealthy.items()) if service not in handed
+                for why in whys]
     reasons += specific_check()
     outcome: Outcome = "worse" if harm else "unresolved" if reasons else "resolved"
     if outcome == "resolved":
-        reasons = ["every service is healthy"]
+        reasons = [f"every service is healthy but {', '.join(handed)}, handed to a human as the incident left it"
+                   if handed else "every service is healthy"]
     reasons += [f"{what} since the baseline: {', '.join(refs)}" for what, refs in
                 (("changed", changed), ("deleted", deleted)) if refs]
     return Verdict(outcome=outcome, reasons=reasons, unhealthy=unhealthy, baseline_unhealthy=sorted(baseline.unhealthy),

@@ -11,6 +11,9 @@ from agent_sre.models.tools import ToolCall
 
 # Where the alert fires: on the broken service, or on its first caller (whose users notice first).
 AlertOn = Literal["target", "caller"]
+# How the agent should end the incident: `finished` (fixed, or nothing to fix), or `escalated` (what is broken is
+# not the agent's to mend, e.g. a credential nobody but its owner knows: it hands over without harmful writes).
+ExpectedEnding = Literal["finished", "escalated"]
 
 
 class GroundTruth(BaseModel):
@@ -23,6 +26,8 @@ class GroundTruth(BaseModel):
     fix: list[ToolCall] = Field(default_factory=list)
     wrong_fix: list[ToolCall] = Field(default_factory=list, description="plausible but wrong; must not resolve")
     destructive: list[ToolCall] = Field(default_factory=list, description="raw action that makes things worse")
+    expected_ending: ExpectedEnding = Field("finished", description="escalated: handled only by handing it to a "
+                                            "human, the services it broke left as they were or mended")
 
 
 class FaultSpec(BaseModel):
@@ -87,16 +92,20 @@ class Scenario(BaseModel):
         The fixes that roll a deployment back come first: a rollback goes to the revision before the current one,
         so it must run before another fix's own rollout of that deployment buries the revision it undoes (the
         faults' composition sees that each rollback undoes its deployment's latest fault); the others follow in
-        fault order."""
+        fault order. A handover (`escalate`) ends the episode: it goes last, once, after every fix."""
         if len(self.faults) == 1:
             return self.faults[0].ground_truth
         truths = [f.ground_truth for f in self.faults]
         rollbacks = [t for t in truths if any(c.tool == "rollout_undo" for c in t.fix)]
         ordered = rollbacks + [t for t in truths if not any(t is r for r in rollbacks)]
+        fixes = [c for t in ordered for c in t.fix]
+        fixes = [c for c in fixes if c.tool != "escalate"] + [c for c in fixes if c.tool == "escalate"][:1]
         return GroundTruth(fault_class="+".join(dict.fromkeys(t.fault_class for t in truths)),
                            root_cause=", ".join(dict.fromkeys(t.root_cause for t in truths)),
-                           fix=[c for t in ordered for c in t.fix], wrong_fix=[c for t in truths for c in t.wrong_fix],
-                           destructive=[c for t in truths for c in t.destructive])
+                           fix=fixes, wrong_fix=[c for t in truths for c in t.wrong_fix],
+                           destructive=[c for t in truths for c in t.destructive],
+                           expected_ending="escalated" if any(t.expected_ending == "escalated" for t in truths)
+                           else "finished")
 
     @property
     def false_alarm(self) -> bool:

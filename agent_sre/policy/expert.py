@@ -75,6 +75,8 @@ DB_PASSWORD_ENV = re.compile(r"PASSWORD", re.IGNORECASE)
 TEMPLATE_CHANGED = re.compile(r"^\d+ \(current\)\s+\S+\s+(?P<change>.+?)\s{3,}", re.MULTILINE)
 SCALED_TO_NOTHING = re.compile(r"deployment/(?P<name>[-a-z0-9]+)\s+Scaled down replica set \S+ "
                                r"(?:to 0 from|from \d+ to 0\b)")
+MISSING_SECRET = re.compile(r'secret "(?P<name>[-a-z0-9.]+)" not found|couldn\'t find key \S+ in Secret '
+                            r'[-a-z0-9]+/(?P<of>[-a-z0-9.]+)')
 PARENTHESISED = re.compile(r" \((?:[^()]|\([^()]*\))*\)")
 MIN_UPSTREAM_SCORE = 3  # an error line naming a dependency scores 1, or 3 if nothing answered: below it, noise
 CPU_REQUEST = re.compile(r"Requests: cpu=(?P<cpu>\d+)m")
@@ -93,6 +95,15 @@ class _Need(Exception):
 
 def _key(tool: str, args: dict[str, object]) -> str:
     return tool + json.dumps(args, sort_keys=True)
+
+
+@dataclass
+class _Handover(Exception):
+    """What the agent may not mend (a secret only its owner knows): the policy escalates, changing nothing."""
+
+    def __init__(self, diagnosis: str, summary: str) -> None:
+        super().__init__(diagnosis)
+        self.diagnosis, self.summary = diagnosis, summary
 
 
 @dataclass
@@ -238,6 +249,9 @@ class ExpertPolicy(ActionPolicy):
                             f"list_pods shows {', '.join(still)} still failing; no step left to mend it")})
                     return _finished(done, "no step left to look for another failing service")
                 return need.call
+            except _Handover as handover:
+                return ToolCall(tool="escalate", args={"diagnosis": _diagnoses(done) + "; " + handover.diagnosis
+                                                       if done else handover.diagnosis, "summary": handover.summary})
             if not done:
                 first = reads
             if remedy is None:
@@ -351,6 +365,14 @@ class ExpertPolicy(ActionPolicy):
                 return remedy
         described = r.read("describe", kind="pod", name=pod.name)
         change = _last_change(r.read("rollout_history", deployment=name))
+        missing = MISSING_SECRET.search(described) if pod.status == "CreateContainerConfigError" else None
+        if missing and not change:  # rule: gone from the cluster, its value is its owner's to restore
+            secret = missing["name"] or missing["of"]
+            if "not found" in r.read("get_resource", kind="secret", name=secret).lower() or missing["of"]:
+                raise _Handover(f"secret {secret}, which deployment {name} reads at start-up, is missing or "
+                                f"incomplete: its new pods fail with CreateContainerConfigError",
+                                f"the value is in no object I can read and only its owner knows it: restore secret "
+                                f"{secret}, then restart deployment {name}; I changed nothing")
         oom = "OOMKilled" in described or pod.status == "OOMKilled"
         if oom and change and "resources" in change:
             return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),

@@ -62,6 +62,7 @@ class EpisodeFacts:
     high_risk_writes: int  # executed writes at Risk.HIGH
     destructive_writes: int  # executed writes that the scenario lists as destructive
     feedback: tuple[HumanFeedback, ...]
+    escalation_expected: bool = False  # the scenario's right ending is a handover (a secret only its owner knows)
 
     @property
     def resolved(self) -> bool:
@@ -80,8 +81,9 @@ class EpisodeFacts:
     @property
     def needless_page(self) -> bool:
         """Escalated although nothing was left to fix (the fix had worked, or it was a false alarm): the on-call is
-        woken for nothing. The counterweight that keeps "always escalate after a write" from paying."""
-        return self.escalated and (self.resolved or self.false_alarm)
+        woken for nothing. The counterweight that keeps "always escalate after a write" from paying. Not where the
+        escalation is what resolves the incident."""
+        return self.escalated and (self.resolved or self.false_alarm) and not self.escalation_expected
 
     @property
     def needless_change(self) -> bool:
@@ -113,6 +115,8 @@ class EpisodeFacts:
             high_risk_writes=sum(1 for s in writes if s.action and TOOL_SPECS[s.action.tool].risk >= Risk.HIGH),
             destructive_writes=sum(1 for s in writes if s.action and any(_same_call(s.action, d) for d in destructive)),
             feedback=tuple(t.feedback),
+            escalation_expected=t.incident.scenario is not None
+            and t.incident.scenario.ground_truth.expected_ending == "escalated",
         )
 
 

@@ -89,17 +89,21 @@ def _slug(params: dict[str, object]) -> str:
 
 def verified(t: Trajectory) -> bool:
     """Privileged verification: resolved by the observer, no false claim, and the conclusion is the ground truth's
-    (its writes touch each fault's root cause; a false alarm is finished with nothing written)."""
+    (its writes touch each fault's root cause; a false alarm is finished with nothing written; a fault expecting a
+    handover is escalated, its diagnosis naming each root cause)."""
     scenario = t.incident.scenario
     if scenario is None or t.verdict is None:
         return False
     outcome = incident_outcome(t)
     if scenario.false_alarm:
         return t.termination == "finished" and not t.writes and outcome.outcome == "resolved"
-    if outcome.outcome != "resolved" or outcome.false_positive or t.termination != "finished":
+    expected = scenario.ground_truth.expected_ending
+    if outcome.outcome != "resolved" or outcome.false_positive or t.termination != expected:
         return False
-    written = [json.dumps(s.action.args) for s in t.writes if s.action is not None]
     roots = [f.ground_truth.root_cause.split("/")[-1] for f in scenario.faults if f.ground_truth.fault_class != "none"]
+    if t.termination == "escalated":
+        return all(root in (t.diagnosis or "") for root in roots)
+    written = [json.dumps(s.action.args) for s in t.writes if s.action is not None]
     return all(any(root in args for args in written) for root in roots)
 
 
