@@ -202,20 +202,23 @@ class Kube:
             self.server_time = http_date(date) or self.server_time
         return response
 
-    def _document(self, response: RawResponse) -> Obj:
-        document: Obj = decoded(response) if self._shared else response.json()  # a read or write answers an object
+    def _document(self, response: RawResponse, shared: bool = False) -> Obj:
+        # a read or write answers an object
+        document: Obj = decoded(response) if shared or self._shared else response.json()
         return document
 
-    def _read(self, kind: Kind, namespace: str | None, name: str | None = None, query: Query = ()) -> Obj:
+    def _read(self, kind: Kind, namespace: str | None, name: str | None = None, query: Query = (),
+              shared: bool = False) -> Obj:
         """The document of a read (`rest.get`: as the typed API sends it, without its per-call validation);
-        `namespace` None reads across all namespaces (a cluster-scoped kind has none)."""
+        `namespace` None reads across all namespaces (a cluster-scoped kind has none); `shared`: as with a shared
+        client, for this read."""
         namespace = namespace if kind.namespaced else None
-        memo, key = self._memo, (kind, namespace, name, query)
+        memo, key = self._memo, (kind, namespace, name, query, shared)
         if memo is not None and key in memo:
             return memo[key]
         params = {k: v for k, v in (("namespace", namespace), ("name", name)) if v is not None}
         document = self._document(self._answer(lambda: rest.get(self.api, kind.path(namespace, name), query,
-                                                                 **params)))
+                                                                 **params)), shared)
         if memo is not None:
             memo[key] = document
         return document
@@ -234,10 +237,13 @@ class Kube:
             raise
 
     def list(self, kind: str, namespace: str | None = None, label_selector: str | None = None,
-             field_selector: str | None = None, all_namespaces: bool = False) -> list[Obj]:
+             field_selector: str | None = None, all_namespaces: bool = False, shared: bool = False) -> list[Obj]:
+        """`shared`: the items may be the server's own (as with a shared client), for a caller that only reads them
+        (in-process this skips copying them)."""
         query = tuple((key, value) for key, value in (("fieldSelector", field_selector),
                                                       ("labelSelector", label_selector)) if value)
-        document = self._read(READABLE[kind], None if all_namespaces else namespace or self.namespace, query=query)
+        document = self._read(READABLE[kind], None if all_namespaces else namespace or self.namespace, query=query,
+                              shared=shared)
         return document.get("items") or []
 
     def chaos(self, namespace: str) -> builtins.list[Obj]:  # `list` here is Kube.list

@@ -34,25 +34,26 @@ class Guard:
 
 def _surroundings(kube: Kube, kind: str, before: Obj, after: Obj | None) -> Surroundings:
     """What the rules must know of the namespace: for a new pod template, the images, services and revisions it may
-    use; for a service, the ports of the pods it selects. Nothing is read for other writes."""
+    use; for a service, the ports of the pods it selects. Nothing is read for other writes. The lists are only read
+    (`shared`: in-process, the simulator's own objects, not copies)."""
     namespace = kube.namespace
     template = (after or {}).get("spec", {}).get("template")
     if kind == "service" and after is not None:
         selector = (after.get("spec") or {}).get("selector") or {}
-        ports = {port[key] for spec in _pod_specs(kube.list("deployment"), selector)
+        ports = {port[key] for spec in _pod_specs(kube.list("deployment", shared=True), selector)
                  for container in write_rules.containers(spec).values() for port in container.get("ports") or []
                  for key in ("containerPort", "name") if key in port}
         return Surroundings(namespace=namespace, container_ports=frozenset(ports))
     if kind != "deployment" or template is None or template == before.get("spec", {}).get("template"):
         return Surroundings(namespace=namespace)
-    replicasets = kube.list("replicaset")
+    replicasets = kube.list("replicaset", shared=True)
     uid = before["metadata"].get("uid")
     revisions = tuple(rs["spec"]["template"] for rs in replicasets
                       if any(o.get("uid") == uid for o in rs["metadata"].get("ownerReferences") or []))
-    images = {container["image"] for spec in _pod_specs([*kube.list("deployment"), *replicasets])
+    images = {container["image"] for spec in _pod_specs([*kube.list("deployment", shared=True), *replicasets])
               for container in write_rules.containers(spec).values() if container.get("image")}
     return Surroundings(namespace=namespace, image_sources=frozenset(map(write_rules.image_source, images)),
-                        services=frozenset(s["metadata"]["name"] for s in kube.list("service")),
+                        services=frozenset(s["metadata"]["name"] for s in kube.list("service", shared=True)),
                         revisions=revisions)
 
 

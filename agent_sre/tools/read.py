@@ -33,7 +33,8 @@ def _ns(ctx: ToolContext, namespace: str | None) -> str:
 
 def list_pods(ctx: ToolContext, args: m.ListPods) -> str:
     ns = _ns(ctx, args.namespace)
-    pods = sorted(ctx.kube.list("pod", ns, label_selector=args.selector), key=lambda p: p["metadata"]["name"])
+    pods = sorted(ctx.kube.list("pod", ns, label_selector=args.selector, shared=True),  # only read
+                  key=lambda p: p["metadata"]["name"])
     if not pods:
         return f"No resources found in {ns} namespace" + (f" matching {args.selector}." if args.selector else ".")
     now = ctx.now()
