@@ -77,6 +77,7 @@ SCALED_TO_NOTHING = re.compile(r"deployment/(?P<name>[-a-z0-9]+)\s+Scaled down r
                                r"(?:to 0 from|from \d+ to 0\b)")
 MISSING_SECRET = re.compile(r'secret "(?P<name>[-a-z0-9.]+)" not found|couldn\'t find key \S+ in Secret '
                             r'[-a-z0-9]+/(?P<of>[-a-z0-9.]+)')
+UNTOLERATED = re.compile(r"had untolerated taint \{(?P<key>[^:{}]+): (?P<value>[^{}]*)\}")
 PARENTHESISED = re.compile(r" \((?:[^()]|\([^()]*\))*\)")
 MIN_UPSTREAM_SCORE = 3  # an error line naming a dependency scores 1, or 3 if nothing answered: below it, noise
 CPU_REQUEST = re.compile(r"Requests: cpu=(?P<cpu>\d+)m")
@@ -401,6 +402,17 @@ class ExpertPolicy(ActionPolicy):
         described = r.read("describe", kind="pod", name=pod.name)
         message = (SCHEDULER.search(described) or SCHEDULER.search(r.read("get_events")))
         why = message["message"] if message else ""
+        if untolerated := UNTOLERATED.search(why):  # rule: a taint is its node owner's, no tool of mine lifts it
+            selectors = NODE_SELECTORS.search(described)
+            wanted = set((selectors["selectors"] if selectors else "<none>").split(",")) - {"<none>"}
+            taint = f"{untolerated['key']}={untolerated['value']}:NoSchedule".replace("=:", ":")
+            pool = [m["name"] for m in NODE_ROW.finditer(r.read("list_nodes")) if wanted <= set(m["labels"].split(","))]
+            tainted = [n for n in pool if re.search(rf"^Taints:.*\b{re.escape(taint)}",
+                                                    r.read("describe", kind="node", name=n), re.MULTILINE)]
+            if tainted:
+                raise _Handover(f"nodes {', '.join(tainted)} carry taint {taint}, which deployment {name} does not "
+                                f"tolerate: its new pods stay Pending", "a taint is its node owner's to lift, not "
+                                "mine: remove it, or say where to run instead; I changed nothing")
         if "were unschedulable" in why:
             selectors = NODE_SELECTORS.search(described)
             wanted = set((selectors["selectors"] if selectors else "<none>").split(",")) - {"<none>"}
