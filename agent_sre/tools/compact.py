@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Any
 
 ROUTINE_REASONS = frozenset({"Scheduled", "Pulling", "Pulled", "Created", "Started", "SuccessfulCreate",
@@ -24,11 +25,14 @@ _NUMBERS = re.compile(r"\b(?=[0-9a-f]*\d)[0-9a-f]{8,}\b|\d+")
 EVIDENCE = re.compile(r"(?i)\b(?:error|err|fatal|panic|exception|traceback|warn(?:ing)?|fail(?:ed|ure|ing)?|refused|"
                       r"timed out|timeout|killed|oom\w*)\b")
 ALIKE_ERRORS_KEPT = 3  # of error and warning lines alike but for their numbers, the newest ones shown
+SHAPES_KEPT = 8192  # log lines whose shape is remembered
 _POD_UID = re.compile(r"_[a-z0-9][-a-z0-9]*\([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\)")
 
 
+@lru_cache(maxsize=SHAPES_KEPT)
 def _shape(line: str) -> str:
-    """The line with its numbers masked, an HTTP error status kept as its class."""
+    """The line with its numbers masked, an HTTP error status kept as its class (remembered: the regular
+    expressions cost about 10 us a line, and episodes of one scenario read the same lines again)."""
     return _NUMBERS.sub("#", _ERROR_STATUS.sub(lambda m: "E4xx" if m[1] == "4" else "E5xx", line))
 
 
