@@ -126,6 +126,10 @@ def main() -> None:
     parser.add_argument("--device", default="auto", help="where SFT and the evaluations run: auto, cpu, cuda, ...")
     parser.add_argument("--suites", nargs="+", default=["heldout", "variants"], choices=["heldout", "variants"])
     parser.add_argument("--limit", type=int, help="only the first N scenarios of each suite (a smoke run)")
+    parser.add_argument("--families", type=int, help="only the first N fault families, by name, for the data and "
+                                                     "DAgger (a smoke run: SFT and DAgger take a few steps)")
+    parser.add_argument("--max-steps", type=int, help="at most this many optimizer steps in each SFT and DAgger run "
+                                                      "(a smoke run)")
     parser.add_argument("--max-turns", type=int, default=SIMULATED_MAX_ACTIONS)
     parser.add_argument("--max-new-tokens", type=int, default=MAX_ACTION_TOKENS)
     parser.add_argument("--eval-batch", type=int, default=64, help="episodes advanced together by one forward pass")
@@ -140,16 +144,17 @@ def main() -> None:
     def play_expert() -> Data:
         began = time.perf_counter()
         pool = training_scenarios(seeds=range(TRAINING_SEEDS[0], TRAINING_SEEDS[0] + args.training_seeds))
-        chosen = sample_per_family(pool, args.per_family, seed=0)
+        chosen = sample_per_family(first_families(pool, args.families), args.per_family, seed=0)
         return Data(demonstrations=demonstrations(chosen), seconds=time.perf_counter() - began)
 
     more = "" if args.training_seeds == len(TRAINING_SEEDS) else f"-t{args.training_seeds}"
+    more += f"-f{args.families}" if args.families else ""
     data = cached(out / f"data-{args.per_family}{more}.json", Data, play_expert)
     demos = data.demonstrations
     print(f"  {len(demos.trajectories)} of {demos.played} verified; rejected: {demos.rejected or 'none'}", flush=True)
 
     sft: dict[str, SFTResult] = {}
-    steps = max(1, round(args.epochs * len(demos.trajectories) / args.batch))
+    steps = min(max(1, round(args.epochs * len(demos.trajectories) / args.batch)), args.max_steps or sys.maxsize)
     for seed in args.seeds:
         name = f"sft-s{seed}"
         print(f"{name}: {steps} steps of {args.batch} (load {os.getloadavg()[0]:.1f})", flush=True)
@@ -229,17 +234,24 @@ Evaluation wall time: {eval_times}.
 def dagger_round(args: argparse.Namespace, sft: SFTResult, seed: int, out: Path) -> SFTResult:
     """The SFT student's own episodes on training scenarios it was not trained on (another draw), every state it
     reached labelled by the expert, and the student fine-tuned on those labels (training/dagger.py)."""
-    visits = sample_per_family(training_scenarios(), args.dagger_per_family, seed=100 + seed)
+    visits = sample_per_family(first_families(training_scenarios(), args.families), args.dagger_per_family,
+                               seed=100 + seed)
     played, resolved = student_states(Path(sft.output_dir), visits, device=args.device, batch=args.eval_batch,
                                       max_turns=args.max_turns, max_new_tokens=args.max_new_tokens)
     examples = labelled_states(played)
-    steps = max(1, round(args.dagger_epochs * len(examples) / args.batch))
+    steps = min(max(1, round(args.dagger_epochs * len(examples) / args.batch)), args.max_steps or sys.maxsize)
     print(f"  dagger-s{seed}: the student resolved {resolved:.0%} of {len(visits)} training scenarios; "
           f"{len(examples)} labelled states, {steps} steps", flush=True)
     return train_on_labels(Path(sft.output_dir), examples, out / f"dagger-s{seed}-model",
                            SFTConfig(max_steps=steps, learning_rate=args.lr / 2, lr_scheduler="cosine",
                                      warmup_steps=max(1, steps // 20), batch_size=args.batch, max_length=4096,
                                      device=args.device, precision=args.precision, seed=seed, logging_steps=10))
+
+
+def first_families(scenarios: list[Scenario], families: int | None) -> list[Scenario]:
+    """The scenarios of the first `families` fault families by name (all of them with None)."""
+    kept = sorted({s.fault for s in scenarios})[:families]
+    return [s for s in scenarios if s.fault in kept]
 
 
 def _timed(play: Callable[[list[Scenario]], list[EpisodeResult]], suite: list[Scenario]) -> Played:
