@@ -41,7 +41,7 @@ from benchdocs import DOCS, provenance, write_section
 from agent_sre.faults import FAULTS, inject
 from agent_sre.faults.oracle import observe, snapshot
 from agent_sre.models.scenario import Scenario
-from agent_sre.models.tools import ToolCall
+from agent_sre.models.tools import TOOL_SPECS, ToolCall
 from agent_sre.scenarios import load_scenarios
 from agent_sre.simulator.client import SimulatorClient
 from agent_sre.simulator.server import write_kubeconfig
@@ -197,7 +197,9 @@ def episode(transport: Transport, scenario: Scenario, run: Run, name: str = "ben
     clock("fix (tool calls)")
     transport.advance(name, FIX_SETTLE_S)
     clock("settle (simulate)")
-    run.outcomes[observe(api, scenario, baseline).outcome] += 1
+    truth = scenario.ground_truth  # ends as the ground truth does (a handover, where that is the right answer)
+    writes = sum(TOOL_SPECS[call.tool].write for call in truth.fix)
+    run.outcomes[observe(api, scenario, baseline, truth.expected_ending, writes).outcome] += 1
     clock("oracle")
     transport.delete(name)
     clock("delete env")
