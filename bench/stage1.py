@@ -6,9 +6,9 @@
     2. SFT         TRL SFTTrainer from the converted SmolLM2-135M-Instruct, one model per --seeds value
     3. DAgger      optional (--dagger-per-family): each SFT student plays other training scenarios, the expert labels
                    every state it reached, and the student trains on the labels (`training/dagger.py`)
-    4. evaluation  held-out (46) and variants (64) for the runbook, the expert and every model: greedy decoding, the
-                   same turn and token limits; Wilson 95 % intervals and McNemar's exact test against the runbook and
-                   every SFT seed (`training/comparison.py`)
+    4. evaluation  the held-out and variants suites (incidents of several faults among them) for the runbook, the
+                   expert and every model: greedy decoding, the same turn and token limits; Wilson 95 % intervals and
+                   McNemar's exact test against the runbook and every SFT seed (`training/comparison.py`)
 
 Every stage's result is cached under --out (a rerun reuses finished stages). The table and the command go to the
 `## Stage-1 expert recipe (bench/stage1.py)` section of docs/benchmarks.md and the machine-readable results
@@ -120,6 +120,8 @@ def main() -> None:
     parser.add_argument("--dagger-per-family", type=int, default=0,
                         help="a DAgger round after each SFT model: the student plays this many other training "
                              "scenarios per family, the expert labels every state it reached, and it trains on them")
+    parser.add_argument("--dagger-seeds", type=int, nargs="+",
+                        help="the SFT seeds that get the DAgger round (default: every --seeds value)")
     parser.add_argument("--dagger-epochs", type=float, default=1.0, help="passes over the labelled states")
     parser.add_argument("--precision", choices=get_args(Precision), default="auto",
                         help="SFT arithmetic (auto: fp32 on a CPU, bf16 on a GPU that has it)")
@@ -164,11 +166,16 @@ def main() -> None:
                       warmup_steps=max(1, steps // 20), batch_size=args.batch, max_length=4096,
                       device=args.device, precision=args.precision, seed=seed, logging_steps=10,
                       lora_r=args.lora_r, lora_alpha=args.lora_alpha)))
+        if (sft[name].adapter_dir is None) != (args.lora_r is None):  # the stage files are named by seed alone
+            raise SystemExit(f"{out / name}.json was trained {'without' if args.lora_r else 'with'} LoRA: give a run "
+                             "with other --lora-r its own --out")
 
     trained = dict(sft)
     if args.dagger_per_family:
         for name, result in sft.items():
             seed = int(name.removeprefix("sft-s"))
+            if args.dagger_seeds is not None and seed not in args.dagger_seeds:
+                continue
             trained[f"dagger-s{seed}"] = cached(out / f"dagger-s{seed}.json", SFTResult,
                                                 lambda r=result, seed=seed: dagger_round(args, r, seed, out))  # type: ignore[misc]
 
