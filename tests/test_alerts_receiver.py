@@ -9,7 +9,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -70,6 +71,21 @@ class Receiver:
 async def receiver(stack: Settings) -> AsyncIterator[Receiver]:
     """The receiver and workers for what it starts; with the S3 store, so a started incident routes at once
     instead of retrying against a missing store (worker shutdown waits out those retries)."""
+    async with receiving(stack) as r:
+        yield r
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def own_bucket_receiver(stack: Settings) -> AsyncIterator[Receiver]:
+    """As `receiver`, with a registry and routing table of its own: its workers' activities are built with the
+    settings that name the fresh bucket."""
+    with settings_with_own_bucket(stack, "alerts-rollout") as own:
+        async with receiving(stack.model_copy(update={"s3_bucket": own.s3_bucket})) as r:
+            yield r
+
+
+@asynccontextmanager
+async def receiving(stack: Settings) -> AsyncIterator[Receiver]:
     client = await connect(stack)
     async with running_workers(client, stack) as settings:
         settings = settings.model_copy(update={"allowed_namespaces": (*settings.allowed_namespaces, "alerts-*")})
@@ -293,13 +309,6 @@ def rollout_alert(target: str, status: str = "firing") -> dict[str, Any]:
     return a
 
 
-@pytest.fixture
-def own_bucket(s3_store: Settings) -> Iterator[Settings]:
-    """A registry and routing table of this test's own (the activities read the bucket from the settings)."""
-    with settings_with_own_bucket(s3_store, "alerts-rollout") as settings:
-        yield settings
-
-
 async def baking_rollout(receiver: Receiver, registry: Registry, candidate: str) -> WorkflowHandle:
     registry.register(candidate, policy="runbook", by="test", reason="receiver test")
     request = RolloutRequest(candidate=candidate, baseline="runbook-v1", plan=ROLLOUT_PLAN, requested_by="test")
@@ -310,8 +319,9 @@ async def baking_rollout(receiver: Receiver, registry: Registry, candidate: str)
     return handle
 
 
-async def test_a_rollout_alert_rolls_back_only_the_rollout_it_names(receiver: Receiver, own_bucket: Settings) -> None:
-    registry = Registry.from_settings(own_bucket)
+async def test_a_rollout_alert_rolls_back_only_the_rollout_it_names(own_bucket_receiver: Receiver) -> None:
+    receiver = own_bucket_receiver
+    registry = Registry.from_settings(receiver.settings)
     handle = await baking_rollout(receiver, registry, "runbook-v2")
 
     # A late alert about another version (an earlier rollout's candidate) leaves this rollout alone.
@@ -338,7 +348,7 @@ async def test_a_rollout_alert_rolls_back_only_the_rollout_it_names(receiver: Re
     result: RolloutResult = await asyncio.wait_for(handle.result(), timeout=60)
     assert result.outcome == "rolled_back" and result.reason == reason
     assert any(d.action == "rollback requested" and d.by == "signal" for d in result.decisions)
-    table = read_table(registry.client, own_bucket.s3_bucket)
+    table = read_table(registry.client, receiver.settings.s3_bucket)
     assert table is not None and table.candidate is None and table.weight == 0
     assert registry.get("runbook-v2").stage == "rolled_back"
     assert received("firing", "rollback_signalled") == before + 1
