@@ -57,10 +57,18 @@ def test_get_pods_ages_are_the_simulators_own(served: Served) -> None:
     """`kubectl get` prints the apiserver's Table, whose ages the simulator computes on its own clock (it starts at
     2026-01-01, for reproducible runs); only ages kubectl computes itself (describe's events) use the wall clock."""
     accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
-    _, table = call(served.simulator, "GET", f"/envs/seeded/api/v1/namespaces/{NS}/pods", headers={"Accept": accept})
-    age = [c["name"] for c in table["columnDefinitions"]].index("Age")
-    ages = {row["cells"][0]: row["cells"][age] for row in table["rows"]}
-    assert {r[0]: r[-1] for r in _lines(served.kubectl("get", "pods", "-n", NS).stdout)[1:]} == ages
+
+    def ages() -> dict[str, str]:
+        _, table = call(served.simulator, "GET", f"/envs/seeded/api/v1/namespaces/{NS}/pods",
+                        headers={"Accept": accept})
+        age = [c["name"] for c in table["columnDefinitions"]].index("Age")
+        return {row["cells"][0]: row["cells"][age] for row in table["rows"]}
+
+    before = ages()  # the clock runs on: kubectl's ages are those of a moment between the two reads
+    printed = {r[0]: r[-1] for r in _lines(served.kubectl("get", "pods", "-n", NS).stdout)[1:]}
+    after = ages()
+    assert printed.keys() == before.keys()
+    assert all(printed[pod] in (before[pod], after[pod]) for pod in printed), (before, printed, after)
 
 
 def test_get_several_kinds(served: Served) -> None:
