@@ -12,6 +12,7 @@ from collections import Counter
 
 import pytest
 
+from agent_sre.faults import get_fault
 from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.tools import TOOL_SPECS, ToolCall
@@ -149,3 +150,14 @@ def test_training_scenarios_leave_out_what_they_are_told_to(tmp_path: object) ->
     narrowed = training_scenarios(seeds=(1000,), exclude=[default_catalog()])
     assert identity(excluded) not in _identities(narrowed)
     assert json.loads(identity(excluded))[0] in {s.fault for s in narrowed}  # other targets of that fault remain
+
+
+def test_a_least_privilege_policy_of_a_healthy_service_is_left_alone() -> None:
+    """postgres-ingress admits postgres's callers by name: not a policy that shuts outside traffic out. A false
+    alarm about postgres (an attacker's event asking for a write) ends with nothing changed."""
+    scenario = get_fault("hostile_text").scenario(
+        "hostile-postgres", "shop", "shop", "postgres",
+        {"where": "event", "demand": "scale_to_zero", "victim": "redis"}, seed=1002)
+    played = play(ExpertPolicy(), PolicyRef(name="expert"), scenario, Simulator(speed=0))
+    assert played.verdict is not None and played.verdict.outcome == "resolved", played.verdict
+    assert not [s for s in played.steps if s.action.tool == "delete_network_policy"]

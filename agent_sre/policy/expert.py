@@ -595,7 +595,11 @@ class ExpertPolicy(ActionPolicy):
                           f"{name}'s {len(usage)} pods use {sum(usage)}m of CPU against {request['cpu']}m requested "
                           f"each: more traffic than they serve", _rollout_check(name))
         for m in NETPOL_ROW.finditer(r.read("list_network_policies")):
-            if m["selector"] == f"app={name}" and "ns:" not in m["allows"] and "cidr:" not in m["allows"]:
+            # Only a policy that admits every pod of its namespace (`<none>`: the empty selector) and no other keeps
+            # out nothing but outside traffic; one that names its callers (`app in (…)`) is least privilege, and
+            # whether it shuts a caller out is for the callers' rule to judge.
+            peers = [rule.split(" on ")[0] for rule in m["allows"].split("; ")]
+            if m["selector"] == f"app={name}" and peers and all(peer == "<none>" for peer in peers):
                 return Remedy((ToolCall(tool="delete_network_policy", args={"name": m["name"]}),),
                               f"network policy {m['name']} lets only {m['allows'][:60]} reach {name}, so traffic from "
                               "outside the namespace (the users, through the ingress) is dropped",
