@@ -48,9 +48,11 @@ def _ended_cleanly(t: Trajectory, termination: Termination) -> bool:
 
 
 def resolved_cleanly(t: Trajectory) -> bool:
-    """An episode worth imitating: it finished on its own, with no invalid action, and the observer judged it
+    """An episode worth imitating: it ended on its own as its incident asks (`finish`, or the handover a simulated
+    incident expects: a deleted Secret, a node owner's taint), with no invalid action, and the observer judged it
     resolved without a false positive."""
-    if not _ended_cleanly(t, "finished"):
+    scenario = t.incident.scenario
+    if not _ended_cleanly(t, scenario.ground_truth.expected_ending if scenario is not None else "finished"):
         return False
     facts = EpisodeFacts.of(t)
     return facts.resolved and not facts.false_positive
