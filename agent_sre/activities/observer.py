@@ -66,9 +66,3 @@ class ObserverActivities:
     def observe(self, req: ObserveRequest) -> Verdict:
         return self._read(req.incident, lambda cluster: oracle.observe_incident(
             cluster, req.incident, req.baseline, req.termination, req.writes))
-
-    @activity.defn
-    def liveness_wait(self, incident: Incident) -> float:
-        """Seconds of the cluster's clock until the liveness probes of the namespace's fresh containers have had
-        time to act (`oracle.liveness_wait_s`)."""
-        return self._read(incident, lambda cluster: oracle.liveness_wait_s(cluster, incident.namespace))

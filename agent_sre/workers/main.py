@@ -95,7 +95,6 @@ def queue_contents(settings: Settings, activities: Activities | None = None,
     # On the workflows' queue too: they run there as local activities (and writes as eager ones) when a request's
     # tool_execution is `local`.
     cluster: list[Callable[..., Any]] = [a.tools.run_tool, a.observer.snapshot_cluster, a.observer.observe,
-                                         a.observer.liveness_wait,
                                          a.simulation.create_and_inject, a.simulation.delete_environment]
     return _merged([
         (settings.queue_agent, [IncidentRemediationWorkflow, SimulatedIncidentWorkflow, ModelRolloutWorkflow,

@@ -34,7 +34,7 @@ from agent_sre.activities.tools import ToolActivities
 from agent_sre.activities.trajectories import TrajectoryActivities
 from agent_sre.models.alert import Alert
 from agent_sre.models.endings import Termination
-from agent_sre.models.incident import MAX_PROBE_WAIT_S, Incident
+from agent_sre.models.incident import Incident
 from agent_sre.models.lock import LEASE_GRANTED, AcquireRequest, LeaseGrant, LeaseRequest, lock_id
 from agent_sre.models.policy import ChatMessage, PolicyDecision
 from agent_sre.models.remediation import (
@@ -79,9 +79,6 @@ NAMESPACE_LEASE_PATCH = "namespace-lease"
 # A cancel also ends the wait for a model's decision, the settle timer, the observer and the feedback window
 # (histories before it waited them out).
 CANCEL_PATCH = "cancel-any-phase"
-# After the settle window the verdict waits for fresh containers' liveness probes to have acted: a restart is not the
-# fix of a probe that kills a slow starter a minute later (histories before it judged at once).
-LIVENESS_WAIT_PATCH = "liveness-wait"
 # The observer retries within the incident's `cluster_timeout_s`; failing for good, it ends the incident as
 # `cluster_lost` (histories before it retried forever).
 CLUSTER_LOST_PATCH = "cluster-lost"
@@ -187,8 +184,6 @@ class IncidentRemediationWorkflow:
         if incident.limits.settle_s > 0:  # a zero-length durable timer still costs a timer-queue round trip
             self._set_phase("settling")  # a timer either way: histories before CANCEL_PATCH slept it out
             await self._until("timer settle", self._cancelled_from_now(), timedelta(seconds=incident.limits.settle_s))
-        if workflow.patched(LIVENESS_WAIT_PATCH):
-            await self._await_liveness_probes(incident)
         self._set_phase("observing")
         verdict = await self._observe(ObserveRequest(incident=incident, baseline=baseline,
                                                      termination=trajectory.termination,
@@ -390,26 +385,6 @@ class IncidentRemediationWorkflow:
                 NamespaceLockWorkflow.release, workflow.info().workflow_id)
         except FailureError:  # the lock has ended (it took the lease back long ago and went idle)
             pass
-
-    async def _await_liveness_probes(self, incident: Incident) -> None:
-        """Settle on while a fresh container's liveness probe has yet to act, in doubling steps from 2 s, at most
-        `oracle.MAX_PROBE_WAIT_S` in all. The wait is read in the cluster's seconds, which a simulator may run
-        faster than the workflow's: steps that re-read it never sleep much past the moment it reaches 0. A cluster
-        that does not answer leaves the verdict to the observer, which says so."""
-        waited, step = 0.0, 2.0
-        cancelled = self._cancelled_from_now()
-        while waited < MAX_PROBE_WAIT_S and not cancelled():
-            try:
-                wait = await near_cluster(self._queues, ObserverActivities.liveness_wait, incident,
-                                          retry_policy=CLUSTER_READ_RETRY,
-                                          deadline=timedelta(seconds=incident.limits.cluster_timeout_s))
-            except FailureError:
-                return
-            if wait <= 0:
-                return
-            pause = min(wait, step, MAX_PROBE_WAIT_S - waited)
-            await self._until("timer liveness probes", cancelled, timedelta(seconds=pause))
-            waited, step = waited + pause, step * 2
 
     async def _observe(self, request: ObserveRequest, trajectory: Trajectory) -> Verdict:
         """The verdict. An observer that fails for good (the cluster or its namespace is gone, or it kept failing
