@@ -64,5 +64,10 @@ class ObserverActivities:
 
     @activity.defn
     def observe(self, req: ObserveRequest) -> Verdict:
-        return self._read(req.incident, lambda cluster: oracle.observe_incident(
-            cluster, req.incident, req.baseline, req.termination, req.writes))
+        """The verdict now, and how long fresh containers' liveness probes have yet to act (the workflow judges
+        again after that)."""
+        def judge(cluster: ApiClient) -> Verdict:
+            pending = oracle.liveness_wait_s(cluster, req.incident.namespace)
+            verdict = oracle.observe_incident(cluster, req.incident, req.baseline, req.termination, req.writes)
+            return verdict.model_copy(update={"probes_pending_s": max(pending, 0.0)})
+        return self._read(req.incident, judge)

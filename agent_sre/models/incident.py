@@ -14,6 +14,7 @@ from agent_sre.models.tools import Risk
 
 IncidentSource = Literal["alertmanager", "sdk", "cli", "user_report", "simulation"]
 MAX_WORKFLOW_ID = 1000  # the Temporal server's limit.maxIDLength, by default
+MAX_PROBE_WAIT_S = 300.0  # the most a verdict waits, past the settle window, for liveness probes to act
 LEASE_CHECK_S = 300.0  # how long a dead holder can block its namespace: the lock checks on a live one this often
 
 

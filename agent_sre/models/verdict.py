@@ -30,6 +30,9 @@ class Verdict(BaseModel):
                                                                  "baseline (what the incident changed)")
     harm: dict[str, list[str]] = Field(default_factory=dict, description="invariant -> how it broke (services, "
                                        "kept, placement, cordon, scope); any makes the outcome 'worse'")
+    probes_pending_s: float = Field(default=0.0, ge=0, description="seconds of the cluster's clock before a fresh "
+                                    "container's liveness probe has acted; above 0 the verdict is provisional (a "
+                                    "restarted slow starter looks healthy until its probe kills it)")
 
     @property
     def resolved(self) -> bool:

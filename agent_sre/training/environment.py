@@ -23,7 +23,7 @@ from kubernetes.client import ApiClient
 
 from agent_sre import faults
 from agent_sre.faults import oracle
-from agent_sre.models.incident import Incident, RemediationLimits
+from agent_sre.models.incident import MAX_PROBE_WAIT_S, Incident, RemediationLimits
 from agent_sre.models.policy import ChatMessage, PolicyDecision
 from agent_sre.models.reward import RewardConfig
 from agent_sre.models.scenario import Scenario
@@ -38,7 +38,6 @@ from agent_sre.tools import ToolContext, execute
 from agent_sre.tools.context import POLL_S
 
 FAULT_DEVELOP_S = 120.0  # simulated time between injection and the alert
-MAX_PROBE_WAIT_S = 300.0  # the most the verdict waits, past the settle window, for liveness probes to act
 
 
 class IncidentEnvironment:

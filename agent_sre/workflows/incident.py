@@ -34,7 +34,7 @@ from agent_sre.activities.tools import ToolActivities
 from agent_sre.activities.trajectories import TrajectoryActivities
 from agent_sre.models.alert import Alert
 from agent_sre.models.endings import Termination
-from agent_sre.models.incident import Incident
+from agent_sre.models.incident import MAX_PROBE_WAIT_S, Incident
 from agent_sre.models.lock import LEASE_GRANTED, AcquireRequest, LeaseGrant, LeaseRequest, lock_id
 from agent_sre.models.policy import ChatMessage, PolicyDecision
 from agent_sre.models.remediation import (
@@ -387,7 +387,27 @@ class IncidentRemediationWorkflow:
             pass
 
     async def _observe(self, request: ObserveRequest, trajectory: Trajectory) -> Verdict:
-        """The verdict. An observer that fails for good (the cluster or its namespace is gone, or it kept failing
+        """The verdict, taken again while it is provisional (`Verdict.probes_pending_s`: a restarted slow starter
+        whose liveness probe is broken looks healthy until the kubelet kills it), in doubling pauses from 2 s (a
+        simulator's clock may run faster than the workflow's), at most `MAX_PROBE_WAIT_S` in all. A cluster clock
+        that stands still (a simulator's manual one) ends the wait. Histories recorded before verdicts said so hold
+        none pending: they replay without the wait."""
+        cancelled = self._cancelled_from_now()
+        verdict = await self._judge(request, trajectory)
+        waited, pause = 0.0, 2.0
+        while verdict.probes_pending_s > 0 and waited < MAX_PROBE_WAIT_S:
+            step = min(verdict.probes_pending_s, pause, MAX_PROBE_WAIT_S - waited)
+            if await self._until("timer liveness probes", cancelled, timedelta(seconds=step)):
+                trajectory.termination = "cancelled"
+                return unjudged("the incident was cancelled while it was being observed")
+            waited, pause, pending = waited + step, pause * 2, verdict.probes_pending_s
+            verdict = await self._judge(request, trajectory)
+            if verdict.probes_pending_s == pending:
+                break
+        return verdict
+
+    async def _judge(self, request: ObserveRequest, trajectory: Trajectory) -> Verdict:
+        """One observation. An observer that fails for good (the cluster or its namespace is gone, or it kept failing
         for `cluster_timeout_s`) ends the incident as `cluster_lost`, and a cancel abandons it: both unjudged."""
         if not workflow.patched(CLUSTER_LOST_PATCH):
             return await near_cluster(self._queues, ObserverActivities.observe, request)
