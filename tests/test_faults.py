@@ -241,7 +241,7 @@ def test_every_catalog_and_heldout_scenario_behaves(sim: Simulator) -> None:
     for scenario in load_scenarios() + load_scenarios(HELDOUT_DIR):
         for action, expected in (("fix", "resolved"), ("wrong_fix", "unresolved"), ("destructive", "worse")):
             env, baseline = injected(sim, scenario)
-            assert (env.observe(scenario, baseline).outcome == "resolved") == (scenario.fault == "none"), scenario.name
+            assert (env.observe(scenario, baseline).outcome == "resolved") == scenario.false_alarm, scenario.name
             env.tools(getattr(scenario.ground_truth, action))
             env.advance(FIX_SETTLE_S)
             verdict = env.observe(scenario, baseline)
