@@ -182,6 +182,20 @@ def _chaos(shop: Shop) -> None:
                  "delay": {"latency": "500ms"}}})
 
 
+def _dns_chaos(shop: Shop) -> None:
+    CustomObjectsApi(shop.api).create_namespaced_custom_object("chaos-mesh.org", "v1alpha1", NS, "dnschaos", {
+        "apiVersion": "chaos-mesh.org/v1alpha1", "kind": "DNSChaos", "metadata": {"name": "no-redis"},
+        "spec": {"action": "error", "mode": "all", "patterns": ["redis.*"],
+                 "selector": {"labelSelectors": {"app": "cart"}}}})
+
+
+def _io_chaos(shop: Shop) -> None:
+    CustomObjectsApi(shop.api).create_namespaced_custom_object("chaos-mesh.org", "v1alpha1", NS, "iochaos", {
+        "apiVersion": "chaos-mesh.org/v1alpha1", "kind": "IOChaos", "metadata": {"name": "slow-disk"},
+        "spec": {"action": "latency", "mode": "one", "volumePath": "/var/lib/postgresql/data", "delay": "100ms",
+                 "percent": 50, "selector": {"labelSelectors": {"app": "postgres"}}}})
+
+
 def _pod(shop: Shop) -> str:
     return next(name for (ns, name) in shop.cluster.objects["pods"] if ns == NS and name.startswith("cart-"))
 
@@ -203,6 +217,8 @@ REMEDIATIONS: list[tuple[str, dict[str, Any], Any]] = [
     ("uncordon", {"node": None}, _cordon),
     ("delete_pod", {"pod": None}, None),
     ("delete_chaos_experiment", {"kind": "NetworkChaos", "name": "delay"}, _chaos),
+    ("delete_chaos_experiment", {"kind": "DNSChaos", "name": "no-redis"}, _dns_chaos),
+    ("delete_chaos_experiment", {"kind": "IOChaos", "name": "slow-disk"}, _io_chaos),
 ]
 
 

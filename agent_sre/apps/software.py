@@ -52,9 +52,17 @@ class Software:
     startup_lines: tuple[str, ...] = ()
     request_paths: tuple[str, ...] = ("GET /",)
     noise: tuple[str, ...] = ()  # benign warnings a healthy instance prints now and then
+    data_dir: str = ""  # where a data store keeps its files (the image's VOLUME): what IOChaos can act on
 
     def image(self, tag: str) -> str:
         return f"{self.repo}:{tag}"
+
+    def keeps_files_under(self, path: str) -> bool:
+        """Whether the program's data files lie under `path` (or `path` within its data directory): the files an
+        IOChaos on that volume path acts on."""
+        path = path.rstrip("/") or "/"
+        data = self.data_dir
+        return bool(data) and (data == path or data.startswith(path.rstrip("/") + "/") or path.startswith(data + "/"))
 
 
 @dataclass(frozen=True)

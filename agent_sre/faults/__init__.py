@@ -11,7 +11,9 @@ from kubernetes.client import ApiClient
 from agent_sre.faults.base import FaultContext, FaultError, FaultType
 from agent_sre.faults.benign import HostileText, PodDeleted, RollingRestart
 from agent_sre.faults.chaos import (
+    ChaosDns,
     ChaosHttpAbort,
+    ChaosIo,
     ChaosNetworkDelay,
     ChaosNetworkLoss,
     ChaosPodFailure,
@@ -45,6 +47,7 @@ FAULTS: dict[str, FaultType] = {f.name: f for f in (
     CordonedNode(), NodeTaint(), QuotaExceeded(), NetworkPolicyDeny(),
     TrafficSurge(), HpaQuotaExceeded(), IngressPolicyDeny(),
     ChaosPodKill(), ChaosPodFailure(), ChaosNetworkDelay(), ChaosNetworkLoss(), ChaosStress(), ChaosHttpAbort(),
+    ChaosDns(), ChaosIo(),
     FalseAlarm(), PodDeleted(), RollingRestart(), HostileText(),
 )}
 

@@ -4,16 +4,21 @@ The resources are exactly what one would `kubectl apply` on a cluster running Ch
 runs against the simulator and a real cluster. With a `schedule` (cron, or `@every 2m`) the experiment is the
 template of a `Schedule`, which spawns it afresh at every tick (`<name>-<suffix>`, owned by the Schedule): deleting
 that child only lets the next tick bring the fault back; the fix is deleting (or pausing) the Schedule.
+
+Every experiment takes Chaos Mesh's selector `mode` (and its `value`): `one` pod of the target, `all`, `fixed`
+(a count), `fixed-percent` or `random-max-percent` (a percentage). A mode that leaves some pods alone is a partial
+outage: `mode: one` on a two-replica service leaves it degraded but serving.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from agent_sre.apps.catalog import PART_OF, AppSpec
-from agent_sre.faults.base import FaultContext, FaultParams, FaultType
+from agent_sre.faults.base import FaultContext, FaultError, FaultParams, FaultType, first_caller
+from agent_sre.kube.chaosmesh import mode_count
 from agent_sre.kube.client import Kube
 from agent_sre.models.tools import ToolCall
 
@@ -29,11 +34,32 @@ class ScheduledParams(FaultParams):
     schedule: str | None = Field(default=None, pattern=_SCHEDULE)
     concurrency: Literal["Forbid", "Allow"] | None = None  # the Schedule's concurrencyPolicy (default Forbid)
     history_limit: int | None = Field(default=None, ge=1, le=100)  # its historyLimit (default 5)
+    # Chaos Mesh's selector mode (None: the fault's own, `default_mode`) and its value: fixed, how many pods;
+    # fixed-percent and random-max-percent, what percentage
+    mode: Literal["one", "all", "fixed", "fixed-percent", "random-max-percent"] | None = None
+    value: int | None = None
+
+    @model_validator(mode="after")
+    def _value_fits_mode(self) -> ScheduledParams:
+        """Chaos Mesh reads `value` only for the counting modes, and refuses a count below 1 or a percentage
+        outside (0, 100]; saying so here beats an experiment that selects nothing."""
+        if self.mode in (None, "one", "all"):
+            if self.value is not None:
+                raise ValueError(f"mode {self.mode or 'the default'!r} takes no value; give mode 'fixed', "
+                                 f"'fixed-percent' or 'random-max-percent' with it")
+        elif self.value is None:
+            raise ValueError(f"mode {self.mode!r} needs a value ("
+                             f"{'a number of pods' if self.mode == 'fixed' else 'a percentage'})")
+        elif self.value < 1 or self.mode != "fixed" and self.value > 100:
+            raise ValueError(f"mode {self.mode!r}: value {self.value} is out of range (" +
+                             ("at least 1 pod)" if self.mode == "fixed" else "a percentage in 1..100)"))
+        return self
 
 
 class _ChaosFault(FaultType):
     kind = "PodChaos"
     symptom_kind = "errors"
+    default_mode = "all"
 
     def experiment_name(self, ctx: FaultContext) -> str:
         return str(ctx.params.experiment)
@@ -51,6 +77,25 @@ class _ChaosFault(FaultType):
 
     def selector(self, ctx: FaultContext) -> dict[str, Any]:
         return {"namespaces": [ctx.namespace], "labelSelectors": {"app": ctx.target}}
+
+    def scope(self, ctx: FaultContext) -> dict[str, Any]:
+        """The experiment's selector with its mode (and value)."""
+        value = {} if ctx.params.value is None else {"value": str(ctx.params.value)}
+        return {"mode": self.mode(ctx), **value, "selector": self.selector(ctx)}
+
+    def mode(self, ctx: FaultContext) -> str:
+        return str(ctx.params.mode or self.default_mode)
+
+    def validate(self, ctx: FaultContext) -> None:
+        """A mode must select a pod of the target's replicas: fixed-percent 40 of 2 pods selects none (Chaos
+        Mesh rounds down), and random-max-percent draws its percentage from 0, so it may select none."""
+        if self.mode(ctx) == "random-max-percent":
+            raise FaultError(f"fault {self.name!r}: mode 'random-max-percent' may select no pod (Chaos Mesh draws "
+                             f"the percentage from 0 to {ctx.params.value}), so the incident may not happen; use "
+                             f"'fixed' or 'fixed-percent'")
+        if mode_count(self.mode(ctx), ctx.params.value, ctx.svc.replicas) == 0:
+            raise FaultError(f"fault {self.name!r}: mode {self.mode(ctx)!r} value {ctx.params.value} selects no pod "
+                             f"of {ctx.target}'s {ctx.svc.replicas} (Chaos Mesh rounds the share down)")
 
     def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
         spec = self.spec(ctx)
@@ -87,6 +132,7 @@ class ChaosPodKill(_ChaosFault):
     alert_name = "HighErrorRate"
     severity = "warning"
     symptom_kind = "partial"
+    default_mode = "one"
 
     def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
         return {"experiment": f"{target}-pod-kill"}
@@ -96,7 +142,7 @@ class ChaosPodKill(_ChaosFault):
         return ctx.params.schedule or f"@every {ctx.params.every}"
 
     def spec(self, ctx: FaultContext) -> dict[str, Any]:
-        return {"action": "pod-kill", "mode": "one", "selector": self.selector(ctx)}
+        return {"action": "pod-kill", **self.scope(ctx)}
 
 
 class PodFailureParams(ScheduledParams):
@@ -115,8 +161,7 @@ class ChaosPodFailure(_ChaosFault):
         return {"experiment": f"{target}-pod-failure"}
 
     def spec(self, ctx: FaultContext) -> dict[str, Any]:
-        return {"action": "pod-failure", "mode": "all", "duration": ctx.params.duration,
-                "selector": self.selector(ctx)}
+        return {"action": "pod-failure", **self.scope(ctx), "duration": ctx.params.duration}
 
 
 class DelayParams(ScheduledParams):
@@ -139,7 +184,7 @@ class ChaosNetworkDelay(_ChaosFault):
         return {"experiment": f"{target}-network-delay"}
 
     def spec(self, ctx: FaultContext) -> dict[str, Any]:
-        return {"action": "delay", "mode": "all", "direction": "to", "selector": self.selector(ctx),
+        return {"action": "delay", **self.scope(ctx), "direction": "to",
                 "delay": {"latency": ctx.params.latency, "jitter": ctx.params.jitter, "correlation": "25"}}
 
 
@@ -160,7 +205,7 @@ class ChaosNetworkLoss(_ChaosFault):
         return {"experiment": f"{target}-network-loss"}
 
     def spec(self, ctx: FaultContext) -> dict[str, Any]:
-        return {"action": "loss", "mode": "all", "direction": "to", "selector": self.selector(ctx),
+        return {"action": "loss", **self.scope(ctx), "direction": "to",
                 "loss": {"loss": str(ctx.params.loss), "correlation": "25"}}
 
 
@@ -184,7 +229,7 @@ class ChaosStress(_ChaosFault):
         return {"experiment": f"{target}-cpu-stress"}
 
     def spec(self, ctx: FaultContext) -> dict[str, Any]:
-        return {"mode": "all", "selector": self.selector(ctx),
+        return {**self.scope(ctx),
                 "stressors": {"cpu": {"workers": ctx.params.workers, "load": ctx.params.load}}}
 
 
@@ -208,5 +253,86 @@ class ChaosHttpAbort(_ChaosFault):
         return {"experiment": f"{target}-http-abort"}
 
     def spec(self, ctx: FaultContext) -> dict[str, Any]:
-        return {"mode": "all", "selector": self.selector(ctx), "target": "Request", "port": ctx.svc.port,
+        return {**self.scope(ctx), "target": "Request", "port": ctx.svc.port,
                 "path": "*", "abort": True}
+
+
+class DnsParams(ScheduledParams):
+    host: str = Field(pattern=_NAME)  # the dependency whose name stops resolving
+    action: Literal["error", "random"] = "error"
+
+
+class ChaosDns(_ChaosFault):
+    name = "chaos_dns"
+    summary = "Chaos Mesh DNSChaos fails (or mis-answers) the target's lookups of a dependency (unreachable by name)"
+    fault_class = "chaos/dns"
+    modelled_on = "Chaos Mesh DNSChaos"
+    Params = DnsParams
+    kind = "DNSChaos"
+    alert_name = "HighErrorRate"
+
+    def targets(self, app: AppSpec) -> list[str]:
+        return [s.name for s in app.services if any(e.critical for e in s.deps)]
+
+    def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
+        host = next(e.callee for e in app.service(target).deps if e.critical)
+        return {"experiment": f"{target}-dns", "host": host}
+
+    def validate(self, ctx: FaultContext) -> None:
+        super().validate(ctx)
+        critical = [e.callee for e in ctx.svc.deps if e.critical]
+        if ctx.params.host not in critical:
+            raise FaultError(f"fault {self.name!r}: {ctx.target} does not depend on {ctx.params.host!r}; its "
+                             f"dependencies: {', '.join(critical)}")
+
+    def spec(self, ctx: FaultContext) -> dict[str, Any]:
+        """Patterns as one writes them for an in-cluster name: the service's FQDN and anything under it."""
+        return {"action": ctx.params.action, **self.scope(ctx),
+                "patterns": [f"{ctx.params.host}.{ctx.namespace}.svc.*"]}
+
+    def involved(self, ctx: FaultContext) -> set[str]:
+        return {ctx.target, ctx.params.host}
+
+
+class IoParams(ScheduledParams):
+    action: Literal["latency", "fault"] = "latency"
+    delay: str = Field(default="400ms", pattern=_DURATION)  # latency: added to each file operation
+    percent: int = Field(default=100, ge=1, le=100)  # the share of file operations affected
+    volume_path: str = Field(default="/var/lib/postgresql/data", pattern=r"^/[-_./a-zA-Z0-9]*$")
+
+
+class ChaosIo(_ChaosFault):
+    name = "chaos_io"
+    summary = "Chaos Mesh IOChaos slows or fails the file operations on a database's volume (slow or failing queries)"
+    fault_class = "chaos/io"
+    modelled_on = "Chaos Mesh IOChaos (latency, fault) on a stateful service's volume"
+    Params = IoParams
+    kind = "IOChaos"
+
+    def targets(self, app: AppSpec) -> list[str]:
+        return [s.name for s in app.services if s.software.runtime == "postgres"]
+
+    def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
+        return {"experiment": f"{target}-io"}
+
+    def alert_name_for(self, ctx: FaultContext) -> str:
+        return "HighLatency" if ctx.params.action == "latency" else "HighErrorRate"
+
+    def symptom_kind_for(self, ctx: FaultContext) -> str:
+        return "slow" if ctx.params.action == "latency" else "errors"
+
+    def alerted_service(self, ctx: FaultContext) -> str:
+        """A database's callers notice: their requests wait on (or fail with) its queries."""
+        return first_caller(ctx)
+
+    def validate(self, ctx: FaultContext) -> None:
+        super().validate(ctx)
+        if not ctx.svc.software.keeps_files_under(ctx.params.volume_path):
+            raise FaultError(f"fault {self.name!r}: {ctx.target} keeps its files in {ctx.svc.software.data_dir}; "
+                             f"volume_path {ctx.params.volume_path} is not on them")
+
+    def spec(self, ctx: FaultContext) -> dict[str, Any]:
+        """Every file operation under the volume (no `path` or `methods` filter); a fault returns EIO (errno 5)."""
+        effect = {"delay": ctx.params.delay} if ctx.params.action == "latency" else {"errno": 5}
+        return {"action": ctx.params.action, **self.scope(ctx), "volumePath": ctx.params.volume_path, **effect,
+                "percent": ctx.params.percent}

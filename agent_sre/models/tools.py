@@ -16,7 +16,7 @@ NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"  # an object name (DNS-1123 s
 Name = Field(pattern=NAME_PATTERN, max_length=253)
 ReadableKind = Literal["pod", "deployment", "replicaset", "service", "node", "configmap", "secret", "networkpolicy",
                        "resourcequota", "endpoints", "namespace", "horizontalpodautoscaler", "job", "cronjob"]
-ChaosKind = Literal["PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "Schedule"]
+ChaosKind = Literal["PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "DNSChaos", "IOChaos", "Schedule"]
 
 
 class Risk(IntEnum):

@@ -16,11 +16,12 @@ POD_ROW = re.compile(r"^(?P<name>[a-z0-9][-a-z0-9.]*)\s+(?P<ready>\d+/\d+)\s+(?P
 RECENT = re.compile(r"\((?:\d+s|\d+m\d*s?|\d+m)\s+ago\)")  # a restart minutes ago, not the benign one of yesterday
 # A row of `list_chaos_experiments`, not one a Schedule spawned (OWNER `schedule/x`): deleting that child does not
 # end the fault, the next tick spawns another; the Schedule's own row is the one to act on.
-CHAOS_ROW = re.compile(r"^(?P<kind>PodChaos|StressChaos|NetworkChaos|HTTPChaos|Schedule)\S*\s+(?P<name>\S+)"
-                       r"(?![^\n]*\sschedule/[-a-z0-9]+\s*$)", re.MULTILINE)
-CHAOS_SLASH = re.compile(r"(?P<kind>podchaos|stresschaos|networkchaos|httpchaos|schedule)[.\w-]*/(?P<name>[-a-z0-9]+)",
-                         re.IGNORECASE)
-CHAOS_KIND_CASE = {k.lower(): k for k in ("PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "Schedule")}
+CHAOS_ROW = re.compile(r"^(?P<kind>PodChaos|StressChaos|NetworkChaos|HTTPChaos|DNSChaos|IOChaos|Schedule)\S*\s+"
+                       r"(?P<name>\S+)(?![^\n]*\sschedule/[-a-z0-9]+\s*$)", re.MULTILINE)
+CHAOS_SLASH = re.compile(r"(?P<kind>podchaos|stresschaos|networkchaos|httpchaos|dnschaos|iochaos|schedule)[.\w-]*/"
+                         r"(?P<name>[-a-z0-9]+)", re.IGNORECASE)
+CHAOS_KIND_CASE = {k.lower(): k for k in ("PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "DNSChaos", "IOChaos",
+                                          "Schedule")}
 ROLLED_OUT = re.compile(r'deployment "[-a-z0-9.]+" successfully rolled out')
 MEMORY_LIMIT = re.compile(r"Limits:\s+(?:cpu=\S+\s+)?memory=(?P<value>\d+)(?P<unit>Ki|Mi|Gi)")
 MIB = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}

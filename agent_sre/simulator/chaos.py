@@ -2,19 +2,26 @@
 
 The custom resources are the real ones, so fault injection code targets a cluster running Chaos Mesh unchanged.
 Here an experiment acts for as long as it exists, is not paused and its `duration` has not run out; removing
-the resource ends the fault. A `Schedule` acts only through the experiments it spawns at the ticks of its cron
-schedule (`controllers/chaos.py`), as Chaos Mesh's schedule controllers do.
+the resource ends the fault. DNSChaos answers the selected pods' lookups of matching names as Chaos Mesh's DNS
+server (CoreDNS with the k8s_dns_chaos plugin) does: SERVFAIL (`error`) or a random address (`random`); the name
+looked up is the first one of the pod's search list, `<service>.<namespace>.svc.cluster.local`, which patterns
+(`*`, `?` globs; none: every name) are matched against. IOChaos acts on the file operations under `volumePath`:
+here those of a data store's data directory (the official images' VOLUME), a `percent` of them delayed or failed.
+A `Schedule` acts only through the experiments it spawns at the ticks of its cron schedule
+(`controllers/chaos.py`), as Chaos Mesh's schedule controllers do.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from agent_sre.kube.chaosmesh import GROUP, PAUSE_ANNOTATION, PLURALS
+from agent_sre.apps.images import lookup
+from agent_sre.kube.chaosmesh import GROUP, PAUSE_ANNOTATION, PLURALS, ModeError, mode_count
 from agent_sre.kube.selectors import matches
 from agent_sre.kube.times import parse_duration
 from agent_sre.simulator.cluster import Obj
@@ -91,6 +98,9 @@ class PodEffects:
     loss: float = 0.0  # fraction of packets dropped (1.0 = partitioned)
     abort: float = 0.0  # fraction of HTTP requests aborted or answered with an error
     http_delay_ms: float = 0.0
+    dns: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (action, patterns) of each DNSChaos on the pod
+    io_delay_ms: float = 0.0  # added to each file operation on the program's data
+    io_error: float = 0.0  # fraction of those operations failing (EIO)
     experiments: list[str] = field(default_factory=list)
 
 
@@ -163,23 +173,16 @@ def select(exp: Experiment, pods: Iterable[Obj], selector: Obj | None = None, mo
                 label_sel, meta.get("labels")):
             continue
         chosen.append(pod)
-    # Chaos Mesh picks at random; here the pick is a stable hash of the experiment and pod names.
+    # Chaos Mesh picks at random; here the pick (and random-max-percent's percentage) is a stable hash of the
+    # experiment and pod names.
     chosen.sort(key=lambda p: hashlib.blake2b(f"{exp.namespace}/{exp.name}/-1/{p['metadata']['name']}"
                                               .encode(), digest_size=8).digest())
-    n = len(chosen)
-    if mode == "all" or n == 0:
-        return chosen
-    if mode == "one":
-        return chosen[:1]
+    draw = int.from_bytes(hashlib.blake2b(f"{exp.namespace}/{exp.name}/percent".encode(), digest_size=8).digest(),
+                          "big") / 2 ** 64
     try:
-        number = float(str(value))
-    except ValueError:
-        return chosen[:1]
-    if mode == "fixed":
-        return chosen[:max(0, int(number))]
-    if mode in ("fixed-percent", "random-max-percent"):
-        return chosen[:max(1, math.floor(n * number / 100.0))]
-    return chosen[:1]
+        return chosen[:mode_count(mode, value, len(chosen), draw)]
+    except ModeError:
+        return []  # Chaos Mesh fails the selection: nothing is injected
 
 
 def apply(exp: Experiment, pods: list[Obj], effects: dict[tuple[str, str], PodEffects]) -> list[Obj]:
@@ -232,6 +235,22 @@ def apply(exp: Experiment, pods: list[Obj], effects: dict[tuple[str, str], PodEf
             if memory:
                 fx.memory_bytes += int(memory.get("workers", 1)) * _quantity_bytes(memory.get("size", "256MB"))
         return selected
+    if exp.kind == "DNSChaos":
+        entry = (str(spec.get("action", "error")), tuple(str(p) for p in spec.get("patterns") or ()))
+        for pod in selected:
+            fx = on(pod)
+            fx.dns = (*fx.dns, entry)
+        return selected
+    if exp.kind == "IOChaos":
+        acted = [pod for pod in selected if _on_data(pod, str(spec.get("volumePath", "")))]
+        share = _percent(spec.get("percent", 100))
+        for pod in acted:
+            fx = on(pod)
+            if spec.get("action") == "latency":
+                fx.io_delay_ms += (parse_duration(spec.get("delay")) or 0.0) * 1000 * share
+            elif spec.get("action") == "fault":
+                fx.io_error = 1 - (1 - fx.io_error) * (1 - share)
+        return acted
     if exp.kind == "HTTPChaos":
         share = 1.0 if spec.get("path") in (None, "", "*", "/*") else 0.5
         for pod in selected:
@@ -241,3 +260,20 @@ def apply(exp: Experiment, pods: list[Obj], effects: dict[tuple[str, str], PodEf
             fx.http_delay_ms += (parse_duration(spec.get("delay")) or 0.0) * 1000 * share
         return selected
     return selected
+
+
+def _on_data(pod: Obj, volume_path: str) -> bool:
+    """Whether the program's data directory lies under `volume_path` (or holds it): the files IOChaos acts on."""
+    return volume_path.startswith("/") and any(
+        sw is not None and sw.keeps_files_under(volume_path)
+        for sw, _ in (lookup(c.get("image", "")) for c in pod["spec"].get("containers") or []))
+
+
+def resolves(dns: Iterable[tuple[str, tuple[str, ...]]], name: str, namespace: str) -> str:
+    """What a pod under these DNSChaos answers gets for service `name`: "" (the real address), "error" (SERVFAIL)
+    or "random" (a random address). The resolver asks for the search list's first name, the service's FQDN."""
+    fqdn = f"{name}.{namespace}.svc.cluster.local"
+    for action, patterns in dns:
+        if not patterns or any(fnmatch.fnmatchcase(fqdn, p.rstrip(".")) for p in patterns):
+            return action
+    return ""

@@ -26,8 +26,9 @@ REQUEST_EVERY_S = 7.0
 NOISE_SHARE = 0.04
 # (callee, calls per request, error ratio of the calls, what the client reports, p99 of the call, critical, since)
 FailingEdge = tuple[str, float, float, str, float, bool, float]
-# (database user whose clients fail to authenticate, since)
-Inbound = tuple[str, float]
+# what a data store's own requests run into, since when: ("auth", database user whose clients fail to authenticate,
+# since) or ("eio", share of file operations failing, since) under IOChaos
+Inbound = tuple[str, str, float]
 _QUARTERS = struct.Struct(">4Q")  # a 32-byte digest as four big-endian 64-bit numbers
 HANG_EVERY_S = 2.0  # a hung container repeats what it waits for
 Timed = list[tuple[float, str]]  # (when the line was written, the line)
@@ -130,9 +131,16 @@ def _failed(sw: Software, method: str, url: str, callee: str, error: str, millis
 
 
 def _periodic(sw: Software, ts: float, inbound: Sequence[Inbound]) -> list[str]:
-    """What a data store prints in steady state (and the authentication failures its clients cause)."""
+    """What a data store prints in steady state (and the authentication failures its clients cause, and the file
+    operations IOChaos fails: PostgreSQL reports each failed read or write as an ERROR of the query)."""
     if sw.runtime == "postgres":
-        users = [user for user, since in inbound if ts >= since]
+        eio = max((float(share) for what, share, since in inbound if what == "eio" and ts >= since), default=0.0)
+        if eio and _fraction(ts, "eio") < min(0.9, 0.3 + eio):
+            if _fraction(ts, "op") < 0.7:
+                return ['ERROR:  could not read block 7 in file "base/16384/16397": Input/output error']
+            return [f'ERROR:  could not write to file "pg_wal/xlogtemp.{int(_fraction(ts) * 900) + 60}": '
+                    f'Input/output error']
+        users = [user for what, user, since in inbound if what == "auth" and ts >= since]
         if users and _fraction(ts, "auth") < 0.7:
             user = users[int(_fraction(ts, "who") * len(users))]
             return [f'FATAL:  password authentication failed for user "{user}"',

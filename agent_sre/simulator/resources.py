@@ -51,6 +51,8 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
     ResourceType(CHAOS_GROUP, "v1alpha1", "stresschaos", "StressChaos"),
     ResourceType(CHAOS_GROUP, "v1alpha1", "networkchaos", "NetworkChaos"),
     ResourceType(CHAOS_GROUP, "v1alpha1", "httpchaos", "HTTPChaos"),
+    ResourceType(CHAOS_GROUP, "v1alpha1", "dnschaos", "DNSChaos"),
+    ResourceType(CHAOS_GROUP, "v1alpha1", "iochaos", "IOChaos"),
     ResourceType(CHAOS_GROUP, "v1alpha1", "schedules", "Schedule"),
 )
 

@@ -2,7 +2,8 @@
 
 Traffic enters at each app's entry service and fans out along the dependency graph (`apps.Edge`). A call fails
 when the callee cannot be reached (no ready endpoints, a Service port or targetPort nobody listens on, a
-NetworkPolicy dropping the caller's packets, Chaos Mesh loss) or when the callee's own requests fail; failures
+NetworkPolicy dropping the caller's packets, Chaos Mesh loss, its name not resolving under DNSChaos) or when the
+callee's own requests fail (IOChaos failing a data store's file operations); failures
 of critical dependencies fail the caller's request, so errors and latency climb the graph towards the users.
 Signals are seen from the clients' side, as a service mesh or an ingress would report them.
 
@@ -11,6 +12,7 @@ Signals are seen from the clients' side, as a service mesh or an ingress would r
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -22,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from agent_sre.apps import traffic
 from agent_sre.apps.software import Outcome
 from agent_sre.kube.netpol import blocking_policy
+from agent_sre.simulator.chaos import resolves
 from agent_sre.simulator.cluster import Cluster, Obj
 
 if TYPE_CHECKING:
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
 BASE_ERROR_RATIO = 0.0008
 CLIENT_TIMEOUT_S = 5.0  # what callers wait for a connection whose packets are dropped
 SOFT_DEPENDENCY_TIMEOUT_S = 0.3  # optional calls (recommendations, notifications) are cut short
+IO_OPS_PER_QUERY = 3  # a data store's request waits on this many file operations (a read, the log write, its sync)
 
 
 @dataclass(frozen=True)
@@ -74,10 +78,12 @@ class _Backend:
     loss: float = 0.0
     delay_s: float = 0.0
     cpu_factor: float = 1.0
+    io_error: float = 0.0  # share of requests failing on a file operation (IOChaos fault)
+    io_delay_s: float = 0.0  # added to each file operation (IOChaos latency)
 
-    def key(self) -> tuple[float, str, int, str, float, float, float, float]:
+    def key(self) -> tuple[float, str, int, str, float, float, float, float, float, float]:
         return (self.reachable, self.failure, self.serving, self.ip, self.abort, self.loss, self.delay_s,
-                self.cpu_factor)
+                self.cpu_factor, self.io_error, self.io_delay_s)
 
 
 def _combine(*ratios: float) -> float:
@@ -118,26 +124,57 @@ def _backend(cluster: Cluster, ns: str, svc: ServiceSpec, pods: Mapping[tuple[st
                 backend.loss += fx.loss
                 backend.delay_s = max(backend.delay_s, (fx.delay_ms + fx.http_delay_ms) / 1000.0)
                 backend.cpu_factor = max(backend.cpu_factor, 1.0 + fx.cpu_millicores / 1000.0)
+                backend.io_error += fx.io_error
+                backend.io_delay_s = max(backend.io_delay_s, fx.io_delay_ms / 1000.0)
     if listening:
         backend.abort /= listening
         backend.loss /= listening
+        backend.io_error /= listening
     backend.serving = listening
     backend.reachable = listening / ready if ready else 0.0
     return backend
 
 
-# (pod, app of the pod, packet loss, delay ms) of each pod of the namespace that chaos acts on, in effects order
-CallerEffects = tuple[tuple[str, str | None, float, float], ...]
+# (pod, app of the pod, packet loss, delay ms, DNSChaos (action, patterns)) of each pod of the namespace that chaos
+# acts on, in effects order
+CallerEffects = tuple[tuple[str, str | None, float, float, tuple[tuple[str, tuple[str, ...]], ...]], ...]
 
 
-def _caller_effects(caller: str, chaos: CallerEffects) -> tuple[float, float]:
-    """(loss, delay seconds) that chaos on the caller's own pods adds to its outgoing calls."""
-    loss = delay = 0.0
-    mine = [(fx_loss, fx_delay) for _, app, fx_loss, fx_delay in chaos if app == caller]
+def _caller_effects(caller: str, callee: str, ns: str, chaos: CallerEffects) -> tuple[float, float, float, str]:
+    """(loss, delay seconds, share of lookups of `callee` failing, how: "error" or "random") that chaos on the
+    caller's own pods adds to its calls to `callee`."""
+    loss = delay = unresolved = 0.0
+    how = ""
+    mine = [(fx_loss, fx_delay, dns) for _, app, fx_loss, fx_delay, dns in chaos if app == caller]
     if mine:
-        loss = sum(fx_loss for fx_loss, _ in mine) / len(mine)
-        delay = max(fx_delay for _, fx_delay in mine) / 1000.0
-    return loss, delay
+        loss = sum(fx_loss for fx_loss, _, _ in mine) / len(mine)
+        delay = max(fx_delay for _, fx_delay, _ in mine) / 1000.0
+        answers = [resolves(dns, callee, ns) for _, _, dns in mine]
+        unresolved = sum(1 for a in answers if a) / len(mine)
+        how = "error" if "error" in answers else "random" if "random" in answers else ""
+    return loss, delay, unresolved, how
+
+
+def _lookup_failure(caller: ServiceSpec, callee: ServiceSpec, how: str) -> str:
+    """What the caller's client library reports when DNSChaos answers its lookup of `callee`: SERVFAIL (`error`),
+    or a random address (`random`) the connection to which times out."""
+    runtime, name = caller.software.runtime, callee.name
+    if how == "error":
+        return {"node": f"getaddrinfo EAI_AGAIN {name}", "python": "[Errno -3] Temporary failure in name resolution",
+                "java": f"java.net.UnknownHostException: {name}: Temporary failure in name resolution"}.get(
+            runtime, f"dial tcp: lookup {name} on 10.96.0.10:53: server misbehaving")
+    digest = hashlib.blake2b(f"{caller.name}/{name}".encode(), digest_size=4).digest()
+    address = f"{digest[0] % 223 + 1}.{digest[1]}.{digest[2]}.{digest[3] % 254 + 1}:{callee.port}"
+    return {"node": f"connect ETIMEDOUT {address}", "python": "[Errno 110] Connection timed out",
+            "java": "java.net.SocketTimeoutException: Connect timed out"}.get(
+        runtime, f"dial tcp {address}: i/o timeout")
+
+
+def _io_failure(callee: ServiceSpec) -> str:
+    """What a client reads back when the data store failed a file operation (EIO) while serving it."""
+    if callee.software.runtime == "postgres":
+        return 'pq: could not read block 7 in file "base/16384/16397": Input/output error'
+    return f"{callee.name}: Input/output error"
 
 
 class _Inputs:
@@ -185,7 +222,8 @@ def compute(cluster: Cluster, effects: Mapping[tuple[str, str], PodEffects],
     for ns, instance in cluster.model.get("apps", {}).items():
         app: AppSpec = instance.spec
         ns_obj = cluster.get("namespaces", "", ns) or {"metadata": {}}
-        chaos = tuple((key[1], apps_of.get(key), fx.loss, fx.delay_ms) for key, fx in effects.items() if key[0] == ns)
+        chaos = tuple((key[1], apps_of.get(key), fx.loss, fx.delay_ms, fx.dns) for key, fx in effects.items()
+                      if key[0] == ns)
         loadgen = cluster.get("configmaps", traffic.LOADGEN_NAMESPACE, ns) if surges else None
         part = _namespace_signals(_Inputs(
             app, ns, {s.name: _backend(cluster, ns, s, pods, effects) for s in app.topological()},
@@ -226,8 +264,9 @@ def _namespace_signals(inputs: _Inputs) -> _NamespaceSignals:
         out.load[(ns, s.name)] = share * s.replicas / backend.serving if backend.serving else 0.0
         overload = 1.0 - 1.0 / utilisation if utilisation > 1.0 else 0.0
         slowdown = 1.0 if utilisation < 0.7 else 1.0 + min(20.0, (utilisation - 0.7) * 10.0)
-        own_p99 = sw.p99_ms / 1000.0 * slowdown * backend.cpu_factor + backend.delay_s
-        failures, dep_latency = [BASE_ERROR_RATIO, overload, backend.abort], 0.0
+        own_p99 = sw.p99_ms / 1000.0 * slowdown * backend.cpu_factor + backend.delay_s + \
+            IO_OPS_PER_QUERY * backend.io_delay_s
+        failures, dep_latency = [BASE_ERROR_RATIO, overload, backend.abort, backend.io_error], 0.0
         failing: list[tuple[str, float, float, str, float, bool]] = []
         for edge in s.deps:
             callee = app.service(edge.callee)
@@ -278,14 +317,18 @@ def _edge(ns: str, caller: ServiceSpec, callee: ServiceSpec, backend: _Backend, 
                                            ns_labels, callee.port, "http" if callee.probe == "http" else callee.name)
     if blocked and backend.serving:
         return EdgeHealth(1.0, CLIENT_TIMEOUT_S, f"dial tcp {backend.ip}:{callee.port}: i/o timeout")
-    caller_loss, caller_delay = _caller_effects(caller.name, chaos)
+    caller_loss, caller_delay, unresolved, how = _caller_effects(caller.name, callee.name, ns, chaos)
     loss = _combine(backend.loss, caller_loss)
     loss_error = min(1.0, loss ** 1.5) if loss < 1.0 else 1.0
     unreachable = 1.0 - backend.reachable
-    error = _combine(unreachable, loss_error, callee_error)
+    error = _combine(unreachable, loss_error, callee_error, unresolved)
     latency = callee_p99 + caller_delay
     if loss >= 0.01:
         latency = CLIENT_TIMEOUT_S if loss_error >= 0.01 else latency + 0.2
+    if how == "random" and unresolved >= 0.01:  # connecting to a random address: the dial times out
+        latency = CLIENT_TIMEOUT_S
+    if unresolved >= max(unreachable, loss_error, callee_error, 0.01):
+        return EdgeHealth(round(error, 4), round(latency, 4), _lookup_failure(caller, callee, how))
     if unreachable >= 0.999:
         return EdgeHealth(1.0, 0.002, backend.failure)
     if loss_error >= max(unreachable, callee_error, 0.01):
@@ -294,6 +337,8 @@ def _edge(ns: str, caller: ServiceSpec, callee: ServiceSpec, backend: _Backend, 
         failure = backend.failure
     elif backend.abort >= 0.01 and backend.abort >= callee_error * 0.5:
         failure = f'Post "http://{callee.name}:{callee.port}/": EOF'
+    elif backend.io_error >= 0.01 and backend.io_error >= callee_error * 0.5:
+        failure = _io_failure(callee)
     elif callee_error >= 0.01:
         failure = f"{callee.name} responded 503 Service Unavailable"
     else:

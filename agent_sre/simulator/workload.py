@@ -204,7 +204,7 @@ def _signals(p: Pass) -> signals.Computed:
               for o in p.c.list("configmaps", traffic.LOADGEN_NAMESPACE))  # the load generator's settings
     key = (objects,
            tuple(sorted((k, fx.failure, fx.cpu_millicores, fx.memory_bytes, fx.delay_ms, fx.loss, fx.abort,
-                         fx.http_delay_ms) for k, fx in p.effects.items())),
+                         fx.http_delay_ms, fx.dns, fx.io_delay_ms, fx.io_error) for k, fx in p.effects.items())),
            tuple(sorted(k for k, ps in p.st.pods.items()
                         if any(signals.fails_to_log_in(r.outcome) for r in ps.runs.values()))),
            tuple(p.c.model.get("apps", {})))

@@ -52,7 +52,8 @@ _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]+$")  # printable ASCII: it travels 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 PATCHABLE = frozenset({"deployment", "service", "configmap", "secret", "networkpolicy", "resourcequota", "node"})
-DELETABLE = frozenset({"pod", "networkpolicy", "PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "Schedule"})
+DELETABLE = frozenset({"pod", "networkpolicy", "PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "DNSChaos",
+                       "IOChaos", "Schedule"})
 JSON_PATCH_OPS = frozenset({"add", "remove", "replace", "test"})
 
 Path = tuple[str, ...]

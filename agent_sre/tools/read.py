@@ -23,7 +23,7 @@ from agent_sre.tools.status import pod_ready, pod_restarts, pod_status, rollout_
 
 REVISION = "deployment.kubernetes.io/revision"
 CHANGE_CAUSE = "kubernetes.io/change-cause"
-CHAOS_KINDS = ("PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "Schedule")
+CHAOS_KINDS = ("PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "DNSChaos", "IOChaos", "Schedule")
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
@@ -293,6 +293,11 @@ def _chaos_action(kind: str, spec: Obj) -> str:
     if kind == "HTTPChaos":
         effects = [k for k in ("abort", "delay", "replace", "patch") if spec.get(k) not in (None, False)]
         return f"http {spec.get('target', 'Request')} {','.join(effects)}"
+    if kind == "DNSChaos":  # no patterns: every name the pods look up
+        return f"dns {spec.get('action', '?')} {','.join(spec.get('patterns') or ['*'])}"
+    if kind == "IOChaos":
+        what = f"errno {spec.get('errno', '?')}" if spec.get("action") == "fault" else spec.get("delay", "?")
+        return f"io {spec.get('action', '?')} {what} {spec.get('percent', 100)}% on {spec.get('volumePath', '?')}"
     return str(spec.get("action", "?"))
 
 

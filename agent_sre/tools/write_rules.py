@@ -25,7 +25,7 @@ Finding = WriteFinding
 
 RESTART_ANNOTATION = "kubectl.kubernetes.io/restartedAt"
 TEMPLATE_HASH_LABEL = "pod-template-hash"
-CHAOS_KINDS = frozenset({"PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "Schedule"})
+CHAOS_KINDS = frozenset({"PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "DNSChaos", "IOChaos", "Schedule"})
 DEFAULT_MAX_REPLICAS = 20
 _HOST_PORT = re.compile(r"^([A-Za-z0-9.-]+):[0-9]{1,5}$")
 _DOTTED_NAME = re.compile(r"^(?=.*[A-Za-z][A-Za-z0-9-]*\.?$)[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+\.?$")  # `name.` too

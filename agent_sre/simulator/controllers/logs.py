@@ -10,8 +10,9 @@ from agent_sre.simulator.controllers.context import Pass
 
 
 def failing_since(p: Pass, computed: signals.Computed) -> tuple[dict[Any, Any], dict[Any, Any]]:
-    """The failing calls and database logins per service, each with the moment it started failing (logs
-    show errors from then on), tracked at every pass so a clock jump does not move the onset."""
+    """The failing calls and database logins per service and the failing file operations per pod (IOChaos), each
+    with the moment it started failing (logs show errors from then on), tracked at every pass so a clock jump does
+    not move the onset."""
     seen: set[tuple[str, ...]] = set()
 
     def since(*key: str) -> float:
@@ -21,8 +22,10 @@ def failing_since(p: Pass, computed: signals.Computed) -> tuple[dict[Any, Any], 
     failing = {(ns, caller): tuple((callee, calls, ratio, why, p99, critical, since(ns, caller, callee, why))
                                    for callee, calls, ratio, why, p99, critical in edges)
                for (ns, caller), edges in computed.failing_edges.items()}
-    inbound = {(ns, db): tuple((user, since(ns, db, "auth", user)) for user in users)
+    inbound = {(ns, db): tuple(("auth", user, since(ns, db, "auth", user)) for user in users)
                for (ns, db), users in computed.auth_failures.items()}
+    inbound |= {key: (("eio", f"{fx.io_error:.2f}", since(*key, "eio", f"{fx.io_error:.2f}")),)
+                for key, fx in p.effects.items() if fx.io_error}
     p.st.failing_since = {k: v for k, v in p.st.failing_since.items() if k in seen}
     return failing, inbound
 
@@ -33,7 +36,7 @@ def write(p: Pass, failing: dict[Any, Any], inbound: dict[Any, Any]) -> None:
         if pod is None:
             continue
         app = (pod["metadata"].get("labels") or {}).get("app", "")
-        edges, users = failing.get((ns, app), ()), inbound.get((ns, app), ())
+        edges, users = failing.get((ns, app), ()), inbound.get((ns, app), ()) + inbound.get((ns, name), ())
         served = received.of(p.c, ns, name)  # requests sent through the API's proxy: the program logs them
         key = (tuple((k, r.since, r.restarts_before, r.outcome.kind) for k, r in ps.runs.items()),
                ps.failure_since, edges, users, served)
