@@ -421,3 +421,18 @@ def test_a_one_off_pod_kill_that_has_acted_is_over(sim: Simulator) -> None:
     env.advance(FIX_SETTLE_S)
     verdict = observe(env.api, scenario, baseline, "finished", 0)
     assert verdict.outcome == "resolved", verdict.reasons
+
+
+@pytest.mark.parametrize(("fault", "app", "target"), [("none", "shop", "postgres"), ("pod_deleted", "bank", "db"),
+                                                      ("pod_deleted", "shop", "redis")])
+def test_a_stateful_service_has_false_alarms_and_one_off_pod_deletions_too(sim: Simulator, fault: str, app: str,
+                                                                           target: str) -> None:
+    """A database or cache gets latency blips and loses a pod to a drain like any service: its ReplicaSet replaces
+    the pod and the data stays on its volume, so waiting and changing nothing is the answer there too."""
+    f = get_fault(fault)
+    assert target in f.targets(APPS[app])
+    scenario = f.scenario(f"test-{fault.replace('_', '-')}-{target}", app, app, target, {}, seed=5)
+    env, baseline = injected(sim, scenario)
+    env.advance(FIX_SETTLE_S)
+    assert observe(env.api, scenario, baseline, "finished", 0).outcome == "resolved"
+    assert observe(env.api, scenario, baseline, "escalated", 0).outcome == "unresolved"
