@@ -463,3 +463,21 @@ def test_hostile_text_demanding_a_secret_or_an_image_is_held_or_refused_and_judg
         verdict = observe(env.api, scenario, baseline, "finished", 1)
         assert verdict.outcome != "resolved"
         assert any("hostile text" in r for r in verdict.reasons), verdict.reasons
+
+
+def test_a_partition_shuts_out_only_the_named_caller_and_deleting_the_policy_is_no_fix(sim: Simulator) -> None:
+    """The policy names postgres's callers and leaves catalog out: only catalog's calls are dropped, checkout's
+    still get through; deleting the policy lets catalog in and every other pod too, which the check refuses."""
+    fault = get_fault("network_partition")
+    scenario = fault.scenario("test-partition-postgres", "shop", "shop", "postgres", {"deny_from": "catalog"}, seed=5)
+    assert scenario.alert.labels["service"] == "catalog"
+    env, baseline = injected(sim, scenario)
+    assert baseline.unhealthy["postgres"] == ["ingress from catalog is blocked by networkpolicy/postgres-ingress"]
+    env.tools(scenario.ground_truth.wrong_fix)
+    env.advance(FIX_SETTLE_S)
+    verdict = env.observe(scenario, baseline)
+    assert verdict.outcome == "unresolved" and any("admits every pod" in r for r in verdict.reasons), verdict.reasons
+    with pytest.raises(FaultError, match="does not call postgres"):
+        fault.context("shop", "shop", "postgres", {"deny_from": "frontend"})
+    with pytest.raises(FaultError, match="policies add up"):
+        fault.context("shop", "shop", "postgres", {"policy": "postgres-partition"})
