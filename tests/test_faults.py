@@ -473,6 +473,9 @@ def test_a_partition_shuts_out_only_the_named_caller_and_deleting_the_policy_is_
     assert scenario.alert.labels["service"] == "catalog"
     env, baseline = injected(sim, scenario)
     assert baseline.unhealthy["postgres"] == ["ingress from catalog is blocked by networkpolicy/postgres-ingress"]
+    fix = scenario.ground_truth.fix[0]
+    held = execute(fix, ToolContext(api=env.api, namespace=env.ns, idempotency_key="partition", approved=False))
+    assert held.needs_approval is not None  # the write rules hold a policy that lets more in for a human
     env.tools(scenario.ground_truth.wrong_fix)
     env.advance(FIX_SETTLE_S)
     verdict = env.observe(scenario, baseline)
