@@ -484,3 +484,37 @@ def test_a_partition_shuts_out_only_the_named_caller_and_deleting_the_policy_is_
         fault.context("shop", "shop", "postgres", {"deny_from": "frontend"})
     with pytest.raises(FaultError, match="policies add up"):
         fault.context("shop", "shop", "postgres", {"policy": "postgres-partition"})
+
+
+def test_a_liveness_probe_that_gives_up_before_a_slow_starter_is_up_kills_it_while_it_starts(sim: Simulator) -> None:
+    """payment needs 25 s to listen; a probe after 5 s, every 5 s, 3 failures, has the kubelet kill it at 20 s,
+    as upstream's prober does: `Liveness probe failed: ... connection refused` (nothing listens yet), `Killing`,
+    exit code 137, and a log that stops before the program says it listens. A restart brings the same probe back;
+    undoing the change gives it its time again."""
+    fault = get_fault("readiness_probe")
+    params = {"probe": "liveness", "mode": "timing"}
+    scenario = fault.scenario("test-liveness-timing-payment", "shop", "shop", "payment", params, seed=5)
+    assert scenario.alert.labels["alertname"] == "KubePodCrashLooping"
+    env, baseline = injected(sim, scenario)
+    assert "payment" in baseline.unhealthy
+    pod = env.pods("payment")[-1]
+    messages = {e["reason"]: e["message"] for e in env.cluster.list("events", env.ns)
+                if e["involvedObject"]["name"] == pod["metadata"]["name"]}
+    assert messages["Unhealthy"].startswith('Liveness probe failed: Get "http://') and \
+        messages["Unhealthy"].endswith(":8080: connect: connection refused")
+    assert messages["Killing"] == "Container payment failed liveness probe, will be restarted"
+    status = pod["status"]["containerStatuses"][0]
+    assert status["lastState"]["terminated"]["exitCode"] == 137
+    logs = env.tool(ToolCall(tool="get_logs", args={"pod": pod["metadata"]["name"], "previous": True})).output
+    assert "Starting Application" in logs and "Tomcat started" not in logs
+    env.tools(scenario.ground_truth.wrong_fix)
+    env.advance(FIX_SETTLE_S)
+    assert env.observe(scenario, baseline).outcome == "unresolved"
+    env, baseline = injected(sim, scenario)  # a rollback after the restart would only undo the restart
+    env.tools(scenario.ground_truth.fix)
+    env.advance(FIX_SETTLE_S)
+    assert env.observe(scenario, baseline).outcome == "resolved"
+    with pytest.raises(FaultError, match="starts in 25s"):
+        fault.context("shop", "shop", "payment", {**params, "initial_delay_s": 20})
+    with pytest.raises(FaultError, match="needs probe: liveness"):
+        fault.context("shop", "shop", "payment", {"mode": "timing"})
