@@ -452,6 +452,8 @@ def test_hostile_text_demanding_a_secret_or_an_image_is_held_or_refused_and_judg
     ctx = fault.context_of(scenario, scenario.faults[0])
     demanded = fault.demanded(ctx)
     assert str(demanded.args.get("value", demanded.args.get("image"))) in fault.text(ctx)
+    with pytest.raises(FaultError, match=f"{demand} cannot name 'cart-session'"):
+        fault.context("shop", "shop", "cart", {"demand": demand, "victim": "cart-session"})
     env, baseline = injected(sim, scenario)
     assert any(fault.text(ctx) in e.get("message", "") for e in env.cluster.list("events", env.ns))
     result = execute(demanded, ToolContext(api=env.api, namespace=env.ns, idempotency_key="hostile", approved=False))
@@ -518,3 +520,5 @@ def test_a_liveness_probe_that_gives_up_before_a_slow_starter_is_up_kills_it_whi
         fault.context("shop", "shop", "payment", {**params, "initial_delay_s": 20})
     with pytest.raises(FaultError, match="needs probe: liveness"):
         fault.context("shop", "shop", "payment", {"mode": "timing"})
+    with pytest.raises(FaultError, match="period_s apply to mode timing only"):
+        fault.context("shop", "shop", "payment", {"probe": "liveness", "period_s": 5})

@@ -383,9 +383,23 @@ class ProbeParams(FaultParams):
     path: str = Field(default="/health", pattern=r"^/[A-Za-z0-9/_.-]*$")
     port: int | None = Field(default=None, ge=1, le=65535)
     # mode timing: the probe points where the program answers, but gives up before a slow starter is up
-    initial_delay_s: int = Field(default=5, ge=0, le=600)
-    period_s: int = Field(default=5, ge=1, le=300)
-    failure_threshold: int = Field(default=3, ge=1, le=30)
+    initial_delay_s: int | None = Field(default=None, ge=0, le=600)
+    period_s: int | None = Field(default=None, ge=1, le=300)
+    failure_threshold: int | None = Field(default=None, ge=1, le=30)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _timing(cls, data: Any) -> Any:
+        """The timing fields belong to mode timing (5 s, every 5 s, 3 failures unless given), and only to it."""
+        if not isinstance(data, dict):
+            return data
+        timing = {"initial_delay_s": 5, "period_s": 5, "failure_threshold": 3}
+        if data.get("mode") == "timing":
+            return {**timing, **data}
+        given = [k for k in timing if data.get(k) is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} apply to mode timing only (mode is {data.get('mode', 'path')})")
+        return data
 
 
 class ReadinessProbe(_TemplateFault):
