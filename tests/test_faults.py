@@ -522,3 +522,22 @@ def test_a_liveness_probe_that_gives_up_before_a_slow_starter_is_up_kills_it_whi
         fault.context("shop", "shop", "payment", {"mode": "timing"})
     with pytest.raises(FaultError, match="period_s apply to mode timing only"):
         fault.context("shop", "shop", "payment", {"probe": "liveness", "period_s": 5})
+
+
+def test_a_probe_that_connects_to_a_tcp_port_breaks_on_the_port_it_dials(sim: Simulator) -> None:
+    """redis is probed by a TCP connect (no path): pointed at a port it does not listen on, the kubelet reports
+    `Readiness probe failed: dial tcp IP:PORT: connect: connection refused` and its endpoints empty."""
+    fault = get_fault("readiness_probe")
+    assert "redis" in fault.targets(APPS["shop"]) and "postgres" not in fault.targets(APPS["shop"])
+    with pytest.raises(FaultError, match="ask for no path"):
+        fault.context("shop", "shop", "redis", {"mode": "path"})
+    scenario = fault.scenario("test-readiness-tcp-redis", "shop", "shop", "redis", {"mode": "port", "port": 6380},
+                              seed=5)
+    env, baseline = injected(sim, scenario)
+    assert "redis" in baseline.unhealthy
+    assert any(e["reason"] == "Unhealthy" and e["message"].startswith("Readiness probe failed: dial tcp ")
+               and e["message"].endswith(":6380: connect: connection refused")
+               for e in env.cluster.list("events", env.ns))
+    env.tools(scenario.ground_truth.fix)
+    env.advance(FIX_SETTLE_S)
+    assert env.observe(scenario, baseline).outcome == "resolved"

@@ -411,13 +411,17 @@ class ReadinessProbe(_TemplateFault):
     Params = ProbeParams
 
     def targets(self, app: AppSpec) -> list[str]:
-        return [s.name for s in app.services if s.probe == "http"]
+        """Services probed over the network (an HTTP GET or a TCP connect): an exec probe runs a command instead."""
+        return [s.name for s in app.services if s.probe in ("http", "tcp")]
 
     def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
         return {"port": app.service(target).port + 1}
 
     def validate(self, ctx: FaultContext) -> None:
         p = ctx.params
+        if ctx.svc.probe == "tcp" and p.mode == "path":
+            raise FaultError(f"{ctx.target}'s probes connect to a TCP port and ask for no path: use mode port or "
+                             f"timing")
         if p.mode == "path" and p.path in ctx.svc.software.routes:
             raise FaultError(f"{ctx.target} answers on {p.path}; pick a path it does not serve")
         if p.mode == "port" and p.port == ctx.svc.port:
@@ -450,6 +454,8 @@ class ReadinessProbe(_TemplateFault):
         if p.mode == "timing":
             return {"livenessProbe": {"initialDelaySeconds": p.initial_delay_s, "periodSeconds": p.period_s,
                                       "failureThreshold": p.failure_threshold}}
+        if ctx.svc.probe == "tcp":
+            return {f"{p.probe}Probe": {"tcpSocket": {"port": p.port}}}
         get = {"path": p.path} if p.mode == "path" else {"port": p.port}
         return {f"{p.probe}Probe": {"httpGet": get}}
 
@@ -457,6 +463,8 @@ class ReadinessProbe(_TemplateFault):
         if ctx.params.mode == "timing":
             own = container_spec(ctx.svc)["livenessProbe"]
             return {"livenessProbe": {k: own[k] for k in ("initialDelaySeconds", "periodSeconds", "failureThreshold")}}
+        if ctx.svc.probe == "tcp":
+            return {f"{ctx.params.probe}Probe": {"tcpSocket": {"port": ctx.svc.port}}}
         path = "/ready" if ctx.params.probe == "readiness" else "/healthz"
         return {f"{ctx.params.probe}Probe": {"httpGet": {"path": path, "port": ctx.svc.port}}}
 
