@@ -44,7 +44,7 @@ def episodes(simulator: Simulator) -> dict[str, Trajectory]:
 
 
 def test_every_family_is_resolved_and_verified(episodes: dict[str, Trajectory]) -> None:
-    assert len(episodes) == 35
+    assert len(episodes) == 36
     failed = {fault: (t.verdict.outcome if t.verdict else None, t.termination) for fault, t in episodes.items()
               if not verified(t)}
     assert not failed, failed
@@ -74,6 +74,10 @@ def _rule_derived(call: ToolCall, read: str) -> bool:
         pods = re.finditer(r"^(\S+)\s+(\d+)m\s", read, re.MULTILINE)
         usage = sum(int(m[2]) for m in pods if m[1].startswith(f"{call.args['deployment']}-"))
         return request is not None and call.args["replicas"] == math.ceil(usage / (int(request[1]) * 0.7) - 1e-9)
+    if call.tool == "patch" and call.args.get("kind") == "networkpolicy":  # the caller appended to the policy's
+        ops = call.args["patch"]  # `app In` list, at the path the object read shows
+        return isinstance(ops, list) and all(op["op"] == "add" and op["path"].endswith("/values/-")
+                                             and op["value"] in read for op in ops) and str(call.args["name"]) in read
     if call.tool == "patch_quota":  # room for every pod running now, twice over
         used = re.search(r"used: pods=(\d+)", read)
         return used is not None and call.args["hard"] == {"pods": str(2 * int(used[1]))}

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from agent_sre.apps.catalog import NODE_ALLOCATABLE_CPU, NODES, AppSpec, ServiceSpec, run_context
-from agent_sre.apps.manifests import deployment
+from agent_sre.apps.manifests import container_spec, deployment
 from agent_sre.apps.software import check_value, effective_argv
 from agent_sre.faults.base import FaultContext, FaultError, FaultParams, RolloutFault, restart_cause
 from agent_sre.faults.platform import QUOTA
@@ -379,9 +379,27 @@ class NodeSelectorMissing(RolloutFault):
 
 class ProbeParams(FaultParams):
     probe: Literal["readiness", "liveness"] = "readiness"
-    mode: Literal["path", "port"] = "path"
+    mode: Literal["path", "port", "timing"] = "path"
     path: str = Field(default="/health", pattern=r"^/[A-Za-z0-9/_.-]*$")
     port: int | None = Field(default=None, ge=1, le=65535)
+    # mode timing: the probe points where the program answers, but gives up before a slow starter is up
+    initial_delay_s: int | None = Field(default=None, ge=0, le=600)
+    period_s: int | None = Field(default=None, ge=1, le=300)
+    failure_threshold: int | None = Field(default=None, ge=1, le=30)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _timing(cls, data: Any) -> Any:
+        """The timing fields belong to mode timing (5 s, every 5 s, 3 failures unless given), and only to it."""
+        if not isinstance(data, dict):
+            return data
+        timing = {"initial_delay_s": 5, "period_s": 5, "failure_threshold": 3}
+        if data.get("mode") == "timing":
+            return {**timing, **data}
+        given = [k for k in timing if data.get(k) is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} apply to mode timing only (mode is {data.get('mode', 'path')})")
+        return data
 
 
 class ReadinessProbe(_TemplateFault):
@@ -393,17 +411,36 @@ class ReadinessProbe(_TemplateFault):
     Params = ProbeParams
 
     def targets(self, app: AppSpec) -> list[str]:
-        return [s.name for s in app.services if s.probe == "http"]
+        """Services probed over the network (an HTTP GET or a TCP connect): an exec probe runs a command instead."""
+        return [s.name for s in app.services if s.probe in ("http", "tcp")]
 
     def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
         return {"port": app.service(target).port + 1}
 
     def validate(self, ctx: FaultContext) -> None:
         p = ctx.params
+        if ctx.svc.probe == "tcp" and p.mode == "path":
+            raise FaultError(f"{ctx.target}'s probes connect to a TCP port and ask for no path: use mode port or "
+                             f"timing")
         if p.mode == "path" and p.path in ctx.svc.software.routes:
             raise FaultError(f"{ctx.target} answers on {p.path}; pick a path it does not serve")
         if p.mode == "port" and p.port == ctx.svc.port:
             raise FaultError(f"{ctx.target} listens on {p.port}; pick another port")
+        if p.mode == "timing":
+            if p.probe != "liveness":
+                raise FaultError("a readiness probe that starts too early only delays readiness; mode timing needs "
+                                 "probe: liveness")
+            window = self.window(ctx)
+            if window > ctx.svc.software.startup_s:
+                raise FaultError(f"{ctx.target} starts in {ctx.svc.software.startup_s:g}s; a liveness probe that "
+                                 f"gives up after {window}s (initial_delay_s + period_s x failure_threshold) lets it "
+                                 f"start: give it less time than that")
+
+    @staticmethod
+    def window(ctx: FaultContext) -> int:
+        """Seconds from the start until the kubelet kills a container that has not answered its liveness probe."""
+        p = ctx.params
+        return int(p.initial_delay_s + p.period_s * p.failure_threshold)
 
     def alert_name_for(self, ctx: FaultContext) -> str:
         """A failing liveness probe gets the container killed, over and over: a crash loop."""
@@ -413,12 +450,29 @@ class ReadinessProbe(_TemplateFault):
         return "errors" if ctx.params.probe == "liveness" else super().symptom_kind_for(ctx)
 
     def broken(self, ctx: FaultContext) -> dict[str, Any]:
-        get = {"path": ctx.params.path} if ctx.params.mode == "path" else {"port": ctx.params.port}
-        return {f"{ctx.params.probe}Probe": {"httpGet": get}}
+        p = ctx.params
+        if p.mode == "timing":
+            return {"livenessProbe": {"initialDelaySeconds": p.initial_delay_s, "periodSeconds": p.period_s,
+                                      "failureThreshold": p.failure_threshold}}
+        if ctx.svc.probe == "tcp":
+            return {f"{p.probe}Probe": {"tcpSocket": {"port": p.port}}}
+        get = {"path": p.path} if p.mode == "path" else {"port": p.port}
+        return {f"{p.probe}Probe": {"httpGet": get}}
 
     def healthy(self, ctx: FaultContext) -> dict[str, Any]:
+        if ctx.params.mode == "timing":
+            own = container_spec(ctx.svc)["livenessProbe"]
+            return {"livenessProbe": {k: own[k] for k in ("initialDelaySeconds", "periodSeconds", "failureThreshold")}}
+        if ctx.svc.probe == "tcp":
+            return {f"{ctx.params.probe}Probe": {"tcpSocket": {"port": ctx.svc.port}}}
         path = "/ready" if ctx.params.probe == "readiness" else "/healthz"
         return {f"{ctx.params.probe}Probe": {"httpGet": {"path": path, "port": ctx.svc.port}}}
+
+    def cause(self, ctx: FaultContext) -> str:
+        if ctx.params.mode != "timing":
+            return super().cause(ctx)
+        return restart_cause(ctx, f"tighten {ctx.target}'s liveness probe (initialDelaySeconds="
+                                  f"{ctx.params.initial_delay_s})")
 
 
 # --- init containers --------------------------------------------------------------------------------------------

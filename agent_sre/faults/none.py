@@ -5,7 +5,6 @@ handled it."""
 
 from __future__ import annotations
 
-from agent_sre.apps.catalog import AppSpec
 from agent_sre.faults.base import FaultContext, FaultType
 from agent_sre.faults.health import fingerprints
 from agent_sre.kube.client import Kube
@@ -29,9 +28,6 @@ class FalseAlarm(FaultType):
     modelled_on = "AIOpsLab noop (detection task with no anomaly)"
     alert_name = "HighLatency"
     severity = "warning"
-
-    def targets(self, app: AppSpec) -> list[str]:
-        return [s.name for s in app.services if s.tier != "data"]
 
     def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
         return None

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from pydantic import Field
 
 from agent_sre.apps.catalog import PART_OF, AppSpec, labels, nodes_for
 from agent_sre.faults.base import FaultContext, FaultError, FaultParams, FaultType, RolloutFault, first_caller
-from agent_sre.kube.client import Kube
+from agent_sre.kube.client import Kube, Obj
+from agent_sre.kube.netpol import blocking_policy
 from agent_sre.kube.selectors import matches
 from agent_sre.models.tools import ToolCall
 
@@ -177,11 +179,16 @@ class PolicyParams(FaultParams):
     policy: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
+def guarding(app: AppSpec, service: str) -> Obj | None:
+    """The app's own NetworkPolicy that selects this service's pods, if any."""
+    pod_labels = labels(app, app.service(service))
+    return next((p for p in app.network_policies
+                 if matches((p.get("spec") or {}).get("podSelector") or {}, pod_labels)), None)
+
+
 def guarded(app: AppSpec, service: str) -> bool:
     """Does a baseline NetworkPolicy of the app already select this service's pods?"""
-    pod_labels = labels(app, app.service(service))
-    return any(matches((p.get("spec") or {}).get("podSelector") or {}, pod_labels)
-               for p in app.network_policies)
+    return guarding(app, service) is not None
 
 
 class DenyingPolicy(FaultType):
@@ -232,3 +239,125 @@ class NetworkPolicyDeny(DenyingPolicy):
 
     def admitted(self, ctx: FaultContext) -> list[dict[str, Any]]:
         return [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+
+
+class PartitionParams(FaultParams):
+    deny_from: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    policy: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+OUTSIDER = {"app": "not-a-caller"}  # a pod no least-privilege policy of the apps admits
+
+
+def _without(peer: Obj, caller: str) -> Obj | None:
+    """A policy peer with `caller` taken out of the pods it names (None: it named only that caller)."""
+    selector = peer.get("podSelector")
+    if selector is None or "namespaceSelector" in peer:
+        return peer
+    if (selector.get("matchLabels") or {}).get("app") == caller:
+        return None
+    expressions = [{**e, "values": [v for v in e.get("values") or [] if v != caller]}
+                   if e.get("key") == "app" and e.get("operator") == "In" else e
+                   for e in selector.get("matchExpressions") or []]
+    return {**peer, "podSelector": {**selector, "matchExpressions": expressions}} if expressions else peer
+
+
+class NetworkPartition(FaultType):
+    """A least-privilege NetworkPolicy on the target that names its callers and leaves one out (`deny_from`): that
+    caller's connections are dropped (its calls time out) while every other caller is let in. On a service the app
+    already guards, its own policy is edited (policies add up, so only that one can shut a caller out); elsewhere
+    a new one is applied. The ingress semantics are upstream's (https://kubernetes.io/docs/concepts/services-networking/network-policies/:
+    a pod selected by a policy admits only what some rule's peers and ports allow; `kube/netpol.py` follows them).
+
+    The fix admits the caller again, keeping the policy: deleting it (or admitting every pod) opens the target to
+    whatever runs in the namespace, which the policy's owner meant to keep out; the check says so."""
+
+    name = "network_partition"
+    summary = "a NetworkPolicy naming the target's callers leaves one out: only that caller times out"
+    fault_class = "network/partition"
+    modelled_on = "AIOpsLab network partition between two services, ITBench NetworkPolicy blocking one caller"
+    Params = PartitionParams
+    alert_name = "HighErrorRate"
+
+    def targets(self, app: AppSpec) -> list[str]:
+        """Services with two callers or more: one is shut out while another still gets through."""
+        return [s.name for s in app.services if len(app.callers(s.name)) >= 2]
+
+    def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
+        own = guarding(app, target)
+        return {"deny_from": app.callers(target)[-1].name,
+                "policy": own["metadata"]["name"] if own else f"{target}-ingress"}
+
+    def validate(self, ctx: FaultContext) -> None:
+        callers = [c.name for c in ctx.app.callers(ctx.target)]
+        if ctx.params.deny_from not in callers:
+            raise FaultError(f"{ctx.params.deny_from!r} does not call {ctx.target} (its callers: {', '.join(callers)})")
+        own = guarding(ctx.app, ctx.target)
+        if own is not None and ctx.params.policy != own["metadata"]["name"]:
+            raise FaultError(f"network policy {own['metadata']['name']} already admits {ctx.target}'s callers and "
+                             f"policies add up: the partition must edit it (policy: {own['metadata']['name']})")
+
+    def spec(self, ctx: FaultContext) -> Obj:
+        """The policy's spec with the caller left out."""
+        own = guarding(ctx.app, ctx.target)
+        if own is None:
+            others = [c.name for c in ctx.app.callers(ctx.target) if c.name != ctx.params.deny_from]
+            return {"podSelector": {"matchLabels": {"app": ctx.target}}, "policyTypes": ["Ingress"],
+                    "ingress": [{"from": [{"podSelector": {"matchExpressions": [
+                        {"key": "app", "operator": "In", "values": others}]}}],
+                        "ports": [{"port": ctx.svc.port, "protocol": "TCP"}]}]}
+        spec: Obj = copy.deepcopy(own["spec"])
+        for rule in spec.get("ingress") or []:
+            rule["from"] = [p for p in (_without(peer, ctx.params.deny_from) for peer in rule.get("from") or [])
+                            if p is not None]
+        return spec
+
+    def _replace(self, k8s: Kube, ctx: FaultContext, spec: Obj | None) -> None:
+        k8s.remove("networkpolicy", ctx.namespace, ctx.params.policy)
+        if spec is not None:
+            k8s.create_network_policy(ctx.namespace, {
+                "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": {"name": ctx.params.policy, "labels": {PART_OF: ctx.app.name}}, "spec": spec})
+
+    def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
+        self._replace(k8s, ctx, self.spec(ctx))
+
+    def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
+        own = guarding(ctx.app, ctx.target)
+        self._replace(k8s, ctx, copy.deepcopy(own["spec"]) if own else None)
+
+    def alerted_service(self, ctx: FaultContext) -> str:
+        return str(ctx.params.deny_from)
+
+    def involved(self, ctx: FaultContext) -> set[str]:
+        return {ctx.target, ctx.params.deny_from}
+
+    def root_cause(self, ctx: FaultContext) -> str:
+        return f"networkpolicy/{ctx.params.policy}"
+
+    def fix(self, ctx: FaultContext) -> list[ToolCall]:
+        """Add the caller to the pods the policy names (a JSON patch appending to its `app In` values)."""
+        rules = self.spec(ctx).get("ingress") or []
+        for i, rule in enumerate(rules):
+            for j, peer in enumerate(rule.get("from") or []):
+                for k, e in enumerate((peer.get("podSelector") or {}).get("matchExpressions") or []):
+                    if e.get("key") == "app" and e.get("operator") == "In":
+                        path = f"/spec/ingress/{i}/from/{j}/podSelector/matchExpressions/{k}/values/-"
+                        return [ToolCall(tool="patch", args={
+                            "kind": "networkpolicy", "name": ctx.params.policy, "patch_type": "json",
+                            "patch": [{"op": "add", "path": path, "value": ctx.params.deny_from}]})]
+        raise FaultError(f"network policy {ctx.params.policy} names no callers by `app In`: nothing to add to")
+
+    def wrong_fix(self, ctx: FaultContext) -> list[ToolCall]:
+        """Delete the policy: the caller gets through, and so does every other pod of the namespace."""
+        return [ToolCall(tool="delete_network_policy", args={"name": ctx.params.policy})]
+
+    def check(self, k8s: Kube, ctx: FaultContext, baseline: Any) -> list[str]:
+        policies = k8s.list("networkpolicy", ctx.namespace)
+        ns_labels = k8s.get("namespace", ctx.namespace)["metadata"].get("labels") or {}
+        port_name = "http" if ctx.svc.probe == "http" else ctx.svc.name
+        if blocking_policy(policies, ctx.namespace, labels(ctx.app, ctx.svc), ctx.namespace, OUTSIDER, ns_labels,
+                           ctx.svc.port, port_name) is None:
+            return [f"{ctx.target} now admits every pod of the namespace: the least-privilege policy "
+                    f"{ctx.params.policy} was deleted or opened up instead of naming {ctx.params.deny_from}"]
+        return []

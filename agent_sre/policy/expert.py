@@ -23,6 +23,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+import yaml
+
 from agent_sre.models.remediation import PolicyRef
 from agent_sre.models.tools import TOOL_SPECS, ToolCall
 from agent_sre.models.trajectory import Trajectory
@@ -63,6 +65,7 @@ NODE_SELECTORS = re.compile(r"^Node-Selectors:\s+(?P<selectors>.+)$", re.MULTILI
 NODE_ROW = re.compile(r"^(?P<name>[-a-z0-9.]+)\s+(?P<status>\S+)\s+\S+\s+(?P<labels>\S+)\s*$", re.MULTILINE)
 NETPOL_ROW = re.compile(r"^(?P<name>[-a-z0-9.]+)\s+(?P<selector>\S+)\s+(?P<allows>.+?)\s+(?P<age>\S+)\s*$",
                         re.MULTILINE)
+NAMED_PEERS = re.compile(r"\bapp in \(")  # a policy that lets pods in by name: least privilege, kept
 QUOTA_EXCEEDED = re.compile(r"exceeded quota: (?P<name>[-a-z0-9]+), requested: pods=(?P<requested>\d+), "
                             r"used: pods=(?P<used>\d+), limited: pods=(?P<limit>\d+)")
 CONFIG_MAP_REF = re.compile(r"^\s+(?P<env>[A-Z_][A-Z0-9_]*):\s+<set to the key '(?P<key>[^']+)' of config map "
@@ -527,9 +530,31 @@ class ExpertPolicy(ActionPolicy):
             for m in NETPOL_ROW.finditer(policies):
                 if m["selector"] == f"app={upstream}" and caller_app not in m["allows"] \
                         and not re.search(rf"app in \([^)]*\b{re.escape(name)}\b", m["allows"]):
+                    if NAMED_PEERS.search(m["allows"]):
+                        return self._admit(r, m["name"], name, upstream, m["allows"])
                     return Remedy((ToolCall(tool="delete_network_policy", args={"name": m["name"]}),),
                                   f"network policy {m['name']} lets only {m['allows'][:60]} reach {upstream}, so "
                                   f"{name}'s calls time out", ToolCall(tool="list_network_policies"))
+        return None
+
+    @staticmethod
+    def _admit(r: Reads, policy: str, caller: str, upstream: str, allows: str) -> Remedy | None:
+        """A least-privilege policy that names its callers and leaves this one out: name it too, keeping the
+        policy (deleting it would let every pod of the namespace in). Rule: append the caller to the first `app In`
+        list of the policy's ingress rules, read from the object itself."""
+        text = r.read("get_resource", kind="networkpolicy", name=policy)
+        obj = yaml.safe_load(text.split("\n", 1)[1] if text.startswith("#") else text)
+        rules = ((obj or {}).get("spec") or {}).get("ingress") if isinstance(obj, dict) else None
+        for i, rule in enumerate(rules or []):
+            for j, peer in enumerate(rule.get("from") or []):
+                for k, e in enumerate((peer.get("podSelector") or {}).get("matchExpressions") or []):
+                    if e.get("key") == "app" and e.get("operator") == "In":
+                        path = f"/spec/ingress/{i}/from/{j}/podSelector/matchExpressions/{k}/values/-"
+                        return Remedy((ToolCall(tool="patch", args={
+                            "kind": "networkpolicy", "name": policy, "patch_type": "json",
+                            "patch": [{"op": "add", "path": path, "value": caller}]}),),
+                            f"network policy {policy} names the pods that may reach {upstream} ({_clip(allows)}) "
+                            f"and leaves out {caller}, whose calls time out", ToolCall(tool="list_network_policies"))
         return None
 
     def _wiring(self, r: Reads, service: str, deployment: str, endpoints: str, harm: str) -> Remedy | None:

@@ -17,7 +17,7 @@ import binascii
 import copy
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -446,14 +446,25 @@ def _new_run(container: Obj, pod: Obj, view: NamespaceView, ip: str, since: floa
     run.ready_failure = probe_failure(container.get("readinessProbe"), container, outcome, sw, ip)
     liveness = container.get("livenessProbe")
     failure = probe_failure(liveness, container, outcome, sw, ip)
+    run_s = liveness_window(liveness) if liveness is not None else 0.0
+    if failure is None and liveness is not None and outcome.startup_s >= run_s:
+        # A slow starter whose probe gives up before it is up: nothing listens yet, so each probe is refused
+        failure = probe_failure(liveness, container, replace(outcome, listen_port=0), sw, ip)
     if failure is not None and liveness is not None:
         # The kubelet kills a container whose liveness probe keeps failing: a crash loop with exit code 137.
-        run_s = liveness.get("initialDelaySeconds", 0) + liveness.get("periodSeconds", PROBE_PERIOD_S) * \
-            liveness.get("failureThreshold", 3)
         run.outcome = Outcome("crash", exit_code=137, reason="Error", run_s=run_s, lines=outcome.lines,
                               listen_port=outcome.listen_port, startup_s=outcome.startup_s)
         run.liveness_failure = failure
     return run
+
+
+def liveness_window(probe: Obj) -> float:
+    """Seconds from a container's start until a liveness probe that fails from the first try has it killed:
+    `initialDelaySeconds`, then `failureThreshold` failed probes `periodSeconds` apart (upstream
+    pkg/kubelet/prober/worker.go: the worker probes nothing before the initial delay and reports a failure only
+    after `failureThreshold` consecutive ones; the kubelet then kills the container, exit code 137)."""
+    return float(probe.get("initialDelaySeconds", 0) + probe.get("periodSeconds", PROBE_PERIOD_S) *
+                 probe.get("failureThreshold", 3))
 
 
 def _restart_state(run: Run, now: float, uid: str, name: str) -> tuple[int, Obj | None]:

@@ -164,6 +164,8 @@ def _run_lines(sw: Software | None, run: Run, begin: float, end: float, pod: str
     it was written."""
     out = run.outcome
     lines = [(begin + 0.05 * i, _stamp(sw, begin + 0.05 * i, line)) for i, line in enumerate(out.lines)]
+    if out.kind == "crash" and 0 < out.run_s <= out.startup_s and lines:
+        lines = lines[:-1]  # killed by its liveness probe while starting: it never got to say it listens
     if out.kind == "hang":
         waiting = out.lines[0] if out.lines else "waiting"
         ticks = int((end - begin) // HANG_EVERY_S) + 1
