@@ -149,6 +149,32 @@ def test_a_toleration_that_gets_around_a_taint_is_not_a_handover(sim: Simulator)
     assert verdict.outcome == "unresolved" and any("now tolerates the taint" in r for r in verdict.reasons)
 
 
+def test_a_higher_limit_only_spaces_out_a_leaks_kills(sim: Simulator) -> None:
+    """The leak is judged, not the moment: with the limit doubled the pods run, ready, for minutes, and the next OOM
+    kill still comes."""
+    scenario = get_fault("memory_leak").scenario("leak", "shop", "shop", "checkout", {}, seed=3)
+    env, baseline = injected(sim, scenario)
+    env.tools(scenario.ground_truth.wrong_fix)
+    env.advance(FIX_SETTLE_S)
+    verdict = env.observe(scenario, baseline)
+    assert verdict.outcome == "unresolved"
+    assert any("grows 100Mi a minute until its memory limit OOM-kills it" in r for r in verdict.reasons)
+    pod = max(env.pods("checkout"), key=lambda p: p["metadata"]["creationTimestamp"])
+    assert pod["status"]["containerStatuses"][0]["lastState"]["terminated"]["reason"] == "OOMKilled"
+
+
+def test_a_leak_with_no_earlier_revision_is_handed_over(sim: Simulator) -> None:
+    """With no revision history (revisionHistoryLimit 0) the deployment controller deleted the old ReplicaSets:
+    `rollout undo` has nothing to go back to, and only an escalation handles it."""
+    scenario = get_fault("memory_leak").scenario("leak", "bank", "bank", "accounts", {"history": False}, seed=3)
+    assert scenario.ground_truth.expected_ending == "escalated"
+    env, baseline = injected(sim, scenario)
+    undo = env.tool(ToolCall(tool="rollout_undo", args={"deployment": "accounts"}))
+    assert not undo.ok and "no rollout history found" in undo.output
+    assert observe(env.api, scenario, baseline, "escalated", 0).outcome == "resolved"
+    assert observe(env.api, scenario, baseline, "finished", 0).outcome == "unresolved"
+
+
 def test_deleting_what_existed_at_the_baseline_is_worse(sim: Simulator) -> None:
     from kubernetes.client import CoreV1Api
 

@@ -26,6 +26,7 @@ from agent_sre.faults.deployment import (
     CpuUnschedulable,
     InitContainerFail,
     InitContainerHang,
+    MemoryLeak,
     NodeSelectorMissing,
     OomLimit,
     ReadinessProbe,
@@ -39,7 +40,8 @@ from agent_sre.models.scenario import Scenario
 
 FAULTS: dict[str, FaultType] = {f.name: f for f in (
     ServiceTargetPort(), ServicePort(), ServiceSelector(), ScaledToZero(), DependencyDown(),
-    BadImage(), BadEnv(), BadCommand(), OomLimit(), CpuUnschedulable(), NodeSelectorMissing(), ReadinessProbe(),
+    BadImage(), BadEnv(), BadCommand(), OomLimit(), MemoryLeak(), CpuUnschedulable(), NodeSelectorMissing(),
+    ReadinessProbe(),
     InitContainerHang(), InitContainerFail(),
     SecretPassword(), SecretDeleted(), BadConfig(),
     CordonedNode(), NodeTaint(), QuotaExceeded(), NetworkPolicyDeny(),

@@ -36,6 +36,7 @@ from agent_sre.policy.evidence import (
     ROLLED_OUT,
     SCALED_FROM,
     Pod,
+    age_seconds,
     object_name,
     program_text,
     scaled_from,
@@ -82,6 +83,10 @@ PARENTHESISED = re.compile(r" \((?:[^()]|\([^()]*\))*\)")
 MIN_UPSTREAM_SCORE = 3  # an error line naming a dependency scores 1, or 3 if nothing answered: below it, noise
 CPU_REQUEST = re.compile(r"Requests: cpu=(?P<cpu>\d+)m")
 TOP_ROW = re.compile(r"^(?P<pod>[-a-z0-9.]+)\s+(?P<cpu>\d+)m\s", re.MULTILINE)
+OOM_RUN = re.compile(r"Last State: Terminated\n\s+Reason: OOMKilled\n\s+Exit Code: \d+\n"
+                     r"\s+Started: (?P<started>\S+) ago\n\s+Finished: (?P<finished>\S+) ago")
+LEAK_RUN_S = 75  # a container OOM-killed after serving this long grew into its limit: a leak, not a small limit
+REVISION_ROW = re.compile(r"^\d+(?: \(current\))?\s", re.MULTILINE)
 SATURATED = 1.5  # pods using this many times their CPU request are overwhelmed, not busy
 HPA_TARGET = 0.7  # the utilization the teams' autoscalers aim at
 
@@ -375,6 +380,20 @@ class ExpertPolicy(ActionPolicy):
                                 f"the value is in no object I can read and only its owner knows it: restore secret "
                                 f"{secret}, then restart deployment {name}; I changed nothing")
         oom = "OOMKilled" in described or pod.status == "OOMKilled"
+        killed = OOM_RUN.search(described)
+        served = age_seconds(killed["started"]) - age_seconds(killed["finished"]) if killed else 0.0
+        if oom and served >= LEAK_RUN_S:  # rule: it served, then grew into its limit: a leak, which a higher
+            history = r.read("rollout_history", deployment=name)  # limit only postpones
+            if change and "image" in change:
+                return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),
+                              f"containers of deployment {name} are OOMKilled after serving {served:.0f}s each "
+                              f"since its last change ({_clip(change)}): the new build's memory grows until "
+                              f"the limit", _rollout_check(name))
+            if len(REVISION_ROW.findall(history)) < 2:
+                raise _Handover(f"containers of deployment {name} are OOMKilled after serving {served:.0f}s each: "
+                                f"its memory grows until the limit, and it keeps no earlier revision to roll back "
+                                f"to", "a higher limit only postpones the next kill: its owner must ship a build "
+                                "without the leak or name the one to go back to; I changed nothing")
         if oom and change and "resources" in change:
             return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),
                           f"containers of deployment {name} are OOMKilled since its last change lowered their "
