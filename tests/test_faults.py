@@ -175,6 +175,21 @@ def test_a_leak_with_no_earlier_revision_is_handed_over(sim: Simulator) -> None:
     assert observe(env.api, scenario, baseline, "finished", 0).outcome == "unresolved"
 
 
+def test_a_service_using_its_whole_cpu_limit_is_unhealthy_until_the_limit_covers_its_need(sim: Simulator) -> None:
+    """Read through metrics.k8s.io, as on any cluster: a pod at its CPU limit is throttled (kube-prometheus's
+    CPUThrottlingHigh); twice the pods are each still at the limit; a limit above the need is not."""
+    scenario = get_fault("cpu_throttled").scenario("cpu", "bank", "bank", "web", {}, seed=3)
+    env, baseline = injected(sim, scenario)
+    assert any("uses its whole CPU limit (5m of 5m): CFS throttles it" in r for r in baseline.unhealthy["web"])
+    env.tools(scenario.ground_truth.wrong_fix)
+    env.advance(FIX_SETTLE_S)
+    assert "web" in env.observe(scenario, baseline).unhealthy
+    env.tools([ToolCall(tool="set_resources", args={"deployment": "web", "container": "web", "cpu_request": "100m",
+                                                    "cpu_limit": "200m"})])
+    env.advance(FIX_SETTLE_S)
+    assert "web" not in env.observe(scenario, baseline).unhealthy
+
+
 def test_deleting_what_existed_at_the_baseline_is_worse(sim: Simulator) -> None:
     from kubernetes.client import CoreV1Api
 

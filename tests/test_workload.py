@@ -777,6 +777,28 @@ def test_stress_shows_in_kubectl_top_and_in_latency(sim: Simulator) -> None:
     assert node_cpu > 2000 and node_memory > 1e9
 
 
+def test_a_cpu_limit_below_the_need_pins_top_at_it_and_slows_the_service_and_its_callers(sim: Simulator) -> None:
+    """The CFS quota: a container never uses more than its limit per period (cAdvisor's usage, so `kubectl top`,
+    stays at it), and what it cannot run now waits for the next period: no errors, a p99 past a second, which the
+    callers inherit. A limit above the need throttles nothing."""
+    env = new_env(sim)
+    healthy = golden_signals(env.cluster)
+    _inject(env, "cpu_throttled", "catalog", cpu_limit="4m")
+    env.advance(120)
+    for pod in env.pods("catalog"):
+        cpu, _ = env.cluster.model["usage"][(env.ns, pod["metadata"]["name"])]["catalog"]
+        assert cpu == pytest.approx(4.0)
+    slow = golden_signals(env.cluster)
+    assert slow[("shop", "catalog")].latency_p99_seconds > 1.0
+    assert slow[("shop", "frontend")].latency_p99_seconds > healthy[("shop", "frontend")].latency_p99_seconds + 0.8
+    assert slow[("shop", "catalog")].error_ratio < 0.01
+    env.tools([ToolCall(tool="set_resources", args={"deployment": "catalog", "container": "catalog",
+                                                    "cpu_request": "100m", "cpu_limit": "200m"})])
+    env.advance(120)
+    assert golden_signals(env.cluster)[("shop", "catalog")].latency_p99_seconds == pytest.approx(
+        healthy[("shop", "catalog")].latency_p99_seconds)
+
+
 def test_http_abort_fails_every_request(sim: Simulator) -> None:
     env = new_env(sim)
     _inject(env, "chaos_http_abort", "catalog")

@@ -23,6 +23,7 @@ from agent_sre.faults.deployment import (
     BadCommand,
     BadEnv,
     BadImage,
+    CpuThrottled,
     CpuUnschedulable,
     InitContainerFail,
     InitContainerHang,
@@ -40,8 +41,8 @@ from agent_sre.models.scenario import Scenario
 
 FAULTS: dict[str, FaultType] = {f.name: f for f in (
     ServiceTargetPort(), ServicePort(), ServiceSelector(), ScaledToZero(), DependencyDown(),
-    BadImage(), BadEnv(), BadCommand(), OomLimit(), MemoryLeak(), CpuUnschedulable(), NodeSelectorMissing(),
-    ReadinessProbe(),
+    BadImage(), BadEnv(), BadCommand(), OomLimit(), MemoryLeak(), CpuThrottled(), CpuUnschedulable(),
+    NodeSelectorMissing(), ReadinessProbe(),
     InitContainerHang(), InitContainerFail(),
     SecretPassword(), SecretDeleted(), BadConfig(),
     CordonedNode(), NodeTaint(), QuotaExceeded(), NetworkPolicyDeny(),

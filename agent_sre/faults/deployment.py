@@ -382,6 +382,70 @@ def _leak_of(image: str) -> float:
     return sw.leaks.get(tag, 0.0) if sw is not None else 0.0
 
 
+class CpuLimitParams(FaultParams):
+    cpu_limit: str = Field(pattern=r"^[0-9]+m$")
+
+
+THROTTLED = 4.0  # times its need over its limit: a service throttled this hard is slow for everyone
+
+
+class CpuThrottled(_TemplateFault):
+    """`kubectl set resources --limits=cpu=X --requests=cpu=X` far below what the program uses: nothing crashes,
+    but the kernel's CFS quota lets it run only X per 100 ms period, so each request waits out throttled periods:
+    its p99 (and its callers') climbs, and metrics-server shows its CPU pinned at the limit."""
+
+    name = "cpu_throttled"
+    summary = "roll out a CPU limit far below what the program uses: CFS throttling makes it and its callers slow"
+    fault_class = "resources/cpu"
+    modelled_on = "ITBench CPU limit too low (CPUThrottlingHigh), AIOpsLab CPU starvation"
+    Params = CpuLimitParams
+    alert_name = "HighLatency"
+    symptom_kind = "slow"
+
+    def targets(self, app: AppSpec) -> list[str]:
+        """Stateless services using enough CPU that a tenth of it is still a few millicores."""
+        return [s.name for s in app.services if s.tier != "data" and s.software.cpu_millicores >= 40]
+
+    def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
+        return {"cpu_limit": f"{max(1, app.service(target).software.cpu_millicores // 10)}m"}
+
+    def validate(self, ctx: FaultContext) -> None:
+        need = ctx.svc.software.cpu_millicores
+        if quantity(ctx.params.cpu_limit) * 1000 * THROTTLED > need:
+            raise FaultError(f"{ctx.target} uses {need}m of CPU; a limit of {ctx.params.cpu_limit} barely "
+                             f"throttles it (use at most {need / THROTTLED:.0f}m)")
+
+    def impact(self, ctx: FaultContext) -> str:
+        return "none"  # the new pods run and pass their probes: the rollout completes
+
+    def symptom_kind_for(self, ctx: FaultContext) -> str:
+        return "slow"
+
+    def alert_name_for(self, ctx: FaultContext) -> str:
+        return "HighLatency"
+
+    def broken(self, ctx: FaultContext) -> dict[str, Any]:
+        # the API server refuses a request above its limit: the request comes down with it
+        return {"resources": {"limits": {"cpu": ctx.params.cpu_limit}, "requests": {"cpu": ctx.params.cpu_limit}}}
+
+    def healthy(self, ctx: FaultContext) -> dict[str, Any]:
+        return {"resources": {"limits": {"cpu": None}, "requests": {"cpu": ctx.svc.cpu}}}
+
+    def cause(self, ctx: FaultContext) -> str:
+        return restart_cause(ctx, f"kubectl set resources deployment/{ctx.target} --limits=cpu={ctx.params.cpu_limit} "
+                                  f"--requests=cpu={ctx.params.cpu_limit}")
+
+    def direct_fix(self, ctx: FaultContext) -> list[ToolCall] | None:
+        """The request the app declares, and a limit twice it (a limit at least the program's need)."""
+        request = quantity(ctx.svc.cpu) * 1000
+        return [ToolCall(tool="set_resources", args={"deployment": ctx.target, "container": ctx.svc.container,
+                                                     "cpu_request": ctx.svc.cpu, "cpu_limit": f"{request * 2:.0f}m"})]
+
+    def wrong_fix(self, ctx: FaultContext) -> list[ToolCall]:
+        """Scale out: twice the pods, each still throttled at the same limit."""
+        return [ToolCall(tool="scale", args={"deployment": ctx.target, "replicas": ctx.svc.replicas * 2})]
+
+
 class CpuParams(FaultParams):
     cpu_request: str = Field(pattern=r"^[0-9]+m?$")
 

@@ -82,6 +82,8 @@ UNTOLERATED = re.compile(r"had untolerated taint \{(?P<key>[^:{}]+): (?P<value>[
 PARENTHESISED = re.compile(r" \((?:[^()]|\([^()]*\))*\)")
 MIN_UPSTREAM_SCORE = 3  # an error line naming a dependency scores 1, or 3 if nothing answered: below it, noise
 CPU_REQUEST = re.compile(r"Requests: cpu=(?P<cpu>\d+)m")
+CPU_LIMIT = re.compile(r"Limits: cpu=(?P<cpu>\d+)m")
+THROTTLED = 0.95  # of its CPU limit: pods using this much are held back by their CFS quota
 TOP_ROW = re.compile(r"^(?P<pod>[-a-z0-9.]+)\s+(?P<cpu>\d+)m\s", re.MULTILINE)
 OOM_RUN = re.compile(r"Last State: Terminated\n\s+Reason: OOMKilled\n\s+Exit Code: \d+\n"
                      r"\s+Started: (?P<started>\S+) ago\n\s+Finished: (?P<finished>\S+) ago")
@@ -353,7 +355,25 @@ class ExpertPolicy(ActionPolicy):
             return None
         if caller is not None:
             return None  # a dependency whose pods are all well: the problem is between the two (handled by the caller)
+        if remedy := self._throttled(r, name, own, deployment):
+            return remedy
         return self._dependencies(r, name, own, deployment, pods, events) or self._outside(r, name, own, deployment)
+
+    def _throttled(self, r: Reads, name: str, own: list[Pod], deployment: str) -> Remedy | None:
+        """Pods that run well but use their whole CPU limit: the CFS quota throttles them, so they are slow. Only a
+        deployment with a CPU limit is looked at (`top` is read for it alone)."""
+        limit = CPU_LIMIT.search(deployment)
+        if limit is None:
+            return None
+        usage = [int(m["cpu"]) for m in TOP_ROW.finditer(r.read("top")) if m["pod"] in {p.name for p in own}]
+        if not usage or min(usage) < THROTTLED * int(limit["cpu"]):
+            return None
+        change = _last_change(r.read("rollout_history", deployment=name))
+        if not change or "cpu" not in change:
+            return None
+        return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),  # rule: undo what lowered it
+                      f"pods of deployment {name} use their whole CPU limit of {limit['cpu']}m since its last change "
+                      f"({_clip(change)}): CFS throttling makes them slow", _rollout_check(name))
 
     def _scaled_to_zero(self, name: str, events: str) -> Remedy:
         before = next((m for m in SCALED_FROM.finditer(events) if f"deployment/{name} " in

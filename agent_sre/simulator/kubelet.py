@@ -213,6 +213,12 @@ def _memory_limit(container: Obj) -> int | None:
     return int(quantity(limit)) if limit is not None else None
 
 
+def cpu_limit_m(container: Obj) -> float | None:
+    """The container's CPU limit in millicores (its CFS quota per period), None when it has none."""
+    limit = ((container.get("resources") or {}).get("limits") or {}).get("cpu")
+    return quantity(limit) * 1000 if limit is not None else None
+
+
 def evaluate(container: Obj, pod: Obj, view: NamespaceView) -> tuple[Outcome, Software | None]:
     """What starting `container` does now: pull, resolve configuration, run the image's software."""
     image = container.get("image", "")
@@ -646,8 +652,9 @@ def _jitter(*parts: object) -> float:
 def usage(pod: Obj, ps: PodState, now: float, cpu_extra: float, memory_extra: float,
           load: float) -> dict[str, tuple[float, float]]:
     """CPU (millicores) and memory (bytes) of each running app container: the program's steady figures scaled
-    by its share of the traffic, plus chaos stress; an OOM-bound process grows towards its limit (from its working
-    set, a leaking build's steady growth; from half the limit, a working set the limit never held)."""
+    by its share of the traffic, plus chaos stress, at most the CPU limit (the CFS quota); an OOM-bound process
+    grows towards its memory limit (from its working set, a leaking build's steady growth; from half the limit, a
+    working set the limit never held)."""
     out: dict[str, tuple[float, float]] = {}
     name = pod["metadata"]["name"]
     for container in pod["spec"].get("containers") or []:
@@ -678,5 +685,8 @@ def usage(pod: Obj, ps: PodState, now: float, cpu_extra: float, memory_extra: fl
         memory = sw.memory_mib * MiB * (0.95 + 0.1 * j) + memory_extra
         if limit is not None:
             memory = min(memory, limit * 0.99)
+        cpu_limit = cpu_limit_m(container)
+        if cpu_limit is not None:  # the CFS quota: a process never gets more than its limit per period
+            cpu = min(cpu, cpu_limit)
         out[container["name"]] = (cpu, memory)
     return out
