@@ -22,11 +22,13 @@ from agent_sre.faults.oracle import observe, observe_incident
 from agent_sre.kube.client import Kube
 from agent_sre.models.incident import Incident
 from agent_sre.models.scenario import Scenario
-from agent_sre.models.tools import TOOL_SPECS, ToolCall
+from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolResult
 from agent_sre.scenarios import HELDOUT_DIR, VARIANTS_DIR, load_scenarios
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.simulator.transport import in_process_api_client
 from agent_sre.tools.client import api_client
+from agent_sre.tools.context import ToolContext
+from agent_sre.tools.executor import execute
 from tests.workload_fixtures import FIX_SETTLE_S, INJECT_SETTLE_S, Env, injected, new_env
 
 
@@ -188,6 +190,32 @@ def test_a_service_using_its_whole_cpu_limit_is_unhealthy_until_the_limit_covers
                                                     "cpu_limit": "200m"})])
     env.advance(FIX_SETTLE_S)
     assert "web" not in env.observe(scenario, baseline).unhealthy
+
+
+def test_an_autoscaler_held_at_its_maximum_is_fixed_by_raising_it_within_bounds(sim: Simulator) -> None:
+    """The HPA owns the count: a hand scale is set back to its maximum; raising maxReplicas (set_hpa_max) within
+    the replica bound runs without approval, past it waits for one, and below minReplicas is refused."""
+    scenario = get_fault("hpa_max_replicas").scenario("hpa", "shop", "shop", "catalog", {}, seed=3)
+    env, baseline = injected(sim, scenario)
+    limited = env.tool(ToolCall(tool="describe", args={"kind": "horizontalpodautoscaler", "name": "catalog"}))
+    assert "ScalingLimited   True     TooManyReplicas" in limited.output
+    assert "catalog" in baseline.unhealthy
+    env.tools(scenario.ground_truth.wrong_fix)
+    env.advance(FIX_SETTLE_S)
+    assert env.get("deployments.apps", "catalog")["spec"]["replicas"] == 4
+
+    def unapproved(max_replicas: int) -> ToolResult:
+        return execute(ToolCall(tool="set_hpa_max", args={"name": "catalog", "max_replicas": max_replicas}),
+                       ToolContext(api=env.api, namespace=env.ns, idempotency_key=f"hpa-{max_replicas}"))
+
+    held = unapproved(30)
+    assert held.needs_approval is not None and "more than 20" in held.output
+    below = unapproved(1)
+    assert below.refused and "below the autoscaler's minReplicas 2" in below.output
+    raised = unapproved(14)
+    assert raised.ok and not raised.needs_approval, raised.output
+    env.advance(FIX_SETTLE_S)
+    assert env.observe(scenario, baseline).outcome == "resolved"
 
 
 def test_deleting_what_existed_at_the_baseline_is_worse(sim: Simulator) -> None:

@@ -32,7 +32,7 @@ from agent_sre.faults.deployment import (
     OomLimit,
     ReadinessProbe,
 )
-from agent_sre.faults.load import HpaQuotaExceeded, IngressPolicyDeny, TrafficSurge
+from agent_sre.faults.load import HpaMaxReplicas, HpaQuotaExceeded, IngressPolicyDeny, TrafficSurge
 from agent_sre.faults.none import FalseAlarm
 from agent_sre.faults.platform import CordonedNode, NetworkPolicyDeny, NodeTaint, QuotaExceeded
 from agent_sre.faults.service import DependencyDown, ScaledToZero, ServicePort, ServiceSelector, ServiceTargetPort
@@ -46,7 +46,7 @@ FAULTS: dict[str, FaultType] = {f.name: f for f in (
     InitContainerHang(), InitContainerFail(),
     SecretPassword(), SecretDeleted(), BadConfig(),
     CordonedNode(), NodeTaint(), QuotaExceeded(), NetworkPolicyDeny(),
-    TrafficSurge(), HpaQuotaExceeded(), IngressPolicyDeny(),
+    TrafficSurge(), HpaQuotaExceeded(), HpaMaxReplicas(), IngressPolicyDeny(),
     ChaosPodKill(), ChaosPodFailure(), ChaosNetworkDelay(), ChaosNetworkLoss(), ChaosStress(), ChaosHttpAbort(),
     FalseAlarm(), PodDeleted(), RollingRestart(), HostileText(),
 )}

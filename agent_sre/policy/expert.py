@@ -91,6 +91,9 @@ LEAK_RUN_S = 75  # a container OOM-killed after serving this long grew into its 
 REVISION_ROW = re.compile(r"^\d+(?: \(current\))?\s", re.MULTILINE)
 SATURATED = 1.5  # pods using this many times their CPU request are overwhelmed, not busy
 HPA_TARGET = 0.7  # the utilization the teams' autoscalers aim at
+HPA_EVENT = re.compile(r"SuccessfulRescale\s+horizontalpodautoscaler/(?P<name>[-a-z0-9.]+)\s")
+HPA_UTILIZATION = re.compile(r"\(as a percentage of request\): (?P<used>\d+)% \(\S+\) / (?P<target>\d+)%")
+HPA_PODS = re.compile(r"^Deployment pods: (?P<current>\d+) current / \d+ desired", re.MULTILINE)
 
 
 class _Need(Exception):
@@ -622,11 +625,30 @@ class ExpertPolicy(ActionPolicy):
                       f"service {service} exposes port {ports[0]} but {caller} dials {service}:{port}, so its calls "
                       f"are refused", ToolCall(tool="describe", args={"kind": "service", "name": service}))
 
+    def _capped_autoscaler(self, r: Reads, name: str) -> Remedy | None:
+        """An autoscaler that scaled the deployment (its events say so) and is held at its maximum (ScalingLimited:
+        TooManyReplicas): the count is its to set, so its maximum is raised rather than the deployment scaled."""
+        for hpa in dict.fromkeys(HPA_EVENT.findall(r.read("get_events"))):
+            described = r.read("describe", kind="horizontalpodautoscaler", name=hpa)
+            metric, pods = HPA_UTILIZATION.search(described), HPA_PODS.search(described)
+            if f"Reference: Deployment/{name}" not in described or "TooManyReplicas" not in described or \
+                    metric is None or pods is None:
+                continue
+            # rule: what the autoscaler itself asks for, ceil(current pods x utilization / target)
+            wanted = math.ceil(int(pods["current"]) * int(metric["used"]) / int(metric["target"]) - 1e-9)
+            return Remedy((ToolCall(tool="set_hpa_max", args={"name": hpa, "max_replicas": wanted}),),
+                          f"autoscaler {hpa} holds deployment {name} at its maximum of {pods['current']} pods "
+                          f"(TooManyReplicas) while they run at {metric['used']}% of their CPU request against a "
+                          f"{metric['target']}% target", _rollout_check(name))
+        return None
+
     def _outside(self, r: Reads, name: str, own: list[Pod], deployment: str) -> Remedy | None:
         """A service whose pods, wiring and dependencies are all well: more traffic than its pods serve (their CPU
         far past their request), or users shut out by a policy that admits no other namespace."""
         request = CPU_REQUEST.search(deployment)
         usage = [int(m["cpu"]) for m in TOP_ROW.finditer(r.read("top")) if m["pod"] in {p.name for p in own}]
+        if remedy := self._capped_autoscaler(r, name):
+            return remedy
         if request and usage and sum(usage) > len(usage) * int(request["cpu"]) * SATURATED:
             # rule: as its autoscaler would, enough pods for 70% of the request each at today's usage
             replicas = math.ceil(sum(usage) / (int(request["cpu"]) * HPA_TARGET) - 1e-9)

@@ -51,7 +51,8 @@ _QUOTA_KEY = re.compile(r"^[a-z0-9]([-a-z0-9./]*[a-z0-9])?$")
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]+$")  # printable ASCII: it travels in an annotation and a header
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
-PATCHABLE = frozenset({"deployment", "service", "configmap", "secret", "networkpolicy", "resourcequota", "node"})
+PATCHABLE = frozenset({"deployment", "service", "configmap", "secret", "networkpolicy", "resourcequota", "node",
+                       "horizontalpodautoscaler"})
 DELETABLE = frozenset({"pod", "networkpolicy", "PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "Schedule"})
 JSON_PATCH_OPS = frozenset({"add", "remove", "replace", "test"})
 
