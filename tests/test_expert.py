@@ -74,6 +74,11 @@ def _rule_derived(call: ToolCall, read: str) -> bool:
         pods = re.finditer(r"^(\S+)\s+(\d+)m\s", read, re.MULTILINE)
         usage = sum(int(m[2]) for m in pods if m[1].startswith(f"{call.args['deployment']}-"))
         return request is not None and call.args["replicas"] == math.ceil(usage / (int(request[1]) * 0.7) - 1e-9)
+    if call.tool == "set_hpa_max":  # what the autoscaler asks for: ceil(current pods x utilization / target)
+        metric = re.search(r"\(as a percentage of request\): (\d+)% \(\S+\) / (\d+)%", read)
+        pods = re.search(r"^Deployment pods: (\d+) current", read, re.MULTILINE)
+        return metric is not None and pods is not None and \
+            call.args["max_replicas"] == math.ceil(int(pods[1]) * int(metric[1]) / int(metric[2]) - 1e-9)
     if call.tool == "patch_quota":  # room for every pod running now, twice over
         used = re.search(r"used: pods=(\d+)", read)
         return used is not None and call.args["hard"] == {"pods": str(2 * int(used[1]))}

@@ -331,14 +331,12 @@ class MemoryLeak(_TemplateFault):
                                   f"{ctx.svc.repo}:{ctx.params.tag}")
 
     def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
-        """The new build; without history, in the same change, a history limit of 0: the deployment controller
-        then deletes the old ReplicaSets once scaled down (upstream's cleanupDeployment), as a GitOps setup that
-        keeps its history in git does."""
-        body: dict[str, Any] = {"spec": {"template": {"spec": {"containers": [
-            {"name": ctx.svc.container, **self.broken(ctx)}]}}}}
+        """The new build; without history, then a history limit of 0: the deployment controller deletes the old
+        ReplicaSets once scaled down (upstream's cleanupDeployment), as a GitOps setup that keeps its history in
+        git does."""
+        super()._inject(k8s, ctx)
         if not ctx.params.history:
-            body["spec"]["revisionHistoryLimit"] = 0
-        k8s.patch_deployment(ctx.namespace, ctx.target, body, "strategic", self.cause(ctx))
+            k8s.patch_deployment(ctx.namespace, ctx.target, {"spec": {"revisionHistoryLimit": 0}}, "strategic")
 
     def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
         super()._clear(k8s, ctx)
@@ -399,8 +397,6 @@ class CpuThrottled(_TemplateFault):
     fault_class = "resources/cpu"
     modelled_on = "ITBench CPU limit too low (CPUThrottlingHigh), AIOpsLab CPU starvation"
     Params = CpuLimitParams
-    alert_name = "HighLatency"
-    symptom_kind = "slow"
 
     def targets(self, app: AppSpec) -> list[str]:
         """Stateless services using enough CPU that a tenth of it is still a few millicores."""
@@ -415,11 +411,8 @@ class CpuThrottled(_TemplateFault):
             raise FaultError(f"{ctx.target} uses {need}m of CPU; a limit of {ctx.params.cpu_limit} barely "
                              f"throttles it (use at most {need / THROTTLED:.0f}m)")
 
-    def impact(self, ctx: FaultContext) -> str:
-        return "none"  # the new pods run and pass their probes: the rollout completes
-
     def symptom_kind_for(self, ctx: FaultContext) -> str:
-        return "slow"
+        return "slow"  # the new pods run and pass their probes: the rollout completes, and serves slowly
 
     def alert_name_for(self, ctx: FaultContext) -> str:
         return "HighLatency"
