@@ -272,6 +272,17 @@ def test_clear_errors_for_a_bad_target_or_a_parameter_that_breaks_nothing() -> N
         get_fault("bad_image").scenario("x", "shop", "shop", "cart", {"tag": "2.4.0"})
     with pytest.raises(FaultError, match="invalid params"):
         get_fault("chaos_network_loss").scenario("x", "shop", "shop", "cart", {"loss": 400})
+    with pytest.raises(FaultError, match="does not leak"):
+        get_fault("memory_leak").scenario("x", "shop", "shop", "cart", {"tag": "2.4.1"})
+    with pytest.raises(FaultError, match="exists for"):  # a leaking build is published: no missing tag
+        get_fault("bad_image").scenario("x", "shop", "shop", "cart", {"tag": "2.5.0"})
+    with pytest.raises(FaultError, match="barely throttles it"):
+        get_fault("cpu_throttled").scenario("x", "shop", "shop", "catalog", {"cpu_limit": "20m"})
+    with pytest.raises(FaultError, match="must be above its 2 replicas"):  # an autoscaler that never scales
+        get_fault("hpa_max_replicas").scenario("x", "shop", "shop", "catalog", {"max_replicas": 2})
+    with pytest.raises(FaultError, match="more than the namespace's quota"):
+        get_fault("hpa_max_replicas").scenario("x", "shop", "shop", "recommendation", {"factor": 10.5,
+                                                                                       "max_replicas": 4})
     with pytest.raises(FaultError, match="unknown fault"):
         get_fault("disk_full")
     with pytest.raises(FaultError, match="unknown app"):

@@ -103,6 +103,16 @@ class TrafficSurge(FaultType):
         return [ToolCall(tool="scale", args={"deployment": ctx.target, "replicas": sized(ctx.svc, ctx.params.factor)})]
 
 
+def quota_room(app: AppSpec, svc: ServiceSpec) -> int:
+    """How many pods of `svc` the app's ResourceQuota admits beyond every pod the app runs."""
+    room = [int(app.quota["pods"]) - sum(s.replicas for s in app.services)]
+    for key, field in (("requests.cpu", "cpu"), ("requests.memory", "memory")):
+        if key in app.quota:
+            used = sum(s.replicas * quantity(getattr(s, field)) for s in app.services)
+            room.append(math.floor((quantity(app.quota[key]) - used) / quantity(getattr(svc, field))))
+    return min(room)
+
+
 def autoscaler(ctx: FaultContext, max_replicas: int) -> dict[str, Any]:
     """The team's autoscaler of the target: from its catalog replicas up to `max_replicas`, at 70% CPU."""
     return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
@@ -150,11 +160,17 @@ class HpaMaxReplicas(TrafficSurge):
         return {"factor": factor, "max_replicas": traffic.needed_pods(app, target, {target: factor}) - 1}
 
     def validate(self, ctx: FaultContext) -> None:
+        """The autoscaler scales (its maximum is above the catalog's replicas) and stops short of serving the
+        surge; the fix's pods pass the namespace's quota and the write rules' replica bound."""
         super().validate(ctx)
         needed = traffic.needed_pods(ctx.app, ctx.target, {ctx.target: ctx.params.factor})
-        if not ctx.svc.replicas <= ctx.params.max_replicas < needed:
+        if not ctx.svc.replicas < ctx.params.max_replicas < needed:
             raise FaultError(f"{needed} pods of {ctx.target} serve the surge: a maximum of {ctx.params.max_replicas} "
-                             f"must be at least its {ctx.svc.replicas} replicas and below that")
+                             f"must be above its {ctx.svc.replicas} replicas and below that")
+        fixed = self.fix(ctx)[0].args["max_replicas"]
+        if fixed > min(DEFAULT_MAX_REPLICAS, ctx.svc.replicas + quota_room(ctx.app, ctx.svc)):
+            raise FaultError(f"a surge of {ctx.params.factor} needs {fixed} pods of {ctx.target}: more than the "
+                             f"namespace's quota or the write rules' bound of {DEFAULT_MAX_REPLICAS} admit (use less)")
 
     def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
         k8s.create("horizontalpodautoscaler", ctx.namespace, autoscaler(ctx, ctx.params.max_replicas))
