@@ -384,7 +384,7 @@ class CpuLimitParams(FaultParams):
     cpu_limit: str = Field(pattern=r"^[0-9]+m$")
 
 
-THROTTLED = 4.0  # times its need over its limit: a service throttled this hard is slow for everyone
+MIN_THROTTLE = 4.0  # times its need over its limit: a service throttled this hard is slow for everyone
 
 
 class CpuThrottled(_TemplateFault):
@@ -407,9 +407,9 @@ class CpuThrottled(_TemplateFault):
 
     def validate(self, ctx: FaultContext) -> None:
         need = ctx.svc.software.cpu_millicores
-        if quantity(ctx.params.cpu_limit) * 1000 * THROTTLED > need:
+        if quantity(ctx.params.cpu_limit) * 1000 * MIN_THROTTLE > need:
             raise FaultError(f"{ctx.target} uses {need}m of CPU; a limit of {ctx.params.cpu_limit} barely "
-                             f"throttles it (use at most {need / THROTTLED:.0f}m)")
+                             f"throttles it (use at most {need / MIN_THROTTLE:.0f}m)")
 
     def symptom_kind_for(self, ctx: FaultContext) -> str:
         return "slow"  # the new pods run and pass their probes: the rollout completes, and serves slowly
