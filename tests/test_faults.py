@@ -19,7 +19,7 @@ from sim_fixtures import NS, Served
 from agent_sre.apps.catalog import APPS
 from agent_sre.faults import FAULTS, FaultError, clear, get_fault, inject
 from agent_sre.faults.oracle import observe, observe_incident
-from agent_sre.kube.client import Kube
+from agent_sre.kube.client import Kube, KubeError
 from agent_sre.models.incident import Incident
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolResult
@@ -190,6 +190,19 @@ def test_a_service_using_its_whole_cpu_limit_is_unhealthy_until_the_limit_covers
                                                     "cpu_limit": "200m"})])
     env.advance(FIX_SETTLE_S)
     assert "web" not in env.observe(scenario, baseline).unhealthy
+
+
+def test_a_cluster_without_metrics_server_shows_no_throttling(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """metrics.k8s.io is an aggregated API: where no metrics-server serves it, health cannot see throttling, and the
+    oracle still judges everything else."""
+    scenario = get_fault("cpu_throttled").scenario("cpu", "bank", "bank", "web", {}, seed=3)
+    env, _ = injected(sim, scenario)
+
+    def unserved(self: Kube, kind: str, namespace: str) -> list[dict[str, object]]:
+        raise KubeError(404, "NotFound", "the server could not find the requested resource")
+
+    monkeypatch.setattr(Kube, "metrics", unserved)
+    assert "web" not in env.snapshot().unhealthy
 
 
 def test_an_autoscaler_held_at_its_maximum_is_fixed_by_raising_it_within_bounds(sim: Simulator) -> None:

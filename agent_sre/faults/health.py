@@ -19,7 +19,7 @@ from typing import Any
 from agent_sre.apps import traffic
 from agent_sre.apps.catalog import AppSpec, labels
 from agent_sre.kube.chaosmesh import PAUSE_ANNOTATION
-from agent_sre.kube.client import Kube, Obj
+from agent_sre.kube.client import Kube, KubeError, Obj
 from agent_sre.kube.netpol import blocking_policy
 from agent_sre.kube.quantity import quantity
 from agent_sre.kube.selectors import matches
@@ -187,14 +187,19 @@ def service_health(k8s: Kube, app: AppSpec | None, ns: str) -> dict[str, list[st
 
 
 def _throttled(k8s: Kube, ns: str, pods: list[Obj]) -> dict[str, str]:
-    """pod -> why, for each pod with a container using its whole CPU limit (read only when some pod has one)."""
+    """pod -> why, for each pod with a container using its whole CPU limit (read only when some pod has one; a
+    cluster without metrics-server tells nothing)."""
     limits = {(p["metadata"]["name"], c.get("name")): quantity(cpu) for p in pods
               for c in p["spec"].get("containers") or []
               if (cpu := ((c.get("resources") or {}).get("limits") or {}).get("cpu")) is not None}
     if not limits:
         return {}
+    try:
+        items = k8s.metrics("pods", ns)
+    except KubeError:  # metrics.k8s.io not served (no metrics-server): throttling cannot be seen
+        return {}
     out = {}
-    for item in k8s.metrics("pods", ns):
+    for item in items:
         pod = item["metadata"]["name"]
         for c in item.get("containers") or []:
             limit = limits.get((pod, c.get("name")))
