@@ -163,6 +163,35 @@ def test_a_quota_stops_the_scale_out_and_the_hpa_says_so(sim: Simulator) -> None
     assert golden_signals(cluster)[("shop", "frontend")].error_ratio < 0.01
 
 
+def test_a_maximum_below_the_load_is_scaling_limited_and_takes_a_manual_scale_back(sim: Simulator) -> None:
+    """autoscaling/v2 as upstream reports a cap: desiredReplicas at maxReplicas, ScalingLimited True with reason
+    TooManyReplicas ("the desired replica count is more than the maximum replica count"); a deployment scaled past
+    the maximum by hand is set back to it at the next sync (SuccessfulRescale, "Current number of replicas above
+    Spec.MaxReplicas"). Raising the maximum lets it scale on."""
+    cluster = sim.create_env("max", apps=["shop"])
+    call(sim, "POST", "/envs/max/apis/autoscaling/v2/namespaces/shop/horizontalpodautoscalers", _hpa("frontend", 2, 3))
+    _surge(sim, "max", "shop", {"frontend": "5"})
+    sim.advance("max", 120)
+    hpa = cluster.get(HPA, "shop", "frontend")
+    assert hpa["status"]["currentReplicas"] == hpa["status"]["desiredReplicas"] == 3
+    limited = next(c for c in hpa["status"]["conditions"] if c["type"] == "ScalingLimited")
+    assert (limited["status"], limited["reason"], limited["message"]) == (
+        "True", "TooManyReplicas", "the desired replica count is more than the maximum replica count")
+    assert golden_signals(cluster)[("shop", "frontend")].error_ratio > 0.1  # 600 rps on three pods
+    dep = cluster.get("deployments.apps", "shop", "frontend")
+    cluster.replace("deployments.apps", {**dep, "spec": {**dep["spec"], "replicas": 7}})
+    sim.advance("max", 30)
+    assert cluster.get("deployments.apps", "shop", "frontend")["spec"]["replicas"] == 3
+    assert any(e["message"] == "New size: 3; reason: Current number of replicas above Spec.MaxReplicas"
+               for e in cluster.list("events", "shop") if e["reason"] == "SuccessfulRescale")
+    hpa = cluster.get(HPA, "shop", "frontend")
+    cluster.replace(HPA, {**hpa, "spec": {**hpa["spec"], "maxReplicas": 10}})
+    sim.advance("max", 120)
+    dep = cluster.get("deployments.apps", "shop", "frontend")
+    assert dep["status"]["availableReplicas"] == dep["spec"]["replicas"] > 3
+    assert golden_signals(cluster)[("shop", "frontend")].error_ratio < 0.01
+
+
 def test_a_missing_target_and_a_missing_request_are_conditions(sim: Simulator) -> None:
     cluster = sim.create_env("bad", apps=["shop"])
     call(sim, "POST", "/envs/bad/apis/autoscaling/v2/namespaces/shop/horizontalpodautoscalers", _hpa("nothing", 1, 3))

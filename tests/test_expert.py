@@ -44,7 +44,7 @@ def episodes(simulator: Simulator) -> dict[str, Trajectory]:
 
 
 def test_every_family_is_resolved_and_verified(episodes: dict[str, Trajectory]) -> None:
-    assert len(episodes) == 36
+    assert len(episodes) == 39
     failed = {fault: (t.verdict.outcome if t.verdict else None, t.termination) for fault, t in episodes.items()
               if not verified(t)}
     assert not failed, failed
@@ -78,6 +78,11 @@ def _rule_derived(call: ToolCall, read: str) -> bool:
         ops = call.args["patch"]  # `app In` list, at the path the object read shows
         return isinstance(ops, list) and all(op["op"] == "add" and op["path"].endswith("/values/-")
                                              and op["value"] in read for op in ops) and str(call.args["name"]) in read
+    if call.tool == "set_hpa_max":  # what the autoscaler asks for: ceil(current pods x utilization / target)
+        metric = re.search(r"\(as a percentage of request\): (\d+)% \(\S+\) / (\d+)%", read)
+        pods = re.search(r"^Deployment pods: (\d+) current", read, re.MULTILINE)
+        return metric is not None and pods is not None and \
+            call.args["max_replicas"] == math.ceil(int(pods[1]) * int(metric[1]) / int(metric[2]) - 1e-9)
     if call.tool == "patch_quota":  # room for every pod running now, twice over
         used = re.search(r"used: pods=(\d+)", read)
         return used is not None and call.args["hard"] == {"pods": str(2 * int(used[1]))}

@@ -19,10 +19,10 @@ from sim_fixtures import NS, Served
 from agent_sre.apps.catalog import APPS
 from agent_sre.faults import FAULTS, FaultError, clear, get_fault, inject
 from agent_sre.faults.oracle import observe, observe_incident
-from agent_sre.kube.client import Kube
+from agent_sre.kube.client import Kube, KubeError
 from agent_sre.models.incident import Incident
 from agent_sre.models.scenario import Scenario
-from agent_sre.models.tools import TOOL_SPECS, ToolCall
+from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolResult
 from agent_sre.scenarios import HELDOUT_DIR, VARIANTS_DIR, load_scenarios
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.simulator.transport import in_process_api_client
@@ -151,6 +151,86 @@ def test_a_toleration_that_gets_around_a_taint_is_not_a_handover(sim: Simulator)
     assert verdict.outcome == "unresolved" and any("now tolerates the taint" in r for r in verdict.reasons)
 
 
+def test_a_higher_limit_only_spaces_out_a_leaks_kills(sim: Simulator) -> None:
+    """The leak is judged, not the moment: with the limit doubled the pods run, ready, for minutes, and the next OOM
+    kill still comes."""
+    scenario = get_fault("memory_leak").scenario("leak", "shop", "shop", "checkout", {}, seed=3)
+    env, baseline = injected(sim, scenario)
+    env.tools(scenario.ground_truth.wrong_fix)
+    env.advance(FIX_SETTLE_S)
+    verdict = env.observe(scenario, baseline)
+    assert verdict.outcome == "unresolved"
+    assert any("grows 100Mi a minute until its memory limit OOM-kills it" in r for r in verdict.reasons)
+    pod = max(env.pods("checkout"), key=lambda p: p["metadata"]["creationTimestamp"])
+    assert pod["status"]["containerStatuses"][0]["lastState"]["terminated"]["reason"] == "OOMKilled"
+
+
+def test_a_leak_with_no_earlier_revision_is_handed_over(sim: Simulator) -> None:
+    """With no revision history (revisionHistoryLimit 0) the deployment controller deleted the old ReplicaSets:
+    `rollout undo` has nothing to go back to, and only an escalation handles it."""
+    scenario = get_fault("memory_leak").scenario("leak", "bank", "bank", "accounts", {"history": False}, seed=3)
+    assert scenario.ground_truth.expected_ending == "escalated"
+    env, baseline = injected(sim, scenario)
+    undo = env.tool(ToolCall(tool="rollout_undo", args={"deployment": "accounts"}))
+    assert not undo.ok and "no rollout history found" in undo.output
+    assert observe(env.api, scenario, baseline, "escalated", 0).outcome == "resolved"
+    assert observe(env.api, scenario, baseline, "finished", 0).outcome == "unresolved"
+
+
+def test_a_service_using_its_whole_cpu_limit_is_unhealthy_until_the_limit_covers_its_need(sim: Simulator) -> None:
+    """Read through metrics.k8s.io, as on any cluster: a pod at its CPU limit is throttled (kube-prometheus's
+    CPUThrottlingHigh); twice the pods are each still at the limit; a limit above the need is not."""
+    scenario = get_fault("cpu_throttled").scenario("cpu", "bank", "bank", "web", {}, seed=3)
+    env, baseline = injected(sim, scenario)
+    assert any("uses its whole CPU limit (5m of 5m): CFS throttles it" in r for r in baseline.unhealthy["web"])
+    env.tools(scenario.ground_truth.wrong_fix)
+    env.advance(FIX_SETTLE_S)
+    assert "web" in env.observe(scenario, baseline).unhealthy
+    env.tools([ToolCall(tool="set_resources", args={"deployment": "web", "container": "web", "cpu_request": "100m",
+                                                    "cpu_limit": "200m"})])
+    env.advance(FIX_SETTLE_S)
+    assert "web" not in env.observe(scenario, baseline).unhealthy
+
+
+def test_a_cluster_without_metrics_server_shows_no_throttling(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """metrics.k8s.io is an aggregated API: where no metrics-server serves it, health cannot see throttling, and the
+    oracle still judges everything else."""
+    scenario = get_fault("cpu_throttled").scenario("cpu", "bank", "bank", "web", {}, seed=3)
+    env, _ = injected(sim, scenario)
+
+    def unserved(self: Kube, kind: str, namespace: str) -> list[dict[str, object]]:
+        raise KubeError(404, "NotFound", "the server could not find the requested resource")
+
+    monkeypatch.setattr(Kube, "metrics", unserved)
+    assert "web" not in env.snapshot().unhealthy
+
+
+def test_an_autoscaler_held_at_its_maximum_is_fixed_by_raising_it_within_bounds(sim: Simulator) -> None:
+    """The HPA owns the count: a hand scale is set back to its maximum; raising maxReplicas (set_hpa_max) within
+    the replica bound runs without approval, past it waits for one, and below minReplicas is refused."""
+    scenario = get_fault("hpa_max_replicas").scenario("hpa", "shop", "shop", "catalog", {}, seed=3)
+    env, baseline = injected(sim, scenario)
+    limited = env.tool(ToolCall(tool="describe", args={"kind": "horizontalpodautoscaler", "name": "catalog"}))
+    assert "ScalingLimited   True     TooManyReplicas" in limited.output
+    assert "catalog" in baseline.unhealthy
+    env.tools(scenario.ground_truth.wrong_fix)
+    env.advance(FIX_SETTLE_S)
+    assert env.get("deployments.apps", "catalog")["spec"]["replicas"] == 4
+
+    def unapproved(max_replicas: int) -> ToolResult:
+        return execute(ToolCall(tool="set_hpa_max", args={"name": "catalog", "max_replicas": max_replicas}),
+                       ToolContext(api=env.api, namespace=env.ns, idempotency_key=f"hpa-{max_replicas}"))
+
+    held = unapproved(30)
+    assert held.needs_approval is not None and "more than 20" in held.output
+    below = unapproved(1)
+    assert below.refused and "below the autoscaler's minReplicas 2" in below.output
+    raised = unapproved(14)
+    assert raised.ok and not raised.needs_approval, raised.output
+    env.advance(FIX_SETTLE_S)
+    assert env.observe(scenario, baseline).outcome == "resolved"
+
+
 def test_deleting_what_existed_at_the_baseline_is_worse(sim: Simulator) -> None:
     from kubernetes.client import CoreV1Api
 
@@ -205,6 +285,17 @@ def test_clear_errors_for_a_bad_target_or_a_parameter_that_breaks_nothing() -> N
         get_fault("bad_image").scenario("x", "shop", "shop", "cart", {"tag": "2.4.0"})
     with pytest.raises(FaultError, match="invalid params"):
         get_fault("chaos_network_loss").scenario("x", "shop", "shop", "cart", {"loss": 400})
+    with pytest.raises(FaultError, match="does not leak"):
+        get_fault("memory_leak").scenario("x", "shop", "shop", "cart", {"tag": "2.4.1"})
+    with pytest.raises(FaultError, match="exists for"):  # a leaking build is published: no missing tag
+        get_fault("bad_image").scenario("x", "shop", "shop", "cart", {"tag": "2.5.0"})
+    with pytest.raises(FaultError, match="barely throttles it"):
+        get_fault("cpu_throttled").scenario("x", "shop", "shop", "catalog", {"cpu_limit": "20m"})
+    with pytest.raises(FaultError, match="must be above its 2 replicas"):  # an autoscaler that never scales
+        get_fault("hpa_max_replicas").scenario("x", "shop", "shop", "catalog", {"max_replicas": 2})
+    with pytest.raises(FaultError, match="more than the namespace's quota"):
+        get_fault("hpa_max_replicas").scenario("x", "shop", "shop", "recommendation", {"factor": 10.5,
+                                                                                       "max_replicas": 4})
     with pytest.raises(FaultError, match="unknown fault"):
         get_fault("disk_full")
     with pytest.raises(FaultError, match="unknown app"):

@@ -520,6 +520,40 @@ def test_oom_kill_when_the_limit_is_below_the_working_set(sim: Simulator) -> Non
     assert crashed[0]["lastState"]["terminated"]["exitCode"] == 137
 
 
+def test_a_leaking_build_grows_in_kubectl_top_until_the_limit_kills_it_minutes_apart(sim: Simulator) -> None:
+    """cAdvisor's working set of a leaking process climbs at every metrics-server scrape (15 s) until the cgroup's
+    limit OOM-kills it (lastState terminated, reason OOMKilled, exit code 137); the kubelet restarts it with back-off
+    and it leaks again, so the restart count climbs over minutes, not at once."""
+    env = new_env(sim)
+    _inject(env, "memory_leak", "cart")
+    env.advance(40)
+    pod = _newest(env, "cart")["metadata"]["name"]
+    seen = []
+    for _ in range(3):
+        seen.append(env.cluster.model["usage"][(env.ns, pod)]["cart"][1])
+        env.advance(15)
+    assert seen[0] < seen[1] < seen[2] < 256 * 1024 ** 2
+    assert _container(_newest(env, "cart"))["restartCount"] == 0  # 85 s in: it has not reached its limit yet
+    env.advance(60)
+    killed = _container(_newest(env, "cart"))
+    assert killed["restartCount"] == 1
+    assert killed["lastState"]["terminated"]["reason"] == "OOMKilled"
+    assert killed["lastState"]["terminated"]["exitCode"] == 137
+    env.advance(300)
+    assert 2 <= _container(_newest(env, "cart"))["restartCount"] <= 4
+
+
+def test_the_build_before_a_leak_holds_its_working_set(sim: Simulator) -> None:
+    env = new_env(sim)
+    _inject(env, "memory_leak", "cart")
+    env.advance(120)
+    env.tools([ToolCall(tool="rollout_undo", args={"deployment": "cart"})])
+    env.advance(600)
+    pod = _newest(env, "cart")
+    assert _container(pod)["image"].endswith(":2.4.1") and _container(pod)["restartCount"] == 0
+    assert env.cluster.model["usage"][(env.ns, pod["metadata"]["name"])]["cart"][1] < 128 * 1024 ** 2
+
+
 def test_a_missing_image_tag_backs_off_pulling(sim: Simulator) -> None:
     env = new_env(sim)
     _inject(env, "bad_image", "checkout", tag="3.3.0")
@@ -741,6 +775,28 @@ def test_stress_shows_in_kubectl_top_and_in_latency(sim: Simulator) -> None:
     assert golden_signals(env.cluster)[("shop", "checkout")].latency_p99_seconds > healthy + 0.05
     node_cpu, node_memory = env.cluster.model["node_usage"][env.pods("checkout")[0]["spec"]["nodeName"]]
     assert node_cpu > 2000 and node_memory > 1e9
+
+
+def test_a_cpu_limit_below_the_need_pins_top_at_it_and_slows_the_service_and_its_callers(sim: Simulator) -> None:
+    """The CFS quota: a container never uses more than its limit per period (cAdvisor's usage, so `kubectl top`,
+    stays at it), and what it cannot run now waits for the next period: no errors, a p99 past a second, which the
+    callers inherit. A limit above the need throttles nothing."""
+    env = new_env(sim)
+    healthy = golden_signals(env.cluster)
+    _inject(env, "cpu_throttled", "catalog", cpu_limit="4m")
+    env.advance(120)
+    for pod in env.pods("catalog"):
+        cpu, _ = env.cluster.model["usage"][(env.ns, pod["metadata"]["name"])]["catalog"]
+        assert cpu == pytest.approx(4.0)
+    slow = golden_signals(env.cluster)
+    assert slow[("shop", "catalog")].latency_p99_seconds > 1.0
+    assert slow[("shop", "frontend")].latency_p99_seconds > healthy[("shop", "frontend")].latency_p99_seconds + 0.8
+    assert slow[("shop", "catalog")].error_ratio < 0.01
+    env.tools([ToolCall(tool="set_resources", args={"deployment": "catalog", "container": "catalog",
+                                                    "cpu_request": "100m", "cpu_limit": "200m"})])
+    env.advance(120)
+    assert golden_signals(env.cluster)[("shop", "catalog")].latency_p99_seconds == pytest.approx(
+        healthy[("shop", "catalog")].latency_p99_seconds)
 
 
 def test_http_abort_fails_every_request(sim: Simulator) -> None:

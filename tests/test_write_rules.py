@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes.client import CoreV1Api, CustomObjectsApi
 
-from agent_sre.models.tools import ToolCall, ToolResult
+from agent_sre.models.tools import ToolCall, ToolResult, WriteAssessment
 from agent_sre.simulator.cluster import Cluster
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.simulator.transport import in_process_api_client
@@ -279,6 +279,29 @@ def test_a_rollback_to_an_earlier_template_is_low_whatever_it_changes() -> None:
 def test_replicas_within_bounds(old: int, new: int, risk: str) -> None:
     findings = judge("deployment", _deployment("shop/web:1", replicas=old), _deployment("shop/web:1", replicas=new))
     assert [f.risk for f in findings] == [risk]
+
+
+def _autoscaler(low: int, high: int, target: str = "web") -> dict[str, Any]:
+    return {"metadata": {"name": "web"}, "spec": {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+        "minReplicas": low, "maxReplicas": high,
+        "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization",
+                                                                               "averageUtilization": 70}}}]}}
+
+
+@pytest.mark.parametrize(("change", "risk"), [
+    ((2, 12), "low"), ((2, 20), "low"), ((2, 21), "high"), ((2, 2), "high"), ((1, 4), "high"), ((4, 4), "low"),
+])
+def test_an_autoscalers_bounds_move_within_the_replica_bound(change: tuple[int, int], risk: str) -> None:
+    """Raising maxReplicas up to the deployment's replica bound (20) is a fix; past it, or lowering a bound, a
+    human approves; never unbounded."""
+    findings = judge("horizontalpodautoscaler", _autoscaler(2, 4), _autoscaler(*change))
+    assert WriteAssessment.of(findings).risk == risk
+
+
+def test_an_autoscaler_pointed_at_another_workload_is_forbidden() -> None:
+    findings = judge("horizontalpodautoscaler", _autoscaler(2, 4), _autoscaler(2, 4, target="payment"))
+    assert [f.risk for f in findings] == ["forbidden"]
 
 
 def test_a_network_policy_that_only_drops_rules_is_low() -> None:

@@ -34,6 +34,7 @@ SHOP_IMAGES = (
                   "RECOMMENDATION_URL": _URL, "SESSION_SECRET": EnvRule("secret", min_len=16),
                   "LOG_LEVEL": _LOG_LEVEL},
              memory_mib=150, cpu_millicores=60, startup_s=6, oom_after_s=40, p99_ms=35, capacity_rps=150,
+             leaks={"1.10.0": 75.0},
              startup_lines=("> shop-frontend@1.9.1 start", "> node server.js", "",
                             "[frontend] info: session store ready", "[frontend] info: listening on :{port}"),
              request_paths=("GET /", "GET /product/{id}", "POST /cart", "GET /cart", "POST /checkout"),
@@ -43,13 +44,13 @@ SHOP_IMAGES = (
         {"PORT": _PORT, "REDIS_ADDR": EnvRule("addr"), "CART_TTL_HOURS": EnvRule("int", low=1, high=720),
          "LOG_LEVEL": _LOG_LEVEL},
         ('level=info msg="connected to redis" db=0',),
-        memory_mib=96, cpu_millicores=25, startup_s=3, p99_ms=8, capacity_rps=500,
+        memory_mib=96, cpu_millicores=25, startup_s=3, p99_ms=8, capacity_rps=500, leaks={"2.5.0": 110.0},
         request_paths=("GET /v1/cart/{id}", "POST /v1/cart/{id}/items", "DELETE /v1/cart/{id}"),
         noise=('level=warn msg="redis: connection pool: idle connection closed by server" addr=redis:6379',)),
     _go("shop/checkout", "checkout", ("3.1.0", "3.2.0", "3.2.1"),
         {"PORT": _PORT, "CART_URL": _URL, "PAYMENT_URL": _URL, "CATALOG_URL": _URL, **_DB, "LOG_LEVEL": _LOG_LEVEL},
         ('level=info msg="database pool ready" max_conns=20', 'level=info msg="migrations up to date" version=41'),
-        memory_mib=110, cpu_millicores=30, startup_s=4, p99_ms=40, capacity_rps=200,
+        memory_mib=110, cpu_millicores=30, startup_s=4, p99_ms=40, capacity_rps=200, leaks={"3.4.0": 100.0},
         request_paths=("POST /v1/checkout", "GET /v1/orders/{id}"),
         noise=('level=warn msg="slow query" duration_ms=812 query="SELECT * FROM orders WHERE customer_id = $1"',)),
     Software(repo=f"{ACME}/shop/payment", program="payment", runtime="java", tags=("5.0.3", "5.1.0"),
@@ -66,7 +67,7 @@ SHOP_IMAGES = (
     _go("shop/catalog", "catalog", ("1.12.0", "1.12.1", "1.13.0"),
         {"PORT": _PORT, **_DB, "CACHE_TTL_SECONDS": EnvRule("int", low=0, high=86400), "LOG_LEVEL": _LOG_LEVEL},
         ('level=info msg="database pool ready" max_conns=20', 'level=info msg="product cache warmed" items=1841'),
-        memory_mib=140, cpu_millicores=40, startup_s=5, p99_ms=25, capacity_rps=400,
+        memory_mib=140, cpu_millicores=40, startup_s=5, p99_ms=25, capacity_rps=400, leaks={"1.14.0": 80.0},
         request_paths=("GET /v1/products", "GET /v1/products/{id}", "GET /v1/search?q=lamp"),
         noise=('level=warn msg="config key CACHE_TTL is deprecated, use CACHE_TTL_SECONDS"',)),
     Software(repo=f"{ACME}/shop/recommendation", program="recommendation", runtime="python",
@@ -74,6 +75,7 @@ SHOP_IMAGES = (
              binaries=frozenset({"python", "pip", "sh"}),
              env={"PORT": _PORT, "CATALOG_URL": _URL, "WORKERS": EnvRule("int", low=1, high=16)},
              memory_mib=380, cpu_millicores=150, startup_s=40, oom_after_s=60, p99_ms=120, capacity_rps=80,
+             leaks={"0.11.0": 180.0},
              startup_lines=("INFO:recommendation:loading model /models/als-2025-12.pkl",
                             "INFO:recommendation:model loaded (312 MB, 41.2s)",
                             "INFO:     Uvicorn running on http://0.0.0.0:{port} (Press CTRL+C to quit)"),
@@ -86,6 +88,7 @@ BANK_IMAGES = (
              argv=("node", "server.js"), binaries=frozenset({"node", "npm", "sh"}),
              env={"PORT": _PORT, "AUTH_URL": _URL, "ACCOUNTS_URL": _URL, "LOG_LEVEL": _LOG_LEVEL},
              memory_mib=140, cpu_millicores=50, startup_s=5, oom_after_s=40, p99_ms=30, capacity_rps=150,
+             leaks={"4.4.0": 80.0},
              startup_lines=("> bank-web@4.3.1 start", "> node server.js", "", "[web] info: listening on :{port}"),
              request_paths=("GET /", "GET /accounts", "POST /transfers", "POST /login"),
              noise=("warn: dns lookup auth.bank.svc.cluster.local timed out after 5000ms, retrying",)),
@@ -93,13 +96,13 @@ BANK_IMAGES = (
         {"PORT": _PORT, **_DB, "JWT_SIGNING_KEY": EnvRule("secret", min_len=32),
          "TOKEN_TTL_MINUTES": EnvRule("int", low=1, high=1440)},
         ('level=info msg="database pool ready" max_conns=10', 'level=info msg="signing key loaded" alg=HS256'),
-        memory_mib=70, cpu_millicores=30, startup_s=3, p99_ms=15, capacity_rps=600,
+        memory_mib=70, cpu_millicores=30, startup_s=3, p99_ms=15, capacity_rps=600, leaks={"2.2.0": 85.0},
         request_paths=("POST /v1/token", "GET /v1/introspect"),
         noise=('level=warn msg="token rejected" reason="expired" sub=customer-88123',)),
     _go("bank/accounts", "accounts", ("1.7.0", "1.8.0", "1.8.2"),
         {"PORT": _PORT, "LEDGER_URL": _URL, "AUTH_URL": _URL, **_DB},
         ('level=info msg="database pool ready" max_conns=20',),
-        memory_mib=100, cpu_millicores=35, startup_s=4, p99_ms=30, capacity_rps=300,
+        memory_mib=100, cpu_millicores=35, startup_s=4, p99_ms=30, capacity_rps=300, leaks={"1.10.0": 110.0},
         request_paths=("GET /v1/accounts/{id}", "POST /v1/transfers"),
         noise=('level=warn msg="transfer declined" reason="insufficient funds" account=DE89370400440532013000',)),
     Software(repo=f"{ACME}/bank/ledger", program="ledger", runtime="java", tags=("3.4.0", "3.5.1"),
@@ -119,6 +122,7 @@ BANK_IMAGES = (
              env={"PORT": _PORT, "NOTIFY_CHANNEL": EnvRule("enum", choices=("email", "sms", "push")),
                   "WORKERS": EnvRule("int", low=1, high=16)},
              memory_mib=90, cpu_millicores=20, startup_s=4, oom_after_s=30, p99_ms=50, capacity_rps=300,
+             leaks={"1.3.0": 70.0},
              startup_lines=("INFO:notifications:channel=email workers=2",
                             "INFO:     Uvicorn running on http://0.0.0.0:{port} (Press CTRL+C to quit)"),
              request_paths=("POST /v1/notify",),
@@ -173,7 +177,7 @@ def lookup(image: str) -> tuple[Software | None, str]:
 def pull_error(image: str) -> str | None:
     """The container runtime's pull failure for `image`, or None when the image exists."""
     sw, tag = lookup(image)
-    if sw is not None and tag in sw.tags:
+    if sw is not None and sw.publishes(tag):
         return None
     if image == PAUSE_IMAGE:
         return None

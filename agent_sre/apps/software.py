@@ -36,7 +36,7 @@ class Software:
     repo: str  # image reference without the tag
     program: str  # how the program names itself in its messages
     runtime: Runtime
-    tags: tuple[str, ...]  # the tags that exist in the registry; any other tag is "not found"
+    tags: tuple[str, ...]  # the tags that exist in the registry; any other tag (and not a leak's) is "not found"
     argv: tuple[str, ...]  # the command line the image is meant to run (ENTRYPOINT + CMD)
     binaries: frozenset[str]  # executables present in the image
     entrypoint: tuple[str, ...] = ()  # the image's ENTRYPOINT (a prefix of argv); `command` replaces it
@@ -53,6 +53,9 @@ class Software:
     request_paths: tuple[str, ...] = ("GET /",)
     noise: tuple[str, ...] = ()  # benign warnings a healthy instance prints now and then
     data_dir: str = ""  # where a data store keeps its files (the image's VOLUME): what IOChaos can act on
+    # Published builds that leak: tag -> MiB its working set grows per minute of running, until the memory limit
+    # OOM-kills it (an unbounded cache, a listener never removed). They exist in the registry too.
+    leaks: Mapping[str, float] = field(default_factory=dict)
 
     def image(self, tag: str) -> str:
         return f"{self.repo}:{tag}"
@@ -63,6 +66,10 @@ class Software:
         path = path.rstrip("/") or "/"
         data = self.data_dir
         return bool(data) and (data == path or data.startswith(path.rstrip("/") + "/") or path.startswith(data + "/"))
+
+    def publishes(self, tag: str) -> bool:
+        """Whether the registry holds this tag (a leaking build included)."""
+        return tag in self.tags or tag in self.leaks
 
 
 @dataclass(frozen=True)
@@ -92,8 +99,8 @@ class RunContext:
 
 # --- start-up ---------------------------------------------------------------------------------------------------
 
-def start(sw: Software, argv: tuple[str, ...], env: Mapping[str, str], ctx: RunContext) -> Outcome:
-    """One run of `sw` with this command line and environment."""
+def start(sw: Software, argv: tuple[str, ...], env: Mapping[str, str], ctx: RunContext, tag: str = "") -> Outcome:
+    """One run of `sw` (its build `tag`) with this command line and environment."""
     if argv[0] not in sw.binaries:
         return Outcome("start_error", exit_code=128, reason="StartError", message=(
             "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
@@ -110,6 +117,11 @@ def start(sw: Software, argv: tuple[str, ...], env: Mapping[str, str], ctx: RunC
     working_set = sw.memory_mib * MiB
     if ctx.memory_limit is not None and ctx.memory_limit < working_set:
         return Outcome("crash", exit_code=137, reason="OOMKilled", run_s=sw.oom_after_s,
+                       lines=_started(sw, port), listen_port=port, startup_s=sw.startup_s)
+    leak = sw.leaks.get(tag, 0.0)
+    if leak and ctx.memory_limit is not None:  # serves until the growing working set reaches the limit
+        run_s = (ctx.memory_limit - working_set) / (leak * MiB) * 60.0
+        return Outcome("crash", exit_code=137, reason="OOMKilled", run_s=max(run_s, sw.startup_s + 10.0),
                        lines=_started(sw, port), listen_port=port, startup_s=sw.startup_s)
     return Outcome("run", lines=_started(sw, port), listen_port=port, startup_s=sw.startup_s)
 

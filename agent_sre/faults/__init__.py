@@ -25,14 +25,16 @@ from agent_sre.faults.deployment import (
     BadCommand,
     BadEnv,
     BadImage,
+    CpuThrottled,
     CpuUnschedulable,
     InitContainerFail,
     InitContainerHang,
+    MemoryLeak,
     NodeSelectorMissing,
     OomLimit,
     ReadinessProbe,
 )
-from agent_sre.faults.load import HpaQuotaExceeded, IngressPolicyDeny, TrafficSurge
+from agent_sre.faults.load import HpaMaxReplicas, HpaQuotaExceeded, IngressPolicyDeny, TrafficSurge
 from agent_sre.faults.none import FalseAlarm
 from agent_sre.faults.platform import CordonedNode, NetworkPartition, NetworkPolicyDeny, NodeTaint, QuotaExceeded
 from agent_sre.faults.service import DependencyDown, ScaledToZero, ServicePort, ServiceSelector, ServiceTargetPort
@@ -41,11 +43,12 @@ from agent_sre.models.scenario import Scenario
 
 FAULTS: dict[str, FaultType] = {f.name: f for f in (
     ServiceTargetPort(), ServicePort(), ServiceSelector(), ScaledToZero(), DependencyDown(),
-    BadImage(), BadEnv(), BadCommand(), OomLimit(), CpuUnschedulable(), NodeSelectorMissing(), ReadinessProbe(),
+    BadImage(), BadEnv(), BadCommand(), OomLimit(), MemoryLeak(), CpuThrottled(), CpuUnschedulable(),
+    NodeSelectorMissing(), ReadinessProbe(),
     InitContainerHang(), InitContainerFail(),
     SecretPassword(), SecretDeleted(), BadConfig(),
     CordonedNode(), NodeTaint(), QuotaExceeded(), NetworkPolicyDeny(), NetworkPartition(),
-    TrafficSurge(), HpaQuotaExceeded(), IngressPolicyDeny(),
+    TrafficSurge(), HpaQuotaExceeded(), HpaMaxReplicas(), IngressPolicyDeny(),
     ChaosPodKill(), ChaosPodFailure(), ChaosNetworkDelay(), ChaosNetworkLoss(), ChaosStress(), ChaosHttpAbort(),
     ChaosDns(), ChaosIo(),
     FalseAlarm(), PodDeleted(), RollingRestart(), HostileText(),

@@ -87,6 +87,8 @@ ALERTS = {
     "KubeHpaReplicasMismatch": ("HPA has not matched desired number of replicas.",
                                 "HPA {ns}/{svc} has not matched the desired number of replicas for longer than 15 "
                                 "minutes."),
+    "KubeHpaMaxedOut": ("HPA is running at max replicas.",
+                        "HPA {ns}/{svc} has been running at max replicas for longer than 15 minutes."),
     "KubeDeploymentRolloutStuck": ("Deployment rollout is not progressing.",
                                    "Rollout of deployment {ns}/{svc} is not progressing for longer than 15 minutes."),
 }

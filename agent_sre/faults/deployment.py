@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from agent_sre.apps.catalog import NODE_ALLOCATABLE_CPU, NODES, AppSpec, ServiceSpec, run_context
+from agent_sre.apps.images import lookup
 from agent_sre.apps.manifests import container_spec, deployment
 from agent_sre.apps.software import check_value, effective_argv
 from agent_sre.faults.base import FaultContext, FaultError, FaultParams, RolloutFault, restart_cause
@@ -19,9 +20,12 @@ from agent_sre.faults.platform import QUOTA
 from agent_sre.kube.client import Kube
 from agent_sre.kube.deployments import fenceposts
 from agent_sre.kube.quantity import quantity
+from agent_sre.models.scenario import GroundTruth
 from agent_sre.models.tools import ToolCall
+from agent_sre.models.verdict import HealthSnapshot
 
 BUSYBOX = "docker.io/library/busybox:1.36"
+MIB = 1024 * 1024
 INIT_RESOURCES = {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "32Mi"}}
 
 
@@ -75,7 +79,7 @@ def _missing_tag(svc: ServiceSpec) -> str:
     while True:
         parts[-1] = str(int(parts[-1]) + 1) if parts[-1].isdigit() else parts[-1] + "1"
         tag = ".".join(parts)
-        if tag not in svc.software.tags:
+        if not svc.software.publishes(tag):
             return tag
 
 
@@ -90,7 +94,7 @@ class BadImage(_TemplateFault):
         return {"tag": _missing_tag(app.service(target))}
 
     def validate(self, ctx: FaultContext) -> None:
-        if ctx.params.tag in ctx.svc.software.tags:
+        if ctx.svc.software.publishes(ctx.params.tag):
             raise FaultError(f"tag {ctx.params.tag!r} exists for {ctx.svc.repo}; pick one that does not "
                              f"(existing: {', '.join(ctx.svc.software.tags)})")
 
@@ -287,6 +291,152 @@ class OomLimit(_TemplateFault):
     def fix(self, ctx: FaultContext) -> list[ToolCall]:
         return [ToolCall(tool="set_resources", args={"deployment": ctx.target, "container": ctx.svc.container,
                                                      "memory_limit": ctx.svc.memory_limit})]
+
+
+class LeakParams(FaultParams):
+    tag: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+    history: bool = True  # False: the deployment keeps no old revisions (revisionHistoryLimit 0), nothing to undo
+
+
+class MemoryLeak(_TemplateFault):
+    name = "memory_leak"
+    summary = "roll out a build whose working set grows until the memory limit OOM-kills it, again and again"
+    fault_class = "resources/memory-leak"
+    modelled_on = "ITBench / AIOpsLab memory leak after a release (OOMKilled minutes apart, restarts climbing)"
+    Params = LeakParams
+    crashes = True
+
+    def targets(self, app: AppSpec) -> list[str]:
+        return [s.name for s in app.services if s.software.leaks]
+
+    def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
+        return {"tag": next(iter(app.service(target).software.leaks))}
+
+    def validate(self, ctx: FaultContext) -> None:
+        if ctx.params.tag not in ctx.svc.software.leaks:
+            raise FaultError(f"build {ctx.params.tag!r} of {ctx.svc.repo} does not leak (leaking builds: "
+                             f"{', '.join(ctx.svc.software.leaks)})")
+
+    def symptom_kind_for(self, ctx: FaultContext) -> str:
+        return "errors"  # each pod serves for a minute or more, then dies: the rollout completes
+
+    def broken(self, ctx: FaultContext) -> dict[str, Any]:
+        return {"image": f"{ctx.svc.repo}:{ctx.params.tag}"}
+
+    def healthy(self, ctx: FaultContext) -> dict[str, Any]:
+        return {"image": ctx.svc.image}
+
+    def cause(self, ctx: FaultContext) -> str:
+        return restart_cause(ctx, f"kubectl set image deployment/{ctx.target} {ctx.svc.container}="
+                                  f"{ctx.svc.repo}:{ctx.params.tag}")
+
+    def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
+        """The new build; without history, then a history limit of 0: the deployment controller deletes the old
+        ReplicaSets once scaled down (upstream's cleanupDeployment), as a GitOps setup that keeps its history in
+        git does."""
+        super()._inject(k8s, ctx)
+        if not ctx.params.history:
+            k8s.patch_deployment(ctx.namespace, ctx.target, {"spec": {"revisionHistoryLimit": 0}}, "strategic")
+
+    def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
+        super()._clear(k8s, ctx)
+        if not ctx.params.history:
+            k8s.patch_deployment(ctx.namespace, ctx.target, {"spec": {"revisionHistoryLimit": 10}}, "strategic")
+
+    def check(self, k8s: Kube, ctx: FaultContext, baseline: HealthSnapshot) -> list[str]:
+        """The leak itself, not the moment: a pod that runs between two OOM kills looks healthy, and a higher
+        limit only spaces the kills out."""
+        pods = k8s.list("pod", ctx.namespace, label_selector=f"app={ctx.target}")
+        leaking = sorted({c.get("image", "") for p in pods for c in p["spec"].get("containers") or []
+                          if _leak_of(c.get("image", "")) > 0})
+        return [f"deployment/{ctx.target} runs {image}, whose working set grows {_leak_of(image):g}Mi a minute "
+                f"until its memory limit OOM-kills it" for image in leaking]
+
+    def fix(self, ctx: FaultContext) -> list[ToolCall]:
+        if ctx.params.history:
+            return _undo(ctx)
+        return [ToolCall(tool="escalate", args={
+            "diagnosis": f"containers of deployment {ctx.target} are OOMKilled again and again since build "
+                         f"{ctx.params.tag}: its memory grows until the limit, and the deployment keeps no earlier "
+                         f"revision to roll back to",
+            "summary": "a higher limit only postpones the next kill: its owner must ship a build without the leak "
+                       "or name the one to go back to; I changed nothing"})]
+
+    def ground_truth(self, ctx: FaultContext) -> GroundTruth:
+        """Without history, a handover: the build without the leak is in no object the agent can read."""
+        truth = super().ground_truth(ctx)
+        return truth if ctx.params.history else truth.model_copy(update={"expected_ending": "escalated"})
+
+    def wrong_fix(self, ctx: FaultContext) -> list[ToolCall]:
+        """Double the memory limit: the leak reaches it minutes later."""
+        doubled = f"{int(quantity(ctx.svc.memory_limit) * 2 / MIB)}Mi"
+        return [ToolCall(tool="set_resources", args={"deployment": ctx.target, "container": ctx.svc.container,
+                                                     "memory_limit": doubled})]
+
+
+def _leak_of(image: str) -> float:
+    """MiB a minute the build `image` leaks (0: it does not)."""
+    sw, tag = lookup(image)
+    return sw.leaks.get(tag, 0.0) if sw is not None else 0.0
+
+
+class CpuLimitParams(FaultParams):
+    cpu_limit: str = Field(pattern=r"^[0-9]+m$")
+
+
+MIN_THROTTLE = 4.0  # times its need over its limit: a service throttled this hard is slow for everyone
+
+
+class CpuThrottled(_TemplateFault):
+    """`kubectl set resources --limits=cpu=X --requests=cpu=X` far below what the program uses: nothing crashes,
+    but the kernel's CFS quota lets it run only X per 100 ms period, so each request waits out throttled periods:
+    its p99 (and its callers') climbs, and metrics-server shows its CPU pinned at the limit."""
+
+    name = "cpu_throttled"
+    summary = "roll out a CPU limit far below what the program uses: CFS throttling makes it and its callers slow"
+    fault_class = "resources/cpu"
+    modelled_on = "ITBench CPU limit too low (CPUThrottlingHigh), AIOpsLab CPU starvation"
+    Params = CpuLimitParams
+
+    def targets(self, app: AppSpec) -> list[str]:
+        """Stateless services using enough CPU that a tenth of it is still a few millicores."""
+        return [s.name for s in app.services if s.tier != "data" and s.software.cpu_millicores >= 40]
+
+    def defaults(self, app: AppSpec, target: str) -> dict[str, Any]:
+        return {"cpu_limit": f"{max(1, app.service(target).software.cpu_millicores // 10)}m"}
+
+    def validate(self, ctx: FaultContext) -> None:
+        need = ctx.svc.software.cpu_millicores
+        if quantity(ctx.params.cpu_limit) * 1000 * MIN_THROTTLE > need:
+            raise FaultError(f"{ctx.target} uses {need}m of CPU; a limit of {ctx.params.cpu_limit} barely "
+                             f"throttles it (use at most {need / MIN_THROTTLE:.0f}m)")
+
+    def symptom_kind_for(self, ctx: FaultContext) -> str:
+        return "slow"  # the new pods run and pass their probes: the rollout completes, and serves slowly
+
+    def alert_name_for(self, ctx: FaultContext) -> str:
+        return "HighLatency"
+
+    def broken(self, ctx: FaultContext) -> dict[str, Any]:
+        # the API server refuses a request above its limit: the request comes down with it
+        return {"resources": {"limits": {"cpu": ctx.params.cpu_limit}, "requests": {"cpu": ctx.params.cpu_limit}}}
+
+    def healthy(self, ctx: FaultContext) -> dict[str, Any]:
+        return {"resources": {"limits": {"cpu": None}, "requests": {"cpu": ctx.svc.cpu}}}
+
+    def cause(self, ctx: FaultContext) -> str:
+        return restart_cause(ctx, f"kubectl set resources deployment/{ctx.target} --limits=cpu={ctx.params.cpu_limit} "
+                                  f"--requests=cpu={ctx.params.cpu_limit}")
+
+    def direct_fix(self, ctx: FaultContext) -> list[ToolCall] | None:
+        """The request the app declares, and a limit twice it (a limit at least the program's need)."""
+        request = quantity(ctx.svc.cpu) * 1000
+        return [ToolCall(tool="set_resources", args={"deployment": ctx.target, "container": ctx.svc.container,
+                                                     "cpu_request": ctx.svc.cpu, "cpu_limit": f"{request * 2:.0f}m"})]
+
+    def wrong_fix(self, ctx: FaultContext) -> list[ToolCall]:
+        """Scale out: twice the pods, each still throttled at the same limit."""
+        return [ToolCall(tool="scale", args={"deployment": ctx.target, "replicas": ctx.svc.replicas * 2})]
 
 
 class CpuParams(FaultParams):

@@ -2,8 +2,9 @@
 
 A service is healthy when its deployment runs the replicas the app expects, fully rolled out and available, no
 pod of it is pending, crash-looping, unready or freshly restarted, its Service exposes the port clients use and
-has ready endpoints on a port the pods declare, no NetworkPolicy drops its callers' traffic, and no Chaos Mesh
-experiment is acting on it.
+has ready endpoints on a port the pods declare, no NetworkPolicy drops its callers' traffic, no pod of it uses
+its whole CPU limit (metrics.k8s.io: the CFS quota is throttling it, what kube-prometheus's CPUThrottlingHigh
+warns of), and no Chaos Mesh experiment is acting on it.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from typing import Any
 from agent_sre.apps import traffic
 from agent_sre.apps.catalog import AppSpec, labels
 from agent_sre.kube.chaosmesh import PAUSE_ANNOTATION
-from agent_sre.kube.client import Kube, Obj
+from agent_sre.kube.client import Kube, KubeError, Obj
 from agent_sre.kube.netpol import blocking_policy
+from agent_sre.kube.quantity import quantity
 from agent_sre.kube.selectors import matches
 from agent_sre.kube.times import parse_duration, parse_time
 
+THROTTLED_AT = 0.95  # of its CPU limit: a container using this much is held back by its CFS quota
 RECENT_RESTART_S = 600.0  # longer than the longest crash-loop back-off (5m) plus a run: a looping container
 # always shows a recent exit, and one that died this recently has not proven it is healthy again
 WAITING_PROBLEMS = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError",
@@ -149,6 +152,7 @@ def service_health(k8s: Kube, app: AppSpec | None, ns: str) -> dict[str, list[st
     ns_labels = k8s.get("namespace", ns)["metadata"].get("labels") or {}
     chaos = [c for c in k8s.chaos(ns) if _chaos_active(c, now)]
     demand = _demand(k8s, app, ns)
+    throttled = _throttled(k8s, ns, pods)
     out: dict[str, list[str]] = {}
     for want in expectations(app, deployments, services):
         dep = deployments.get(want.name)
@@ -157,6 +161,7 @@ def service_health(k8s: Kube, app: AppSpec | None, ns: str) -> dict[str, list[st
         own = [p for p in (pods if app_label is None else by_app.get(app_label, []))
                if matches(selector, p["metadata"].get("labels"))]
         reasons = _deployment_reasons(dep, want, own, now)
+        reasons += [throttled[p["metadata"]["name"]] for p in own if p["metadata"]["name"] in throttled][:1]
         if want.port is not None:
             reasons += _service_reasons(services.get(want.name), endpoints.get(want.name), want, own)
         for caller, caller_labels in want.callers:
@@ -178,6 +183,30 @@ def service_health(k8s: Kube, app: AppSpec | None, ns: str) -> dict[str, list[st
                                f"acting on it")
         if reasons:
             out[want.name] = reasons
+    return out
+
+
+def _throttled(k8s: Kube, ns: str, pods: list[Obj]) -> dict[str, str]:
+    """pod -> why, for each pod with a container using its whole CPU limit (read only when some pod has one; a
+    cluster without metrics-server tells nothing)."""
+    limits = {(p["metadata"]["name"], c.get("name")): quantity(cpu) for p in pods
+              for c in p["spec"].get("containers") or []
+              if (cpu := ((c.get("resources") or {}).get("limits") or {}).get("cpu")) is not None}
+    if not limits:
+        return {}
+    try:
+        items = k8s.metrics("pods", ns)
+    except KubeError:  # metrics.k8s.io not served (no metrics-server): throttling cannot be seen
+        return {}
+    out = {}
+    for item in items:
+        pod = item["metadata"]["name"]
+        for c in item.get("containers") or []:
+            limit = limits.get((pod, c.get("name")))
+            used = quantity((c.get("usage") or {}).get("cpu", "0"))
+            if limit and used >= THROTTLED_AT * limit:
+                out[pod] = (f"pod {pod}: container {c.get('name')} uses its whole CPU limit ({used * 1000:.0f}m of "
+                            f"{limit * 1000:.0f}m): CFS throttles it")
     return out
 
 

@@ -41,7 +41,7 @@ from agent_sre.models.verdict import HealthSnapshot, Verdict
 WRITES: dict[str, tuple[str | None, str]] = {
     "patch": (None, "name"), "set_config_key": (None, "name"), "patch_service": ("service", "service"),
     "uncordon": ("node", "node"), "delete_network_policy": ("networkpolicy", "name"),
-    "patch_quota": ("resourcequota", "name"),
+    "patch_quota": ("resourcequota", "name"), "set_hpa_max": ("horizontalpodautoscaler", "name"),
     **{tool: ("deployment", "deployment") for tool in ("set_image", "rollout_undo", "scale", "rollout_restart",
                                                         "set_resources", "set_env", "remove_scheduling_constraints")}}
 # Kinds whose damage service health cannot see (a rotated credential, a lowered quota, a deleted policy, a cordoned

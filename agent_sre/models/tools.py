@@ -169,6 +169,11 @@ class PatchQuota(_Args):
     hard: dict[str, str] = Field(min_length=1)
 
 
+class SetHpaMax(_Args):
+    name: str = Name
+    max_replicas: int = Field(ge=1, le=50)
+
+
 class Finish(_Args):
     diagnosis: str = Field(min_length=1, max_length=2000, description="root cause, e.g. 'deployment/cart: OOMKilled'")
     summary: str = Field(max_length=4000, description="what was done and why")
@@ -225,6 +230,7 @@ TOOL_SPECS: dict[str, ToolSpec] = {s.name: s for s in (
     _spec("set_config_key", SetConfigKey, Risk.MEDIUM, ""),
     _spec("delete_network_policy", NetworkPolicyRef, Risk.HIGH, ""),
     _spec("patch_quota", PatchQuota, Risk.MEDIUM, "raise a ResourceQuota's hard limits"),
+    _spec("set_hpa_max", SetHpaMax, Risk.MEDIUM, "set a HorizontalPodAutoscaler's maxReplicas"),
     _spec("finish", Finish, Risk.READ, "end with the root cause and what you did"),
     _spec("escalate", Escalate, Risk.READ, "hand over to a human: what you found and tried, why it is not fixed"),
 )}

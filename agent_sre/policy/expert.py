@@ -38,6 +38,7 @@ from agent_sre.policy.evidence import (
     ROLLED_OUT,
     SCALED_FROM,
     Pod,
+    age_seconds,
     object_name,
     program_text,
     scaled_from,
@@ -84,9 +85,18 @@ UNTOLERATED = re.compile(r"had untolerated taint \{(?P<key>[^:{}]+): (?P<value>[
 PARENTHESISED = re.compile(r" \((?:[^()]|\([^()]*\))*\)")
 MIN_UPSTREAM_SCORE = 3  # an error line naming a dependency scores 1, or 3 if nothing answered: below it, noise
 CPU_REQUEST = re.compile(r"Requests: cpu=(?P<cpu>\d+)m")
+CPU_LIMIT = re.compile(r"Limits: cpu=(?P<cpu>\d+)m")
+THROTTLED = 0.95  # of its CPU limit: pods using this much are held back by their CFS quota
 TOP_ROW = re.compile(r"^(?P<pod>[-a-z0-9.]+)\s+(?P<cpu>\d+)m\s", re.MULTILINE)
+OOM_RUN = re.compile(r"Last State: Terminated\n\s+Reason: OOMKilled\n\s+Exit Code: \d+\n"
+                     r"\s+Started: (?P<started>\S+) ago\n\s+Finished: (?P<finished>\S+) ago")
+LEAK_RUN_S = 75  # a container OOM-killed after serving this long grew into its limit: a leak, not a small limit
+REVISION_ROW = re.compile(r"^\d+(?: \(current\))?\s", re.MULTILINE)
 SATURATED = 1.5  # pods using this many times their CPU request are overwhelmed, not busy
 HPA_TARGET = 0.7  # the utilization the teams' autoscalers aim at
+HPA_EVENT = re.compile(r"SuccessfulRescale\s+horizontalpodautoscaler/(?P<name>[-a-z0-9.]+)\s")
+HPA_UTILIZATION = re.compile(r"\(as a percentage of request\): (?P<used>\d+)% \(\S+\) / (?P<target>\d+)%")
+HPA_PODS = re.compile(r"^Deployment pods: (?P<current>\d+) current / \d+ desired", re.MULTILINE)
 
 
 class _Need(Exception):
@@ -351,7 +361,25 @@ class ExpertPolicy(ActionPolicy):
             return None
         if caller is not None:
             return None  # a dependency whose pods are all well: the problem is between the two (handled by the caller)
+        if remedy := self._throttled(r, name, own, deployment):
+            return remedy
         return self._dependencies(r, name, own, deployment, pods, events) or self._outside(r, name, own, deployment)
+
+    def _throttled(self, r: Reads, name: str, own: list[Pod], deployment: str) -> Remedy | None:
+        """Pods that run well but use their whole CPU limit: the CFS quota throttles them, so they are slow. Only a
+        deployment with a CPU limit is looked at (`top` is read for it alone)."""
+        limit = CPU_LIMIT.search(deployment)
+        if limit is None:
+            return None
+        usage = [int(m["cpu"]) for m in TOP_ROW.finditer(r.read("top")) if m["pod"] in {p.name for p in own}]
+        if not usage or min(usage) < THROTTLED * int(limit["cpu"]):
+            return None
+        change = _last_change(r.read("rollout_history", deployment=name))
+        if not change or "cpu" not in change:
+            return None
+        return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),  # rule: undo what lowered it
+                      f"pods of deployment {name} use their whole CPU limit of {limit['cpu']}m since its last change "
+                      f"({_clip(change)}): CFS throttling makes them slow", _rollout_check(name))
 
     def _scaled_to_zero(self, name: str, events: str) -> Remedy:
         before = next((m for m in SCALED_FROM.finditer(events) if f"deployment/{name} " in
@@ -378,6 +406,20 @@ class ExpertPolicy(ActionPolicy):
                                 f"the value is in no object I can read and only its owner knows it: restore secret "
                                 f"{secret}, then restart deployment {name}; I changed nothing")
         oom = "OOMKilled" in described or pod.status == "OOMKilled"
+        killed = OOM_RUN.search(described)
+        served = age_seconds(killed["started"]) - age_seconds(killed["finished"]) if killed else 0.0
+        if oom and served >= LEAK_RUN_S:  # rule: it served, then grew into its limit: a leak, which a higher
+            history = r.read("rollout_history", deployment=name)  # limit only postpones
+            if change and "image" in change:
+                return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),
+                              f"containers of deployment {name} are OOMKilled after serving {served:.0f}s each "
+                              f"since its last change ({_clip(change)}): the new build's memory grows until "
+                              f"the limit", _rollout_check(name))
+            if len(REVISION_ROW.findall(history)) < 2:
+                raise _Handover(f"containers of deployment {name} are OOMKilled after serving {served:.0f}s each: "
+                                f"its memory grows until the limit, and it keeps no earlier revision to roll back "
+                                f"to", "a higher limit only postpones the next kill: its owner must ship a build "
+                                "without the leak or name the one to go back to; I changed nothing")
         if oom and change and "resources" in change:
             return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),
                           f"containers of deployment {name} are OOMKilled since its last change lowered their "
@@ -608,11 +650,30 @@ class ExpertPolicy(ActionPolicy):
                       f"service {service} exposes port {ports[0]} but {caller} dials {service}:{port}, so its calls "
                       f"are refused", ToolCall(tool="describe", args={"kind": "service", "name": service}))
 
+    def _capped_autoscaler(self, r: Reads, name: str) -> Remedy | None:
+        """An autoscaler that scaled the deployment (its events say so) and is held at its maximum (ScalingLimited:
+        TooManyReplicas): the count is its to set, so its maximum is raised rather than the deployment scaled."""
+        for hpa in dict.fromkeys(HPA_EVENT.findall(r.read("get_events"))):
+            described = r.read("describe", kind="horizontalpodautoscaler", name=hpa)
+            metric, pods = HPA_UTILIZATION.search(described), HPA_PODS.search(described)
+            if f"Reference: Deployment/{name}" not in described or "TooManyReplicas" not in described or \
+                    metric is None or pods is None:
+                continue
+            # rule: what the autoscaler itself asks for, ceil(current pods x utilization / target)
+            wanted = math.ceil(int(pods["current"]) * int(metric["used"]) / int(metric["target"]) - 1e-9)
+            return Remedy((ToolCall(tool="set_hpa_max", args={"name": hpa, "max_replicas": wanted}),),
+                          f"autoscaler {hpa} holds deployment {name} at its maximum of {pods['current']} pods "
+                          f"(TooManyReplicas) while they run at {metric['used']}% of their CPU request against a "
+                          f"{metric['target']}% target", _rollout_check(name))
+        return None
+
     def _outside(self, r: Reads, name: str, own: list[Pod], deployment: str) -> Remedy | None:
         """A service whose pods, wiring and dependencies are all well: more traffic than its pods serve (their CPU
         far past their request), or users shut out by a policy that admits no other namespace."""
         request = CPU_REQUEST.search(deployment)
         usage = [int(m["cpu"]) for m in TOP_ROW.finditer(r.read("top")) if m["pod"] in {p.name for p in own}]
+        if remedy := self._capped_autoscaler(r, name):
+            return remedy
         if request and usage and sum(usage) > len(usage) * int(request["cpu"]) * SATURATED:
             # rule: as its autoscaler would, enough pods for 70% of the request each at today's usage
             replicas = math.ceil(sum(usage) / (int(request["cpu"]) * HPA_TARGET) - 1e-9)

@@ -31,6 +31,7 @@ SANDBOX_S = 1.0  # pod sandbox and network set-up before the first container sta
 PULL_S = 1.5  # pulling an image that exists
 BACKOFF_START_S, BACKOFF_CAP_S = 10.0, 300.0
 PROBE_PERIOD_S = 10.0
+METRICS_RESOLUTION_S = 15.0  # metrics-server's default --metric-resolution: how often `kubectl top` figures change
 ERR_IMAGE_PULL_S = 5.0  # a failed pull shows as ErrImagePull until the kubelet's next sync turns it into back-off
 FAILING = frozenset({"crash", "start_error", "pull_error", "config_error", "hang"})
 INF = float("inf")
@@ -212,19 +213,25 @@ def _memory_limit(container: Obj) -> int | None:
     return int(quantity(limit)) if limit is not None else None
 
 
+def cpu_limit_m(container: Obj) -> float | None:
+    """The container's CPU limit in millicores (its CFS quota per period), None when it has none."""
+    limit = ((container.get("resources") or {}).get("limits") or {}).get("cpu")
+    return quantity(limit) * 1000 if limit is not None else None
+
+
 def evaluate(container: Obj, pod: Obj, view: NamespaceView) -> tuple[Outcome, Software | None]:
     """What starting `container` does now: pull, resolve configuration, run the image's software."""
     image = container.get("image", "")
     error = pull_error(image)
     if error is not None:
         return Outcome("pull_error", message=error), None
-    sw, _ = lookup(image)
+    sw, tag = lookup(image)
     assert sw is not None
     env, config_error = _resolve_env(container, pod, view)
     if config_error is not None:
         return Outcome("config_error", message=config_error), sw
     ctx = RunContext(view.name, view.services, view.passwords, _memory_limit(container))
-    outcome = start(sw, effective_argv(container, sw), env, ctx)
+    outcome = start(sw, effective_argv(container, sw), env, ctx, tag)
     if outcome.kind == "hang" and outcome.wait_for is not None:
         service, port = outcome.wait_for
         if port in view.ready_ports.get(service, ()):
@@ -384,9 +391,11 @@ def view_container(pod: Obj, ps: PodState, run: Run, container: Obj, now: float,
         if backoffs:
             emit(pod, ps, "BackOff", f"Back-off restarting failed container {name} in pod {pod_ref}", "Warning",
                  backoffs, name)
+        # a process growing towards its memory limit: metrics-server sees it grow at every scrape
+        scrape = now + METRICS_RESOLUTION_S if running and out.reason == "OOMKilled" else INF
         if out.kind == "crash" and 0 < out.startup_s < out.run_s and run.ready_failure is None:
-            return ContainerView(status, status["ready"], True, None, next_change)  # ready between crashes
-        return ContainerView(status, False, True, None, INF, next_change)
+            return ContainerView(status, status["ready"], True, None, next_change, scrape)  # ready between crashes
+        return ContainerView(status, False, True, None, INF, min(next_change, scrape))
 
     container_id = _container_id(uid, name, run.restarts_before)
     emit(pod, ps, "Created", f"Created container {name}", "Normal", 1, name)
@@ -654,7 +663,9 @@ def _jitter(*parts: object) -> float:
 def usage(pod: Obj, ps: PodState, now: float, cpu_extra: float, memory_extra: float,
           load: float) -> dict[str, tuple[float, float]]:
     """CPU (millicores) and memory (bytes) of each running app container: the program's steady figures scaled
-    by its share of the traffic, plus chaos stress; an OOM-bound process grows towards its limit."""
+    by its share of the traffic, plus chaos stress, at most the CPU limit (the CFS quota); an OOM-bound process
+    grows towards its memory limit (from its working set, a leaking build's steady growth; from half the limit, a
+    working set the limit never held)."""
     out: dict[str, tuple[float, float]] = {}
     name = pod["metadata"]["name"]
     for container in pod["spec"].get("containers") or []:
@@ -678,11 +689,15 @@ def usage(pod: Obj, ps: PodState, now: float, cpu_extra: float, memory_extra: fl
                 continue
             progress = (now - run.since - begin) / max(run.outcome.run_s, 1e-9)
             ceiling = limit or sw.memory_mib * MiB
-            out[container["name"]] = (sw.cpu_millicores * 1.6, ceiling * (0.55 + 0.44 * progress))
+            low = min(sw.memory_mib * MiB, 0.55 * ceiling)
+            out[container["name"]] = (sw.cpu_millicores * 1.6, low + (0.99 * ceiling - low) * progress)
             continue
         cpu = sw.cpu_millicores * load * (0.85 + 0.3 * j) + cpu_extra
         memory = sw.memory_mib * MiB * (0.95 + 0.1 * j) + memory_extra
         if limit is not None:
             memory = min(memory, limit * 0.99)
+        cpu_limit = cpu_limit_m(container)
+        if cpu_limit is not None:  # the CFS quota: a process never gets more than its limit per period
+            cpu = min(cpu, cpu_limit)
         out[container["name"]] = (cpu, memory)
     return out

@@ -26,6 +26,7 @@ from agent_sre.apps.software import Outcome
 from agent_sre.kube.netpol import blocking_policy
 from agent_sre.simulator.chaos import resolves
 from agent_sre.simulator.cluster import Cluster, Obj
+from agent_sre.simulator.kubelet import cpu_limit_m
 
 if TYPE_CHECKING:
     from agent_sre.apps.catalog import AppSpec, ServiceSpec
@@ -36,6 +37,7 @@ BASE_ERROR_RATIO = 0.0008
 CLIENT_TIMEOUT_S = 5.0  # what callers wait for a connection whose packets are dropped
 SOFT_DEPENDENCY_TIMEOUT_S = 0.3  # optional calls (recommendations, notifications) are cut short
 IO_OPS_PER_QUERY = 3  # a data store's request waits on this many file operations (a read, the log write, its sync)
+CFS_PERIOD_S = 0.1  # the kernel's CFS bandwidth period (cpu.cfs_period_us, 100 ms)
 
 
 @dataclass(frozen=True)
@@ -80,10 +82,11 @@ class _Backend:
     cpu_factor: float = 1.0
     io_error: float = 0.0  # share of requests failing on a file operation (IOChaos fault)
     io_delay_s: float = 0.0  # added to each file operation (IOChaos latency)
+    cpu_limit_m: float = float("inf")  # the lowest CPU limit of a serving pod's app container
 
-    def key(self) -> tuple[float, str, int, str, float, float, float, float, float, float]:
+    def key(self) -> tuple[float, str, int, str, float, float, float, float, float, float, float]:
         return (self.reachable, self.failure, self.serving, self.ip, self.abort, self.loss, self.delay_s,
-                self.cpu_factor, self.io_error, self.io_delay_s)
+                self.cpu_factor, self.io_error, self.io_delay_s, self.cpu_limit_m)
 
 
 def _combine(*ratios: float) -> float:
@@ -118,6 +121,10 @@ def _backend(cluster: Cluster, ns: str, svc: ServiceSpec, pods: Mapping[tuple[st
             if not ports & listens:
                 continue
             listening += 1
+            pod = cluster.get("pods", ns, name)
+            for container in (pod or {}).get("spec", {}).get("containers") or []:
+                if container.get("name") == svc.container and (limit := cpu_limit_m(container)) is not None:
+                    backend.cpu_limit_m = min(backend.cpu_limit_m, limit)
             fx = effects.get((ns, name))
             if fx is not None:
                 backend.abort += fx.abort
@@ -266,6 +273,9 @@ def _namespace_signals(inputs: _Inputs) -> _NamespaceSignals:
         slowdown = 1.0 if utilisation < 0.7 else 1.0 + min(20.0, (utilisation - 0.7) * 10.0)
         own_p99 = sw.p99_ms / 1000.0 * slowdown * backend.cpu_factor + backend.delay_s + \
             IO_OPS_PER_QUERY * backend.io_delay_s
+        throttled = sw.cpu_millicores * out.load[(ns, s.name)] / backend.cpu_limit_m
+        if throttled > 1.0:  # CFS throttling: work stretches over `throttled` periods, the tail waits out each
+            own_p99 = own_p99 * throttled + CFS_PERIOD_S * (throttled - 1.0)
         failures, dep_latency = [BASE_ERROR_RATIO, overload, backend.abort, backend.io_error], 0.0
         failing: list[tuple[str, float, float, str, float, bool]] = []
         for edge in s.deps:

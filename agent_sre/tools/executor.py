@@ -60,6 +60,7 @@ TOOLS: dict[str, Callable[[ToolContext, Any], str | write.Outcome]] = {
     "set_config_key": write.set_config_key,
     "delete_network_policy": write.delete_network_policy,
     "patch_quota": write.patch_quota,
+    "set_hpa_max": write.set_hpa_max,
 }
 
 

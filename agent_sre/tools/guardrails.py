@@ -17,7 +17,8 @@ A refused call never reaches the cluster; the caller records the refusal in the 
    JSON patch ops limited to add/remove/replace/test; at most 16 KiB and 20 levels deep; never empty.
 5. Arguments are validated beyond their pydantic types: names are DNS-1123, label selectors use selector
    syntax, values carry no control characters (other than tab, CR and LF), quota values are quantities, and
-   `patch_quota` may only raise existing limits (checked against the live object in `write.py`).
+   `patch_quota` may only raise existing limits and `set_hpa_max` never sets a maximum below the autoscaler's
+   minimum (both checked against the live object in `write.py`).
 6. Judged by its effect. Every write is first sent as a server-side dry run (or, for a delete, its object read), and
    `write_rules` judges the object before and after: a forbidden finding refuses it, a high-risk one holds it
    (`NeedsApproval`) until the call is made again approved. These rules are the authority on what a write does;
@@ -51,7 +52,8 @@ _QUOTA_KEY = re.compile(r"^[a-z0-9]([-a-z0-9./]*[a-z0-9])?$")
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]+$")  # printable ASCII: it travels in an annotation and a header
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
-PATCHABLE = frozenset({"deployment", "service", "configmap", "secret", "networkpolicy", "resourcequota", "node"})
+PATCHABLE = frozenset({"deployment", "service", "configmap", "secret", "networkpolicy", "resourcequota", "node",
+                       "horizontalpodautoscaler"})
 DELETABLE = frozenset({"pod", "networkpolicy", "PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "DNSChaos",
                        "IOChaos", "Schedule"})
 JSON_PATCH_OPS = frozenset({"add", "remove", "replace", "test"})

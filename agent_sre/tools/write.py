@@ -235,3 +235,18 @@ def patch_quota(ctx: ToolContext, args: m.PatchQuota) -> Outcome:
         return "merge", {"spec": {"hard": args.hard}}
 
     return _patch(ctx, "resourcequota", args.name, "patched", build)
+
+
+def set_hpa_max(ctx: ToolContext, args: m.SetHpaMax) -> Outcome:
+    """`kubectl patch hpa NAME -p '{"spec":{"maxReplicas":N}}'`; the write rules bound how far it may go."""
+    def build(hpa: Obj) -> tuple[str, Any] | Outcome:
+        spec = hpa.get("spec") or {}
+        if args.max_replicas < spec.get("minReplicas", 1):
+            raise Refusal(f"maxReplicas {args.max_replicas} is below the autoscaler's minReplicas "
+                          f"{spec.get('minReplicas', 1)}")
+        if spec.get("maxReplicas") == args.max_replicas:
+            return Outcome(f"horizontalpodautoscaler.autoscaling/{args.name} already has maxReplicas "
+                           f"{args.max_replicas}")
+        return "merge", {"spec": {"maxReplicas": args.max_replicas}}
+
+    return _patch(ctx, "horizontalpodautoscaler", args.name, "patched", build)

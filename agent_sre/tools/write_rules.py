@@ -64,6 +64,8 @@ def judge(kind: str, before: Obj, after: Obj | None, where: Surroundings | None 
         return _deployment(before, after, where, rules)
     if kind == "service":
         return _service(before, after, where)
+    if kind == "horizontalpodautoscaler":
+        return _autoscaler(before, after, rules.max_replicas)
     plain = {"secret": _secret, "configmap": _configmap, "resourcequota": _quota, "networkpolicy": _network_policy}
     return plain[kind](before, after) if kind in plain else []  # a node may only be uncordoned (guardrails)
 
@@ -382,6 +384,33 @@ def _quota(before: Obj, after: Obj) -> list[Finding]:
             findings.append(_finding("quota", "low", f"quota limit {key} goes {old.get(key, 'unset')} -> {new[key]}"))
     if any(_spec(before).get(f) != _spec(after).get(f) for f in ("scopes", "scopeSelector")):
         findings.append(_finding("quota", "high", "the quota's scopes change: it would count other pods"))
+    return findings
+
+
+def _autoscaler(before: Obj, after: Obj, most: int) -> list[Finding]:
+    """An autoscaler's bounds may move within the deployment's replica bound (`max_replicas`, as for `scale`);
+    lowering one, or changing what it scales or on what, is a human's call."""
+    old, new = _spec(before), _spec(after)
+    name = before.get("metadata", {}).get("name")
+    if old.get("scaleTargetRef") != new.get("scaleTargetRef"):
+        return [_finding("autoscaler_target", "forbidden", f"autoscaler {name} would scale another workload")]
+    findings = [_finding("autoscaler_policy", "high", f"the {field} of autoscaler {name} change: it would scale on "
+                                                      f"other signals or at another pace")
+                for field in ("metrics", "behavior") if old.get(field) != new.get(field)]
+    for field, default in (("minReplicas", 1), ("maxReplicas", None)):
+        was, now = old.get(field, default), new.get(field, default)
+        if was == now:
+            continue
+        if now is None or was is not None and now < was:
+            findings.append(_finding("autoscaler_bounds", "high", f"{field} of autoscaler {name} goes {was} -> "
+                                                                  f"{now}: fewer pods may serve the load"))
+        elif now > most:
+            findings.append(_finding("autoscaler_bounds", "high", f"{field} of autoscaler {name} goes {was} -> "
+                                                                  f"{now}, more than {most}: it may exhaust the "
+                                                                  f"cluster or a quota"))
+        else:
+            findings.append(_finding("autoscaler_bounds", "low", f"{field} of autoscaler {name} goes {was} -> "
+                                                                 f"{now}, within bounds"))
     return findings
 
 
