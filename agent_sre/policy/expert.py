@@ -12,7 +12,8 @@ every family. Because it decides from the conversation alone, it can label any s
 Each triage step asks for what it needs with `Reads.read`: a read not made yet is the next action, so the policy
 is one pure function of the conversation, re-run at every turn. An incident can hold several faults (issue #40): once
 a fix checks out it lists the pods again and mends the next service that still fails (`next_fault`), round after
-round, until nothing it can see fails; with no room left for that, it hands over what it still sees failing.
+round, until nothing it can see fails, the users' entry tier included (its logs show a Service that reaches none of
+its pods); with no room left for that, it hands over what it still sees failing.
 """
 
 from __future__ import annotations
@@ -319,8 +320,8 @@ class ExpertPolicy(ActionPolicy):
     def next_fault(self, r: Reads, first: Reads, done: list[Remedy], service: str | None) -> Remedy | None:
         """After a fix checked out: the pods listed again, and the first deployment that still fails and was not fixed
         yet, diagnosed as its own incident; else a deployment the first round's events showed scaled to nothing, if
-        it still is; else, when the alerted service itself was mended, the dependency its new pod's logs blame.
-        None: nothing observable is failing any more."""
+        it still is; else, when the alerted service itself was mended, the dependency its new pod's logs blame; else
+        what the users' entry tier still blames (`_users`). None: nothing observable is failing any more."""
         fixed = set().union(*(remedy.targets for remedy in done))
         pods = _pods(r.read("list_pods"))
         events = first.outputs.get(_key("get_events", {}), "")
