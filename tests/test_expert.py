@@ -170,3 +170,55 @@ def test_a_least_privilege_policy_of_a_healthy_service_is_left_alone() -> None:
     played = play(ExpertPolicy(), PolicyRef(name="expert"), scenario, Simulator(speed=0))
     assert played.verdict is not None and played.verdict.outcome == "resolved", played.verdict
     assert not [s for s in played.steps if s.action.tool == "delete_network_policy"]
+
+
+SUITES = [s for path in (default_catalog(), *evaluation_suites()) for s in load_scenarios(path)]
+
+
+def _fixes_from_reads(t: Trajectory) -> list[str]:
+    """The writes of `t` quoting a value nothing read before them shows (empty: every fix came from a read)."""
+    read, missing = incident_message(t.incident), []
+    for step in t.steps:
+        if step.action is not None and step.result is not None:
+            if TOOL_SPECS[step.action.tool].write and not _rule_derived(step.action, read):
+                missing += [f"{step.action.command_line()}: {leaf}" for leaf in _quoted(step.action.args)
+                            if leaf not in read]
+            read += "\n" + step.result.output
+    return missing
+
+
+@pytest.mark.parametrize("scenario", [s for s in SUITES if "hidden-service" in s.tags], ids=lambda s: s.name)
+def test_a_service_only_its_callers_show_broken_is_mended_before_finishing(scenario: Scenario,
+                                                                           simulator: Simulator) -> None:
+    """A crash (alerted) and, elsewhere, a Service that reaches no pod or the wrong port: once the crash is mended
+    every pod runs, but the entry tier's logs still blame the other service, and the expert mends it too (it used
+    to finish there, claiming a fix)."""
+    t = play(ExpertPolicy(), EXPERT, scenario, simulator)
+    assert t.verdict is not None and t.verdict.outcome == "resolved", (t.verdict, t.termination)
+    assert not incident_outcome(t).false_positive
+    hidden = next(f.target for f in scenario.faults if f.fault.startswith("service_"))
+    reads = [s.action for s in t.steps if s.action is not None]
+    assert ToolCall(tool="list_pods", args={"selector": "tier=web"}) in reads
+    assert any(a.tool == "patch_service" and a.args["service"] == hidden for a in reads), reads
+    assert not _fixes_from_reads(t)
+
+
+@pytest.mark.parametrize("scenario", [s for s in SUITES if "stacked-rollout" in s.tags], ids=lambda s: s.name)
+def test_an_undo_does_not_land_on_a_revision_that_fails_too(scenario: Scenario, simulator: Simulator) -> None:
+    """Two bad rollouts on one deployment: one rollout_undo lands on the earlier bad one. A revision under the
+    current one that limits memory below what the serving pods use (top) is skipped before the undo; one that fails
+    its rollout after the undo is gone past with a second undo. Either way, back to the revision before both."""
+    t = play(ExpertPolicy(), EXPERT, scenario, simulator)
+    assert t.verdict is not None and t.verdict.outcome == "resolved", (t.verdict, t.termination)
+    assert not incident_outcome(t).false_positive and t.termination == "finished"
+    undos = [s.action for s in t.writes if s.action is not None and s.action.tool == "rollout_undo"]
+    assert undos[-1].args.get("to_revision") == 2, undos
+    oom = scenario.faults[0].fault == "oom_limit"
+    assert len(undos) == (1 if oom else 2), undos  # the memory is checked before the undo; a crash shows after it
+    assert not _fixes_from_reads(t)
+
+
+def test_a_single_rollout_is_still_undone_one_revision(episodes: dict[str, Trajectory]) -> None:
+    """One bad rollout: the plain undo, as before (the history's revision under it sets no memory limit)."""
+    undos = [s.action for s in episodes["bad_image"].writes if s.action is not None]
+    assert undos == [ToolCall(tool="rollout_undo", args={"deployment": undos[0].args["deployment"]})]

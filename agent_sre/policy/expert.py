@@ -12,7 +12,8 @@ every family. Because it decides from the conversation alone, it can label any s
 Each triage step asks for what it needs with `Reads.read`: a read not made yet is the next action, so the policy
 is one pure function of the conversation, re-run at every turn. An incident can hold several faults (issue #40): once
 a fix checks out it lists the pods again and mends the next service that still fails (`next_fault`), round after
-round, until nothing it can see fails; with no room left for that, it hands over what it still sees failing.
+round, until nothing it can see fails, the users' entry tier included (its logs show a Service that reaches none of
+its pods); with no room left for that, it hands over what it still sees failing.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from agent_sre.policy.evidence import (
     SCALED_FROM,
     Pod,
     age_seconds,
+    deployment_of,
     object_name,
     program_text,
     scaled_from,
@@ -82,7 +84,12 @@ SCALED_TO_NOTHING = re.compile(r"deployment/(?P<name>[-a-z0-9]+)\s+Scaled down r
 MISSING_SECRET = re.compile(r'secret "(?P<name>[-a-z0-9.]+)" not found|couldn\'t find key \S+ in Secret '
                             r'[-a-z0-9]+/(?P<of>[-a-z0-9.]+)')
 UNTOLERATED = re.compile(r"had untolerated taint \{(?P<key>[^:{}]+): (?P<value>[^{}]*)\}")
+REVISION_ROW = re.compile(r"^(?P<revision>\d+)(?: \(current\))?\s+\S+\s+(?P<change>.+?)(?:\s{3,}|\s*$)",
+                          re.MULTILINE)  # a row of `rollout_history`: its revision and what it changed
+LIMITED_TO = re.compile(r'"limits":\{[^{}]*"memory":"(?P<value>\d+)(?P<unit>Ki|Mi|Gi)"')  # in a change's JSON
+TOP_MEMORY = re.compile(r"^(?P<pod>[-a-z0-9.]+)\s+\d+m\s+(?P<memory>\d+)Mi\s*$", re.MULTILINE)
 PARENTHESISED = re.compile(r" \((?:[^()]|\([^()]*\))*\)")
+ENTRY_TIER = "tier=web"  # the label of the pods the users' requests enter by (the apps' `tier` labels)
 MIN_UPSTREAM_SCORE = 3  # an error line naming a dependency scores 1, or 3 if nothing answered: below it, noise
 CPU_REQUEST = re.compile(r"Requests: cpu=(?P<cpu>\d+)m")
 CPU_LIMIT = re.compile(r"Limits: cpu=(?P<cpu>\d+)m")
@@ -140,6 +147,7 @@ class Remedy:
     calls: tuple[ToolCall, ...]
     diagnosis: str
     check: ToolCall
+    fallback: Remedy | None = None  # what to do when the check fails: an undo that landed on a failing revision
 
     @property
     def targets(self) -> set[str]:
@@ -276,27 +284,33 @@ class ExpertPolicy(ActionPolicy):
             if any(remedy.calls == earlier.calls for earlier in done):
                 return ToolCall(tool="escalate", args={"diagnosis": _diagnoses(done), "summary": (
                     f"{remedy.check.command_line()} checked out, yet {', '.join(sorted(remedy.targets))} fails again")})
-            fixed_at = start - 1
-            for call in remedy.calls:
-                applied = [i for i, (action, _) in enumerate(steps) if i >= start and action == call]
-                if not applied:
-                    return call
-                result = steps[applied[-1]][1]
-                if not result.ok:
-                    error = next((line for line in result.output.splitlines() if line.strip()), "no answer")
-                    return ToolCall(tool="escalate", args={"diagnosis": _diagnoses([*done, remedy]), "summary":
-                                                           f"{call.tool} failed: {error[:MAX_ERROR_CHARS]}"})
-                fixed_at = max(fixed_at, applied[-1])
-            after = [i for i, (action, _) in enumerate(steps) if i > fixed_at and action == remedy.check]
-            if not after:
-                if room < 2:
-                    return _finish(_diagnoses([*done, remedy]), "applied the fix; no step left to check it")
-                return remedy.check
-            output = steps[after[-1]][1].output
-            if not remedy.worked(output):
-                last = (output.strip().splitlines() or ["no answer"])[-1]
-                return ToolCall(tool="escalate", args={"diagnosis": _diagnoses([*done, remedy]),
-                                                       "summary": f"the fix did not work: {last[:MAX_ERROR_CHARS]}"})
+            since = start
+            while True:  # the fix, its check, and, where the check fails, its fallback's fix and check
+                fixed_at = since - 1
+                for call in remedy.calls:
+                    applied = [i for i, (action, _) in enumerate(steps) if i >= since and action == call]
+                    if not applied:
+                        return call
+                    result = steps[applied[-1]][1]
+                    if not result.ok:
+                        error = next((line for line in result.output.splitlines() if line.strip()), "no answer")
+                        return ToolCall(tool="escalate", args={"diagnosis": _diagnoses([*done, remedy]), "summary":
+                                                               f"{call.tool} failed: {error[:MAX_ERROR_CHARS]}"})
+                    fixed_at = max(fixed_at, applied[-1])
+                after = [i for i, (action, _) in enumerate(steps) if i > fixed_at and action == remedy.check]
+                if not after:
+                    if room < 2:
+                        return _finish(_diagnoses([*done, remedy]), "applied the fix; no step left to check it")
+                    return remedy.check
+                output = steps[after[-1]][1].output
+                if remedy.worked(output):
+                    break
+                if remedy.fallback is None:
+                    last = (output.strip().splitlines() or ["no answer"])[-1]
+                    return ToolCall(tool="escalate", args={
+                        "diagnosis": _diagnoses([*done, remedy]),
+                        "summary": f"the fix did not work: {last[:MAX_ERROR_CHARS]}"})
+                remedy, since = remedy.fallback, after[-1] + 1
             done.append(remedy)
             start = after[-1] + 1
 
@@ -319,8 +333,8 @@ class ExpertPolicy(ActionPolicy):
     def next_fault(self, r: Reads, first: Reads, done: list[Remedy], service: str | None) -> Remedy | None:
         """After a fix checked out: the pods listed again, and the first deployment that still fails and was not fixed
         yet, diagnosed as its own incident; else a deployment the first round's events showed scaled to nothing, if
-        it still is; else, when the alerted service itself was mended, the dependency its new pod's logs blame.
-        None: nothing observable is failing any more."""
+        it still is; else, when the alerted service itself was mended, the dependency its new pod's logs blame; else
+        what the users' entry tier still blames (`_users`). None: nothing observable is failing any more."""
         fixed = set().union(*(remedy.targets for remedy in done))
         pods = _pods(r.read("list_pods"))
         events = first.outputs.get(_key("get_events", {}), "")
@@ -337,8 +351,34 @@ class ExpertPolicy(ActionPolicy):
                 logs = r.read("get_logs", pod=own[0].name)
                 counts = _blame(logs, _dependency_names(described) - fixed - {service})
                 if counts and counts.most_common(1)[0][1] >= MIN_UPSTREAM_SCORE:
-                    return self._upstream(r, service, counts.most_common(1)[0][0], logs, pods, events)
-        return None
+                    if remedy := self._upstream(r, service, counts.most_common(1)[0][0], logs, pods, events):
+                        return remedy
+        return self._users(r, pods, events, checked=service if service in fixed else None)
+
+    def _users(self, r: Reads, pods: list[Pod], events: str, checked: str | None) -> Remedy | None:
+        """Before finishing: do the users' requests succeed now? A fault that shows in no pod (a Service that
+        reaches no pod, or the wrong port) shows in its callers' errors, and failures of critical calls climb
+        towards the users: the entry tier's logs (`tier=web`, where the users' requests come in) name what still
+        fails. Follow that blame down, service by service, to the one at fault itself (its pods, its Service's
+        wiring or port, a policy), as for the alerted service's own dependencies. `checked`: an entry deployment
+        whose new pod's logs this round already read."""
+        entry = [p for p in _pods(r.read("list_pods", selector=ENTRY_TIER)) if p.status == "Running" and not p.sick]
+        if not entry or entry[0].deployment == checked:
+            return None
+        caller, logs, followed = entry[0].deployment, r.read("get_logs", pod=entry[0].name), set[str]()
+        while True:
+            counts = _blame(logs, _dependency_names(r.read("describe", kind="deployment", name=caller)) - followed
+                            - {caller})
+            if not counts or counts.most_common(1)[0][1] < MIN_UPSTREAM_SCORE:
+                return None
+            upstream = counts.most_common(1)[0][0]
+            if remedy := self._upstream(r, caller, upstream, logs, pods, events):
+                return remedy
+            serving = [p for p in pods if p.deployment == upstream and p.status == "Running" and not p.sick]
+            if not serving:
+                return None
+            followed.add(caller)  # well itself: its own calls fail further down
+            caller, logs = upstream, r.read("get_logs", pod=serving[0].name)
 
     def _service(self, r: Reads, name: str, pods: list[Pod], events: str, caller: str | None) -> Remedy | None:
         """A service that misbehaves: its own pods first, then what it depends on."""
@@ -421,9 +461,8 @@ class ExpertPolicy(ActionPolicy):
                                 f"to", "a higher limit only postpones the next kill: its owner must ship a build "
                                 "without the leak or name the one to go back to; I changed nothing")
         if oom and change and "resources" in change:
-            return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),
-                          f"containers of deployment {name} are OOMKilled since its last change lowered their "
-                          f"resources ({_clip(change)})", _rollout_check(name))
+            return self._undo(r, name, f"containers of deployment {name} are OOMKilled since its last change "
+                                       f"lowered their resources ({_clip(change)})")
         if oom:
             limit = MEMORY_LIMIT.search(described)
             seen = int(limit["value"]) * MIB[limit["unit"]] if limit else 128
@@ -435,13 +474,38 @@ class ExpertPolicy(ActionPolicy):
                 + (f" of {limit['value']}{limit['unit']}" if limit else ""), _rollout_check(name))
         symptom = pod.status if pod.status != "Running" else "its pods never become ready"
         if change:
-            return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),
-                          f"the last change to deployment {name} ({_clip(change)}) broke it: {symptom}",
-                          _rollout_check(name))
+            return self._undo(r, name, f"the last change to deployment {name} ({_clip(change)}) broke it: {symptom}")
         state = pod.status if pod.status != "Running" else "never ready"
         return Remedy((ToolCall(tool="rollout_restart", args={"deployment": name}),),
                       f"pod {pod.name} of deployment {name} is {state} with no change to its template",
                       _rollout_check(name))
+
+    def _undo(self, r: Reads, name: str, diagnosis: str) -> Remedy:
+        """Back to the revision before the current one, as `rollout_undo` goes. That revision may be a bad rollout
+        of its own, stacked under the current one: one that sets a memory limit below what the deployment's pods
+        use now (`top`) would be OOMKilled once it runs, so the undo goes past it (`to_revision`); and should the
+        revision it lands on not roll out either, the fallback goes back one revision further. Both read the
+        history as it was before the undo (an undo renumbers the revision it restores)."""
+        rows = [(int(m["revision"]), m["change"]) for m in
+                REVISION_ROW.finditer(r.read("rollout_history", deployment=name))]
+        landed = len(rows) - 2
+        while landed > 0 and (limit := LIMITED_TO.search(rows[landed][1])):
+            allowed = int(limit["value"]) * MIB[limit["unit"]]
+            used = max((int(m["memory"]) for m in TOP_MEMORY.finditer(r.read("top"))
+                        if deployment_of(m["pod"]) == name), default=0)
+            if used <= allowed:
+                break
+            diagnosis += f"; revision {rows[landed][0]} before it limits memory to {limit['value']}{limit['unit']}, " \
+                         f"below the {used}Mi its pods use"
+            landed -= 1
+        if landed < 0:
+            return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),), diagnosis, _rollout_check(name))
+        to = {} if landed == len(rows) - 2 else {"to_revision": rows[landed][0]}
+        fallback = None if landed == 0 else Remedy(
+            (ToolCall(tool="rollout_undo", args={"deployment": name, "to_revision": rows[landed - 1][0]}),),
+            f"{diagnosis}; revision {rows[landed][0]} under it fails too", _rollout_check(name))
+        return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name, **to}),), diagnosis,
+                      _rollout_check(name), fallback)
 
     def _pending(self, r: Reads, name: str, pod: Pod) -> Remedy:
         described = r.read("describe", kind="pod", name=pod.name)
@@ -470,9 +534,8 @@ class ExpertPolicy(ActionPolicy):
         if "node affinity/selector" in why:
             change = _last_change(r.read("rollout_history", deployment=name))
             if change and ("nodeSelector" in change or "affinity" in change):  # rule: undo the change that broke it,
-                return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),  # keeping older pins
-                              f"pods of deployment {name} fit no node since its last change set their placement "
-                              f"({_clip(change)})", _rollout_check(name))
+                return self._undo(r, name, f"pods of deployment {name} fit no node since its last change set "
+                                           f"their placement ({_clip(change)})")  # keeping older pins
             selectors = NODE_SELECTORS.search(described)
             wanted = set((selectors["selectors"] if selectors else "<none>").split(",")) - {"<none>"}
             listing = r.read("list_nodes")
@@ -481,9 +544,8 @@ class ExpertPolicy(ActionPolicy):
                               f"no node carries the labels deployment {name} asks for "
                               f"({', '.join(sorted(wanted)) or 'its affinity'})", _rollout_check(name))
         if change := _last_change(r.read("rollout_history", deployment=name)):
-            return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),
-                          f"pods of deployment {name} cannot be scheduled since its last change "
-                          f"({_clip(change)}): {_scheduler_reason(why)}", _rollout_check(name))
+            return self._undo(r, name, f"pods of deployment {name} cannot be scheduled since its last change "
+                                       f"({_clip(change)}): {_scheduler_reason(why)}")
         return Remedy((ToolCall(tool="rollout_restart", args={"deployment": name}),),
                       f"pods of deployment {name} are Pending: {_scheduler_reason(why)}", _rollout_check(name))
 
@@ -515,8 +577,8 @@ class ExpertPolicy(ActionPolicy):
             if value is None:
                 return None
             return self._set_key(name, "secret", secret["name"], secret["key"], value["v"].strip("'\""),
-                                 f"secret {secret['name']} holds a {secret['key']} that database {host} rejects; "
-                                 f"its own secret {theirs['name']} holds the one it expects")
+                                 f"{name}'s secret {secret['name']} holds a {secret['key']} that database {host} "
+                                 f"rejects; its own secret {theirs['name']} holds the one it expects")
         return None
 
     @staticmethod
