@@ -98,7 +98,7 @@ TOP_ROW = re.compile(r"^(?P<pod>[-a-z0-9.]+)\s+(?P<cpu>\d+)m\s", re.MULTILINE)
 OOM_RUN = re.compile(r"Last State: Terminated\n\s+Reason: OOMKilled\n\s+Exit Code: \d+\n"
                      r"\s+Started: (?P<started>\S+) ago\n\s+Finished: (?P<finished>\S+) ago")
 LEAK_RUN_S = 75  # a container OOM-killed after serving this long grew into its limit: a leak, not a small limit
-REVISION_ROW = re.compile(r"^\d+(?: \(current\))?\s", re.MULTILINE)
+REVISION_LINE = re.compile(r"^\d+(?: \(current\))?\s", re.MULTILINE)  # any row of `rollout_history`
 SATURATED = 1.5  # pods using this many times their CPU request are overwhelmed, not busy
 HPA_TARGET = 0.7  # the utilization the teams' autoscalers aim at
 HPA_EVENT = re.compile(r"SuccessfulRescale\s+horizontalpodautoscaler/(?P<name>[-a-z0-9.]+)\s")
@@ -455,7 +455,7 @@ class ExpertPolicy(ActionPolicy):
                               f"containers of deployment {name} are OOMKilled after serving {served:.0f}s each "
                               f"since its last change ({_clip(change)}): the new build's memory grows until "
                               f"the limit", _rollout_check(name))
-            if len(REVISION_ROW.findall(history)) < 2:
+            if len(REVISION_LINE.findall(history)) < 2:
                 raise _Handover(f"containers of deployment {name} are OOMKilled after serving {served:.0f}s each: "
                                 f"its memory grows until the limit, and it keeps no earlier revision to roll back "
                                 f"to", "a higher limit only postpones the next kill: its owner must ship a build "
