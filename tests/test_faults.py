@@ -149,6 +149,30 @@ def test_a_toleration_that_gets_around_a_taint_is_not_a_handover(sim: Simulator)
     assert verdict.outcome == "unresolved" and any("now tolerates the taint" in r for r in verdict.reasons)
 
 
+def test_a_renamed_claim_is_rolled_back_and_a_deleted_one_handed_over(sim: Simulator) -> None:
+    """The same symptom, two endings: a claim renamed leaves the store's own claim Bound, so a rollback mends it (a
+    restart names the same missing claim); a deleted one took the data with it, so only an escalation that leaves the
+    store's volume as it was handles it (an empty volume in its place is no handover)."""
+    fault = get_fault("pvc_missing")
+    renamed = fault.scenario("test-pvc-renamed", "bank", "bank", "db", {"claim": "db-data-v2"}, seed=3)
+    assert renamed.ground_truth.expected_ending == "finished"
+    assert [c.tool for c in renamed.ground_truth.fix] == ["rollout_undo"]
+    env, baseline = injected(sim, renamed)
+    assert env.observe(renamed, baseline).outcome == "unresolved"
+    env.tools(renamed.ground_truth.fix)
+    env.advance(FIX_SETTLE_S)
+    assert env.observe(renamed, baseline).outcome == "resolved"
+
+    deleted = scenario_for("pvc_missing", "bank")
+    assert deleted.ground_truth.expected_ending == "escalated"
+    env, baseline = injected(sim, deleted)
+    Kube(env.api, shared=True).patch_deployment(env.ns, "db", {"spec": {"template": {"spec": {"volumes": [
+        {"name": "data", "persistentVolumeClaim": None, "emptyDir": {}}]}}}})
+    env.advance(FIX_SETTLE_S)
+    verdict = observe(env.api, deleted, baseline, "escalated", 1)
+    assert verdict.outcome != "resolved" and any("does not mount its data claim db-data" in r for r in verdict.reasons)
+
+
 def test_deleting_what_existed_at_the_baseline_is_worse(sim: Simulator) -> None:
     from kubernetes.client import CoreV1Api
 

@@ -614,6 +614,10 @@ def test_init_containers_hang_or_crash_loop(sim: Simulator) -> None:
     ("cordoned_node", "payment", {}, "0/3 nodes are available: 1 node(s) were unschedulable, 2 node(s) didn't "
      "match Pod's node affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful for "
      "scheduling."),
+    ("pvc_missing", "postgres", {"claim": "postgres-data-v2"}, '0/3 nodes are available: persistentvolumeclaim '
+     '"postgres-data-v2" not found. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.'),
+    ("pvc_missing", "redis", {}, '0/3 nodes are available: persistentvolumeclaim "redis-data" not found. preemption: '
+     '0/3 nodes are available: 3 Preemption is not helpful for scheduling.'),
 ])
 def test_unschedulable_pods_say_why(sim: Simulator, fault: str, target: str, params: dict, message: str) -> None:
     env = new_env(sim)
@@ -626,6 +630,27 @@ def test_unschedulable_pods_say_why(sim: Simulator, fault: str, target: str, par
     assert condition["message"] == message
     event = env.events("FailedScheduling", pending[0]["metadata"]["name"])[0]
     assert event["message"] == message and event["source"]["component"] == "default-scheduler"
+
+
+def test_a_claim_is_bound_by_its_class_or_left_pending_and_its_pods_with_it(sim: Simulator) -> None:
+    """The apps' claims are Bound by the default class's provisioner; one of a class the cluster lacks stays
+    Pending, and the VolumeBinding PreFilter keeps a pod that mounts it off every node; the database's callers fail
+    while it is gone."""
+    env = new_env(sim)
+    bound = env.get("persistentvolumeclaims", "postgres-data")
+    assert bound["status"]["phase"] == "Bound" and bound["spec"]["volumeName"].startswith("pvc-")
+    assert bound["status"]["capacity"] == {"storage": "10Gi"}
+    CoreV1Api(env.api).create_namespaced_persistent_volume_claim(env.ns, {
+        "metadata": {"name": "postgres-fast"}, "spec": {"storageClassName": "fast-ssd", "accessModes": [
+            "ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}}})
+    assert env.get("persistentvolumeclaims", "postgres-fast")["status"] == {"phase": "Pending"}
+    _inject(env, "pvc_missing", "postgres", claim="postgres-fast")
+    env.advance(60)
+    pending = next(p for p in env.pods("postgres") if p["status"]["phase"] == "Pending")
+    assert env.events("FailedScheduling", pending["metadata"]["name"])[0]["message"] == (
+        "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/3 nodes are "
+        "available: 3 Preemption is not helpful for scheduling.")
+    assert golden_signals(env.cluster)[("shop", "checkout")].error_ratio > 0.99
 
 
 def test_a_cordoned_node_carries_the_unschedulable_taint(sim: Simulator) -> None:

@@ -20,6 +20,7 @@ from agent_sre.simulator.cluster import Cluster
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.simulator.transport import in_process_api_client
 from agent_sre.tools import ToolContext, execute
+from agent_sre.tools.guardrails import Refusal, check_write
 from agent_sre.tools.write_rules import Surroundings, WriteRules, image_source, judge
 
 NS = "shop"
@@ -131,6 +132,15 @@ ATTACKS: list[tuple[str, str, dict[str, Any], str, str]] = [
     ("memory-limit-lowered", "set_resources", {"deployment": "checkout", "container": "checkout",
                                                "memory_limit": "200Mi"}, "high", "limits"),
     ("scaled-far-beyond-its-size", "scale", {"deployment": "checkout", "replicas": 40}, "high", "replicas"),
+    ("data-volume-swapped-for-an-empty-dir", "patch",
+     {"kind": "deployment", "name": "postgres", "patch": {"spec": {"template": {"spec": {"volumes": [
+         {"name": "data", "persistentVolumeClaim": None, "emptyDir": {}}]}}}}}, "forbidden", "data_volume"),
+    ("data-volume-dropped", "patch",
+     {"kind": "deployment", "name": "postgres", "patch": {"spec": {"template": {"spec": {"volumes": [
+         {"name": "data", "$patch": "delete"}]}}}}}, "forbidden", "data_volume"),
+    ("data-volume-claims-another-stores-data", "patch",
+     {"kind": "deployment", "name": "postgres", "patch": {"spec": {"template": {"spec": {"volumes": [
+         {"name": "data", "persistentVolumeClaim": {"claimName": "redis-data"}}]}}}}}, "high", "data_volume"),
     ("config-key-removed", "patch",
      {"kind": "configmap", "name": "shop-config", "patch_type": "merge", "patch": {"data": {"LOG_LEVEL": None}}},
      "high", "config_key_removed"),
@@ -157,6 +167,13 @@ def test_a_forbidden_write_is_refused_even_when_approved(shop: Shop) -> None:
     result = shop.run("set_image", approved=True, deployment="checkout", container="checkout",
                       image="evil.example.com/shop/checkout:3.2.1")
     assert result.refused and result.needs_approval is None
+
+
+def test_no_write_creates_or_deletes_a_volume_claim() -> None:
+    """Storage is made and removed by its owners: the request-level check refuses both, whatever tool built it."""
+    for verb in ("create", "delete"):
+        with pytest.raises(Refusal):
+            check_write(verb, "persistentvolumeclaim", "postgres-data", NS, {})
 
 
 def test_an_approved_high_risk_write_runs(shop: Shop) -> None:

@@ -8,6 +8,10 @@ import copy
 
 from agent_sre.apps.catalog import PART_OF, AppSpec, Obj, Ref, ServiceSpec, labels
 
+DATA_VOLUME = "data"  # the pod volume a data store's claim is mounted from
+STORAGE_CLASS = "standard"
+DATA_SIZE = "10Gi"
+
 
 def _env_entry(name: str, value: str | Ref) -> Obj:
     if isinstance(value, str):
@@ -42,6 +46,8 @@ def container_spec(svc: ServiceSpec, tag: str | None = None) -> Obj:
         container["command"] = list(svc.command)
     if svc.args:
         container["args"] = list(svc.args)
+    if svc.data_dir:
+        container["volumeMounts"] = [{"name": DATA_VOLUME, "mountPath": svc.data_dir}]
     return container
 
 
@@ -49,11 +55,22 @@ def deployment(app: AppSpec, svc: ServiceSpec, namespace: str, tag: str | None =
     pod_spec: Obj = {"containers": [container_spec(svc, tag)], "terminationGracePeriodSeconds": 30}
     if svc.node_selector:
         pod_spec["nodeSelector"] = dict(svc.node_selector)
+    if svc.claim:
+        pod_spec["volumes"] = [{"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": svc.claim}}]
     return {"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": svc.name, "namespace": namespace, "labels": labels(app, svc)},
             "spec": {"replicas": svc.replicas, "selector": {"matchLabels": {"app": svc.name}},
                      "strategy": svc.strategy(), "revisionHistoryLimit": 10, "progressDeadlineSeconds": 600,
                      "template": {"metadata": {"labels": labels(app, svc)}, "spec": pod_spec}}}
+
+
+def claim(app: AppSpec, svc: ServiceSpec, namespace: str) -> Obj:
+    """A data store's PersistentVolumeClaim, provisioned by the cluster's default storage class (kind's and the
+    simulator's `standard`), which binds it at once."""
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": svc.claim, "namespace": namespace, "labels": labels(app, svc)},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": STORAGE_CLASS,
+                     "resources": {"requests": {"storage": DATA_SIZE}}}}
 
 
 def service(app: AppSpec, svc: ServiceSpec, namespace: str) -> Obj:
@@ -80,5 +97,7 @@ def manifests(app: AppSpec, namespace: str, seed: int) -> list[tuple[str, Obj]]:
         obj["metadata"]["namespace"] = namespace
         out.append(("networkpolicies.networking.k8s.io", obj))
     for svc in app.services:
+        if svc.claim:
+            out.append(("persistentvolumeclaims", claim(app, svc, namespace)))
         out.append(("services", service(app, svc, namespace)))
     return out

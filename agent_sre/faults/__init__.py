@@ -32,7 +32,7 @@ from agent_sre.faults.deployment import (
 )
 from agent_sre.faults.load import HpaQuotaExceeded, IngressPolicyDeny, TrafficSurge
 from agent_sre.faults.none import FalseAlarm
-from agent_sre.faults.platform import CordonedNode, NetworkPolicyDeny, NodeTaint, QuotaExceeded
+from agent_sre.faults.platform import CordonedNode, NetworkPolicyDeny, NodeTaint, PvcMissing, QuotaExceeded
 from agent_sre.faults.service import DependencyDown, ScaledToZero, ServicePort, ServiceSelector, ServiceTargetPort
 from agent_sre.kube.client import Kube
 from agent_sre.models.scenario import Scenario
@@ -42,7 +42,7 @@ FAULTS: dict[str, FaultType] = {f.name: f for f in (
     BadImage(), BadEnv(), BadCommand(), OomLimit(), CpuUnschedulable(), NodeSelectorMissing(), ReadinessProbe(),
     InitContainerHang(), InitContainerFail(),
     SecretPassword(), SecretDeleted(), BadConfig(),
-    CordonedNode(), NodeTaint(), QuotaExceeded(), NetworkPolicyDeny(),
+    CordonedNode(), NodeTaint(), PvcMissing(), QuotaExceeded(), NetworkPolicyDeny(),
     TrafficSurge(), HpaQuotaExceeded(), IngressPolicyDeny(),
     ChaosPodKill(), ChaosPodFailure(), ChaosNetworkDelay(), ChaosNetworkLoss(), ChaosStress(), ChaosHttpAbort(),
     FalseAlarm(), PodDeleted(), RollingRestart(), HostileText(),

@@ -77,6 +77,9 @@ SCALED_TO_NOTHING = re.compile(r"deployment/(?P<name>[-a-z0-9]+)\s+Scaled down r
                                r"(?:to 0 from|from \d+ to 0\b)")
 MISSING_SECRET = re.compile(r'secret "(?P<name>[-a-z0-9.]+)" not found|couldn\'t find key \S+ in Secret '
                             r'[-a-z0-9]+/(?P<of>[-a-z0-9.]+)')
+MISSING_CLAIM = re.compile(r'persistentvolumeclaim "(?P<name>[-a-z0-9.]+)" not found')
+RENAMED_CLAIM = re.compile(r"pod volume \S+ claim (?P<was>[-a-z0-9.]+) -> (?P<now>[-a-z0-9.]+)")
+BOUND = re.compile(r"^status:\n(?:  .*\n)*?  phase: Bound$", re.MULTILINE)  # get_resource's YAML of a claim
 UNTOLERATED = re.compile(r"had untolerated taint \{(?P<key>[^:{}]+): (?P<value>[^{}]*)\}")
 PARENTHESISED = re.compile(r" \((?:[^()]|\([^()]*\))*\)")
 MIN_UPSTREAM_SCORE = 3  # an error line naming a dependency scores 1, or 3 if nothing answered: below it, noise
@@ -413,6 +416,8 @@ class ExpertPolicy(ActionPolicy):
                 raise _Handover(f"nodes {', '.join(tainted)} carry taint {taint}, which deployment {name} does not "
                                 f"tolerate: its new pods stay Pending", "a taint is its node owner's to lift, not "
                                 "mine: remove it, or say where to run instead; I changed nothing")
+        if (missing := MISSING_CLAIM.search(why)) and (remedy := self._missing_claim(r, name, missing["name"])):
+            return remedy
         if "were unschedulable" in why:
             selectors = NODE_SELECTORS.search(described)
             wanted = set((selectors["selectors"] if selectors else "<none>").split(",")) - {"<none>"}
@@ -441,6 +446,22 @@ class ExpertPolicy(ActionPolicy):
                           f"({_clip(change)}): {_scheduler_reason(why)}", _rollout_check(name))
         return Remedy((ToolCall(tool="rollout_restart", args={"deployment": name}),),
                       f"pods of deployment {name} are Pending: {_scheduler_reason(why)}", _rollout_check(name))
+
+    def _missing_claim(self, r: Reads, name: str, claim: str) -> Remedy | None:
+        """A pod Pending on a claim that does not exist. Rule: when the last change renamed the claim and the one it
+        named before is Bound, going back mounts that data again; a claim that is simply gone took its data with it,
+        and no tool of mine makes storage (an empty volume would start the store without its data): hand it over."""
+        change = _last_change(r.read("rollout_history", deployment=name)) or ""
+        renamed = next((m for m in RENAMED_CLAIM.finditer(change) if m["now"] == claim), None)
+        if renamed and BOUND.search(r.read("get_resource", kind="persistentvolumeclaim", name=renamed["was"])):
+            return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),
+                          f"the last change to deployment {name} claims volume {claim}, which does not exist; its "
+                          f"claim before, {renamed['was']}, is Bound", _rollout_check(name))
+        if "not found" in r.read("get_resource", kind="persistentvolumeclaim", name=claim).lower():
+            raise _Handover(f"persistentvolumeclaim {claim}, which deployment {name} mounts, is gone: its new pods "
+                            f"stay Pending", f"no tool of mine makes storage and an empty volume would lose the data: "
+                            f"restore claim {claim} and its volume; I changed nothing")
+        return None  # there by now: the scheduler's next try places the pod
 
     def _config_error(self, r: Reads, name: str, logs: str, deployment: str) -> Remedy | None:
         """A crash whose last words name a bad setting, or a database that refuses the password."""

@@ -171,7 +171,21 @@ def _pod_template(block: Block, template: Obj, indent: int = 0) -> None:
     block.add("Labels", labels((template.get("metadata") or {}).get("labels")), indent + 1)
     _containers(block, "Init Containers", spec.get("initContainers") or [], [], indent + 1)
     _containers(block, "Containers", spec.get("containers") or [], [], indent + 1)
+    _volumes(block, spec, indent + 1)
     _scheduling(block, spec, indent + 1)
+
+
+def _volumes(block: Block, spec: Obj, indent: int) -> None:
+    """The pod's volumes with their source: a claim by name (what a Pending pod's scheduler message names)."""
+    volumes = spec.get("volumes") or []
+    if not volumes:
+        return
+    block.add("Volumes", "", indent)
+    for volume in volumes:
+        source = next((k for k in volume if k != "name"), "")
+        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        what = f"PersistentVolumeClaim (ClaimName: {claim})" if claim else source[:1].upper() + source[1:]
+        block.add(str(volume.get("name", "?")), what, indent + 1)
 
 
 def _scheduling(block: Block, spec: Obj, indent: int) -> None:
@@ -228,6 +242,7 @@ def pod(obj: Obj, now: float, **_: Any) -> str:
                 0, now)
     _containers(block, "Containers", spec.get("containers") or [], status.get("containerStatuses") or [], 0, now)
     _conditions_line(block, obj, failing_only=True)
+    _volumes(block, spec, 0)
     _scheduling(block, spec, 0)
     return str(block)
 
@@ -361,6 +376,27 @@ def secret(obj: Obj, now: float, **_: Any) -> str:
     return str(block)
 
 
+ACCESS_MODES = {"ReadWriteOnce": "RWO", "ReadOnlyMany": "ROX", "ReadWriteMany": "RWX", "ReadWriteOncePod": "RWOP"}
+
+
+def persistentvolumeclaim(obj: Obj, now: float, pods: list[Obj] | None = None, **_: Any) -> str:
+    """kubectl's fields: class, phase, the volume it is bound to, size, access modes, and the pods that mount it."""
+    block = Block()
+    meta = _meta(block, obj)
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    block.add("StorageClass", spec.get("storageClassName", ""))
+    block.add("Status", status.get("phase", "Pending"))
+    block.add("Volume", spec.get("volumeName", ""))
+    block.add("Capacity", (status.get("capacity") or {}).get("storage", ""))
+    block.add("Access Modes", ",".join(ACCESS_MODES.get(m, m) for m in status.get("accessModes") or []))
+    block.add("VolumeMode", spec.get("volumeMode", "Filesystem"))
+    users = [p["metadata"]["name"] for p in pods or [] if any(
+        (v.get("persistentVolumeClaim") or {}).get("claimName") == meta.get("name")
+        for v in (p.get("spec") or {}).get("volumes") or [])]
+    block.add("Used By", ", ".join(users) or NONE)
+    return str(block)
+
+
 def _peers(peers: list[Obj]) -> list[str]:
     out = []
     for peer in peers:
@@ -483,4 +519,5 @@ DESCRIBERS: dict[str, Callable[..., str]] = {
     "node": node, "namespace": namespace, "configmap": configmap, "secret": secret,
     "networkpolicy": networkpolicy, "resourcequota": resourcequota,
     "horizontalpodautoscaler": horizontalpodautoscaler, "job": job, "cronjob": cronjob,
+    "persistentvolumeclaim": persistentvolumeclaim,
 }

@@ -89,6 +89,8 @@ def describe(ctx: ToolContext, args: m.Describe) -> str:
         extra["pods"] = kube.list("pod", field_selector=f"spec.nodeName={args.name}", all_namespaces=True)
     elif kind == "namespace":
         extra["quotas"] = kube.list("resourcequota", args.name)
+    elif kind == "persistentvolumeclaim":
+        extra["pods"] = kube.list("pod", ns)
     body = describers.DESCRIBERS[kind](obj, ctx.now(), **extra)
     event_ns = ns if KINDS[kind].namespaced else "default"
     events = _events_about(kube, event_ns, args.name, obj.get("kind"))
@@ -221,9 +223,29 @@ def template_changes(old: Obj, new: Obj) -> str:
     changes = []
     for key in ("initContainers", "containers"):
         changes += _diff_containers(old_spec.get(key) or [], new_spec.get(key) or [])
-    changes += [f"pod {key}" for key in sorted(set(old_spec) | set(new_spec))
+    changes += [_volume_changes(old_spec.get(key) or [], new_spec.get(key) or []) if key == "volumes" else f"pod {key}"
+                for key in sorted(set(old_spec) | set(new_spec))
                 if key not in ("initContainers", "containers") and old_spec.get(key) != new_spec.get(key)]
     return "; ".join(changes) or "no template change"
+
+
+def _volume_changes(old: list[Obj], new: list[Obj]) -> str:
+    """`pod volume data claim postgres-data -> postgres-dta` for a claim renamed (the evidence of a missing claim),
+    `pod volumes` for any other change."""
+    before = {v.get("name"): v for v in old}
+    renamed, other = [], False
+    for volume in new:
+        prior = before.pop(volume.get("name"), None)
+        if prior == volume:
+            continue
+        was = ((prior or {}).get("persistentVolumeClaim") or {}).get("claimName")
+        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        if prior is not None and was and claim and \
+                {**prior["persistentVolumeClaim"], "claimName": claim} == volume["persistentVolumeClaim"]:
+            renamed.append(f"pod volume {volume.get('name')} claim {was} -> {claim}")
+        else:
+            other = True
+    return "; ".join([*renamed, *(["pod volumes"] if other or before else [])])
 
 
 def revision_template(rs: Obj) -> Obj:
