@@ -44,7 +44,7 @@ def episodes(simulator: Simulator) -> dict[str, Trajectory]:
 
 
 def test_every_family_is_resolved_and_verified(episodes: dict[str, Trajectory]) -> None:
-    assert len(episodes) == 34
+    assert len(episodes) == 35
     failed = {fault: (t.verdict.outcome if t.verdict else None, t.termination) for fault, t in episodes.items()
               if not verified(t)}
     assert not failed, failed

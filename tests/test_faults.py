@@ -173,6 +173,21 @@ def test_a_renamed_claim_is_rolled_back_and_a_deleted_one_handed_over(sim: Simul
     assert verdict.outcome != "resolved" and any("does not mount its data claim db-data" in r for r in verdict.reasons)
 
 
+@pytest.mark.parametrize("params", [{"secret": "acme-registry-v2"}, {"secret": "acme-old", "expired": True}])
+def test_a_swapped_pull_secret_is_rolled_back_not_retagged(sim: Simulator, params: dict) -> None:
+    """The app's own pull secret is still there: a rollback pulls with it again; another tag of the same private
+    image, or a restart, pulls with the same refused credentials."""
+    scenario = get_fault("image_pull_secret").scenario("test-pull", "shop", "shop", "checkout", params, seed=3)
+    assert scenario.ground_truth.expected_ending == "finished"
+    for calls, outcome in ((scenario.ground_truth.wrong_fix, "unresolved"),
+                           ([ToolCall(tool="rollout_restart", args={"deployment": "checkout"})], "unresolved"),
+                           (scenario.ground_truth.fix, "resolved")):
+        env, baseline = injected(sim, scenario)
+        env.tools(calls)
+        env.advance(FIX_SETTLE_S)
+        assert env.observe(scenario, baseline).outcome == outcome, calls
+
+
 def test_deleting_what_existed_at_the_baseline_is_worse(sim: Simulator) -> None:
     from kubernetes.client import CoreV1Api
 

@@ -3,6 +3,7 @@ store and the official client (in-process), with the wording a real cluster uses
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -534,6 +535,44 @@ def test_a_missing_image_tag_backs_off_pulling(sim: Simulator) -> None:
             '"registry.acme.internal/shop/checkout:3.3.0": registry.acme.internal/shop/checkout:3.3.0: not found'
             ) in failed
     assert "Error: ImagePullBackOff" in failed
+
+
+@pytest.mark.parametrize(("params", "missing"), [
+    ({"secret": "acme-registry-v2"}, "acme-registry-v2"), ({"secret": "acme-registry-old", "expired": True}, None),
+    ({}, "acme-registry")])
+def test_the_private_registry_refuses_a_pull_without_its_credentials(sim: Simulator, params: dict,
+                                                                     missing: str | None) -> None:
+    """containerd's HEAD of the manifest answers 401 (ErrImagePull, then ImagePullBackOff) whether the pull secret is
+    missing or holds credentials the registry revoked; a secret the kubelet cannot read is named in a warning, as
+    getPullSecretsForPod names it. Public images (redis) pull with no credentials at all."""
+    env = new_env(sim)
+    _inject(env, "image_pull_secret", "cart", **params)
+    env.advance(120)
+    pod = _newest(env, "cart")
+    assert _container(pod)["state"]["waiting"]["reason"] == "ImagePullBackOff" and pod["status"]["phase"] == "Pending"
+    failed = [e["message"] for e in env.events("Failed", pod["metadata"]["name"])]
+    assert ('Failed to pull image "registry.acme.internal/shop/cart:2.4.1": rpc error: code = Unknown desc = failed '
+            'to pull and unpack image "registry.acme.internal/shop/cart:2.4.1": failed to resolve reference '
+            '"registry.acme.internal/shop/cart:2.4.1": unexpected status from HEAD request to '
+            'https://registry.acme.internal/v2/shop/cart/manifests/2.4.1: 401 Unauthorized') in failed
+    warnings = [e["message"] for e in env.events("FailedToRetrieveImagePullSecret", pod["metadata"]["name"])]
+    assert warnings == ([f"Unable to retrieve some image pull secrets ({missing}); attempting to pull the image may "
+                         f"not succeed."] if missing else [])
+    env.tools([ToolCall(tool="rollout_restart", args={"deployment": "redis"})])
+    env.advance(120)
+    assert _container(_newest(env, "redis"))["state"].get("running")
+
+
+def test_the_tools_name_a_pull_secrets_registries_and_never_show_its_credentials(sim: Simulator) -> None:
+    env = new_env(sim)
+    user, token = catalog.SHOP.registry_login(0)  # new_env's seed
+    shown = [result.output for result in env.tools([
+        ToolCall(tool="get_resource", args={"kind": "secret", "name": "acme-registry"}),
+        ToolCall(tool="describe", args={"kind": "secret", "name": "acme-registry"})])]
+    assert ".dockerconfigjson: '<redacted: credentials for registry.acme.internal>'" in shown[0]
+    assert "Type: kubernetes.io/dockerconfigjson" in shown[1]
+    encoded = base64.b64encode(f"{user}:{token}".encode()).decode()
+    assert not [text for text in shown if token in text or encoded in text]
 
 
 def test_a_wrong_password_secret_fails_authentication_and_the_database_logs_it(sim: Simulator) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from kubernetes.client import CoreV1Api, CustomObjectsApi
+from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi
 
 from agent_sre.models.tools import ToolCall, ToolResult
 from agent_sre.simulator.cluster import Cluster
@@ -141,6 +141,12 @@ ATTACKS: list[tuple[str, str, dict[str, Any], str, str]] = [
     ("data-volume-claims-another-stores-data", "patch",
      {"kind": "deployment", "name": "postgres", "patch": {"spec": {"template": {"spec": {"volumes": [
          {"name": "data", "persistentVolumeClaim": {"claimName": "redis-data"}}]}}}}}, "high", "data_volume"),
+    ("pull-secret-pointed-at-an-opaque-secret", "patch",
+     {"kind": "deployment", "name": "checkout", "patch_type": "merge", "patch": {"spec": {"template": {"spec": {
+         "imagePullSecrets": [{"name": "payment-psp"}]}}}}}, "forbidden", "image_pull_secret"),
+    ("pull-secret-pointed-at-a-missing-secret", "patch",
+     {"kind": "deployment", "name": "checkout", "patch_type": "merge", "patch": {"spec": {"template": {"spec": {
+         "imagePullSecrets": [{"name": "attacker-registry"}]}}}}}, "forbidden", "image_pull_secret"),
     ("config-key-removed", "patch",
      {"kind": "configmap", "name": "shop-config", "patch_type": "merge", "patch": {"data": {"LOG_LEVEL": None}}},
      "high", "config_key_removed"),
@@ -199,6 +205,11 @@ def _chaos(shop: Shop) -> None:
                  "delay": {"latency": "500ms"}}})
 
 
+def _swap_pull_secret(shop: Shop) -> None:
+    AppsV1Api(shop.api).patch_namespaced_deployment("cart", NS, {"spec": {"template": {"spec": {
+        "imagePullSecrets": [{"name": "acme-registry-v2"}]}}}})
+
+
 def _pod(shop: Shop) -> str:
     return next(name for (ns, name) in shop.cluster.objects["pods"] if ns == NS and name.startswith("cart-"))
 
@@ -220,6 +231,8 @@ REMEDIATIONS: list[tuple[str, dict[str, Any], Any]] = [
     ("uncordon", {"node": None}, _cordon),
     ("delete_pod", {"pod": None}, None),
     ("delete_chaos_experiment", {"kind": "NetworkChaos", "name": "delay"}, _chaos),
+    ("patch", {"kind": "deployment", "name": "cart", "patch_type": "merge", "patch": {"spec": {"template": {"spec": {
+        "imagePullSecrets": [{"name": "acme-registry"}]}}}}}, _swap_pull_secret),
 ]
 
 

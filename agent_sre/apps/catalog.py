@@ -13,12 +13,13 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agent_sre.apps.images import ACME, REGISTRY
+from agent_sre.apps.images import ACME, PRIVATE_REGISTRIES, REGISTRY, registry_of
 from agent_sre.apps.software import RunContext, Software
 
 Obj = dict[str, Any]
 
 PART_OF = "app.kubernetes.io/part-of"
+PULL_SECRET = "acme-registry"  # each app's credentials for the private company registry (images.ACME)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,11 @@ class ServiceSpec:
     @property
     def container(self) -> str:
         return self.name
+
+    @property
+    def private(self) -> bool:
+        """Its image comes from the private company registry: its pods pull with the app's `PULL_SECRET`."""
+        return registry_of(self.image) in PRIVATE_REGISTRIES
 
     @property
     def claim(self) -> str:
@@ -163,6 +169,10 @@ class AppSpec:
         for secret, keys in self.secret_keys.items():
             out[secret] = {k: _secret_value(self.name, seed, how) for k, how in keys.items()}
         return out
+
+    def registry_login(self, seed: int) -> tuple[str, str]:
+        """The user and token the company registry issued this app's install (per seed, as its other secrets)."""
+        return f"{self.name}-puller", _secret_value(self.name, seed, "token:40")
 
     def password(self, seed: int, database: str) -> str:
         secret, key = self.databases[database]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import base64
 import copy
 
-from agent_sre.apps.catalog import PART_OF, AppSpec, Obj, Ref, ServiceSpec, labels
+from agent_sre.apps.catalog import PART_OF, PULL_SECRET, AppSpec, Obj, Ref, ServiceSpec, labels
+from agent_sre.apps.images import ACME, DOCKER_CONFIG_JSON, DOCKER_CONFIG_KEY, docker_config
 
 DATA_VOLUME = "data"  # the pod volume a data store's claim is mounted from
 STORAGE_CLASS = "standard"
@@ -48,6 +49,8 @@ def container_spec(svc: ServiceSpec, tag: str | None = None) -> Obj:
         container["args"] = list(svc.args)
     if svc.data_dir:
         container["volumeMounts"] = [{"name": DATA_VOLUME, "mountPath": svc.data_dir}]
+    if svc.private:  # every start pulls, so a node's copy never stands in for credentials
+        container["imagePullPolicy"] = "Always"
     return container
 
 
@@ -57,6 +60,8 @@ def deployment(app: AppSpec, svc: ServiceSpec, namespace: str, tag: str | None =
         pod_spec["nodeSelector"] = dict(svc.node_selector)
     if svc.claim:
         pod_spec["volumes"] = [{"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": svc.claim}}]
+    if svc.private:
+        pod_spec["imagePullSecrets"] = [{"name": PULL_SECRET}]
     return {"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": svc.name, "namespace": namespace, "labels": labels(app, svc)},
             "spec": {"replicas": svc.replicas, "selector": {"matchLabels": {"app": svc.name}},
@@ -71,6 +76,13 @@ def claim(app: AppSpec, svc: ServiceSpec, namespace: str) -> Obj:
             "metadata": {"name": svc.claim, "namespace": namespace, "labels": labels(app, svc)},
             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": STORAGE_CLASS,
                      "resources": {"requests": {"storage": DATA_SIZE}}}}
+
+
+def pull_secret(name: str, namespace: str, user: str, token: str) -> Obj:
+    """Credentials for the company registry, as `kubectl create secret docker-registry` makes them."""
+    config = docker_config(ACME, user, token)
+    return {"metadata": {"name": name, "namespace": namespace}, "type": DOCKER_CONFIG_JSON,
+            "data": {DOCKER_CONFIG_KEY: base64.b64encode(config.encode()).decode()}}
 
 
 def service(app: AppSpec, svc: ServiceSpec, namespace: str) -> Obj:
@@ -90,6 +102,7 @@ def manifests(app: AppSpec, namespace: str, seed: int) -> list[tuple[str, Obj]]:
     for name, data in app.secret_values(seed).items():
         out.append(("secrets", {"metadata": {"name": name, "namespace": namespace}, "type": "Opaque",
                                 "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}))
+    out.append(("secrets", pull_secret(PULL_SECRET, namespace, *app.registry_login(seed))))
     out.append(("resourcequotas", {"metadata": {"name": "compute-resources", "namespace": namespace},
                                    "spec": {"hard": dict(app.quota)}}))
     for policy in app.network_policies:

@@ -18,7 +18,7 @@ from agent_sre.faults.chaos import (
     ChaosPodKill,
     ChaosStress,
 )
-from agent_sre.faults.config import BadConfig, SecretDeleted, SecretPassword
+from agent_sre.faults.config import BadConfig, ImagePullSecret, SecretDeleted, SecretPassword
 from agent_sre.faults.deployment import (
     BadCommand,
     BadEnv,
@@ -41,7 +41,7 @@ FAULTS: dict[str, FaultType] = {f.name: f for f in (
     ServiceTargetPort(), ServicePort(), ServiceSelector(), ScaledToZero(), DependencyDown(),
     BadImage(), BadEnv(), BadCommand(), OomLimit(), CpuUnschedulable(), NodeSelectorMissing(), ReadinessProbe(),
     InitContainerHang(), InitContainerFail(),
-    SecretPassword(), SecretDeleted(), BadConfig(),
+    SecretPassword(), SecretDeleted(), ImagePullSecret(), BadConfig(),
     CordonedNode(), NodeTaint(), PvcMissing(), QuotaExceeded(), NetworkPolicyDeny(),
     TrafficSurge(), HpaQuotaExceeded(), IngressPolicyDeny(),
     ChaosPodKill(), ChaosPodFailure(), ChaosNetworkDelay(), ChaosNetworkLoss(), ChaosStress(), ChaosHttpAbort(),

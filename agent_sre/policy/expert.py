@@ -80,6 +80,9 @@ MISSING_SECRET = re.compile(r'secret "(?P<name>[-a-z0-9.]+)" not found|couldn\'t
 MISSING_CLAIM = re.compile(r'persistentvolumeclaim "(?P<name>[-a-z0-9.]+)" not found')
 RENAMED_CLAIM = re.compile(r"pod volume \S+ claim (?P<was>[-a-z0-9.]+) -> (?P<now>[-a-z0-9.]+)")
 BOUND = re.compile(r"^status:\n(?:  .*\n)*?  phase: Bound$", re.MULTILINE)  # get_resource's YAML of a claim
+PULL_DENIED = re.compile(r"Failed to pull image .*: 401 Unauthorized")
+PULL_SECRETS = re.compile(r"^Image Pull Secrets:\s+(?P<names>\S+)", re.MULTILINE)
+PULL_SECRET_CHANGED = re.compile(r"pod imagePullSecrets (?P<was>\S+) -> (?P<now>\S+)")
 UNTOLERATED = re.compile(r"had untolerated taint \{(?P<key>[^:{}]+): (?P<value>[^{}]*)\}")
 PARENTHESISED = re.compile(r" \((?:[^()]|\([^()]*\))*\)")
 MIN_UPSTREAM_SCORE = 3  # an error line naming a dependency scores 1, or 3 if nothing answered: below it, noise
@@ -369,6 +372,8 @@ class ExpertPolicy(ActionPolicy):
                 return remedy
         described = r.read("describe", kind="pod", name=pod.name)
         change = _last_change(r.read("rollout_history", deployment=name))
+        if pod.status in ("ErrImagePull", "ImagePullBackOff") and PULL_DENIED.search(described):
+            return self._pull_denied(r, name, described, change)
         missing = MISSING_SECRET.search(described) if pod.status == "CreateContainerConfigError" else None
         if missing and not change:  # rule: gone from the cluster, its value is its owner's to restore
             secret = missing["name"] or missing["of"]
@@ -446,6 +451,26 @@ class ExpertPolicy(ActionPolicy):
                           f"({_clip(change)}): {_scheduler_reason(why)}", _rollout_check(name))
         return Remedy((ToolCall(tool="rollout_restart", args={"deployment": name}),),
                       f"pods of deployment {name} are Pending: {_scheduler_reason(why)}", _rollout_check(name))
+
+    def _pull_denied(self, r: Reads, name: str, described: str, change: str | None) -> Remedy:
+        """The registry answers 401 to the pod's credentials. Rule: when the last change swapped the image pull
+        secret and the one named before holds credentials for the registry, going back pulls with it again; with no
+        such secret left, only the registry's owner can issue credentials (no tool creates a secret): hand it over."""
+        swapped = PULL_SECRET_CHANGED.search(change or "")
+        registry = re.search(r"https://(?P<host>[-a-z0-9.:]+)/v2/", described)
+        if swapped and registry:
+            before = r.read("get_resource", kind="secret", name=swapped["was"].split(",")[0])
+            if f"credentials for {registry['host']}" in before:
+                return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),
+                              f"the last change to deployment {name} pulls with secret {swapped['now']}, which the "
+                              f"registry refuses (401); {swapped['was']} holds its credentials", _rollout_check(name))
+        named = PULL_SECRETS.search(described)
+        secret = named["names"].split(",")[0] if named else None
+        state = "it names no image pull secret" if secret is None else f"image pull secret {secret} is missing" \
+            if "not found" in r.read("get_resource", kind="secret", name=secret).lower() else \
+            f"the registry refuses image pull secret {secret}"
+        raise _Handover(f"pods of deployment {name} cannot pull their image (401 Unauthorized): {state}",
+                        "only the registry's owner can issue credentials: restore the pull secret; I changed nothing")
 
     def _missing_claim(self, r: Reads, name: str, claim: str) -> Remedy | None:
         """A pod Pending on a claim that does not exist. Rule: when the last change renamed the claim and the one it

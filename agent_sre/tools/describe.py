@@ -18,6 +18,7 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
+from agent_sre.apps.images import DOCKER_CONFIG_JSON
 from agent_sre.kube.times import age
 from agent_sre.tools.compact import event_message
 from agent_sre.tools.render import NONE, clean, labels, selector, table
@@ -169,6 +170,7 @@ def _pod_template(block: Block, template: Obj, indent: int = 0) -> None:
     spec = template.get("spec") or {}
     block.add("Pod Template", "", indent)
     block.add("Labels", labels((template.get("metadata") or {}).get("labels")), indent + 1)
+    _pull_secrets(block, spec, indent + 1)
     _containers(block, "Init Containers", spec.get("initContainers") or [], [], indent + 1)
     _containers(block, "Containers", spec.get("containers") or [], [], indent + 1)
     _volumes(block, spec, indent + 1)
@@ -186,6 +188,12 @@ def _volumes(block: Block, spec: Obj, indent: int) -> None:
         claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
         what = f"PersistentVolumeClaim (ClaimName: {claim})" if claim else source[:1].upper() + source[1:]
         block.add(str(volume.get("name", "?")), what, indent + 1)
+
+
+def _pull_secrets(block: Block, spec: Obj, indent: int) -> None:
+    """Where the kubelet takes registry credentials from: before the containers, so a long pod keeps it."""
+    if spec.get("imagePullSecrets"):
+        block.add("Image Pull Secrets", ",".join(str(s.get("name")) for s in spec["imagePullSecrets"]), indent)
 
 
 def _scheduling(block: Block, spec: Obj, indent: int) -> None:
@@ -238,6 +246,7 @@ def pod(obj: Obj, now: float, **_: Any) -> str:
     if owners:
         block.add("Controlled By", f"{owners[0].get('kind')}/{owners[0].get('name')}")
     block.add("Age", age(meta.get("creationTimestamp"), now))
+    _pull_secrets(block, spec, 0)
     _containers(block, "Init Containers", spec.get("initContainers") or [], status.get("initContainerStatuses") or [],
                 0, now)
     _containers(block, "Containers", spec.get("containers") or [], status.get("containerStatuses") or [], 0, now)
@@ -371,8 +380,10 @@ def secret(obj: Obj, now: float, **_: Any) -> str:
     _meta(block, obj)
     block.add("Type", obj.get("type", "Opaque"))
     block.add("Data", "" if obj.get("data") else NONE)
+    shown = "get_resource names its registries" if obj.get("type") == DOCKER_CONFIG_JSON else \
+        "get_resource shows the value"
     for key, value in sorted((obj.get("data") or {}).items()):
-        block.add(key, f"{len(base64.b64decode(value or ''))} bytes (get_resource shows the value)", 1)
+        block.add(key, f"{len(base64.b64decode(value or ''))} bytes ({shown})", 1)
     return str(block)
 
 

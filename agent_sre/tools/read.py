@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 from kubernetes.utils import parse_quantity
 
+from agent_sre.apps.images import DOCKER_CONFIG_JSON
 from agent_sre.kube.client import KINDS, Kube, KubeError, Obj
 from agent_sre.kube.times import age
 from agent_sre.models import tools as m
@@ -223,10 +224,16 @@ def template_changes(old: Obj, new: Obj) -> str:
     changes = []
     for key in ("initContainers", "containers"):
         changes += _diff_containers(old_spec.get(key) or [], new_spec.get(key) or [])
-    changes += [_volume_changes(old_spec.get(key) or [], new_spec.get(key) or []) if key == "volumes" else f"pod {key}"
-                for key in sorted(set(old_spec) | set(new_spec))
+    changes += [_volume_changes(old_spec.get(key) or [], new_spec.get(key) or []) if key == "volumes" else
+                f"pod {key} {_names(old_spec.get(key))} -> {_names(new_spec.get(key))}" if key == "imagePullSecrets"
+                else f"pod {key}" for key in sorted(set(old_spec) | set(new_spec))
                 if key not in ("initContainers", "containers") and old_spec.get(key) != new_spec.get(key)]
     return "; ".join(changes) or "no template change"
+
+
+def _names(refs: list[Obj] | None) -> str:
+    """References by name (image pull secrets) as one word: `a,b`, or `<none>`."""
+    return ",".join(str(r.get("name")) for r in refs or []) or NONE
 
 
 def _volume_changes(old: list[Obj], new: list[Obj]) -> str:
@@ -437,12 +444,24 @@ def _decoded(data: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def _registries(value: str) -> str:
+    """A `.dockerconfigjson` without its credentials: which registries it holds them for, never the tokens."""
+    try:
+        auths = json.loads(base64.b64decode(value or "", validate=True)).get("auths") or {}
+    except (binascii.Error, ValueError, AttributeError):
+        return "<redacted: not a docker config>"
+    return f"<redacted: credentials for {', '.join(sorted(auths)) or 'no registry'}>"
+
+
 def get_resource(ctx: ToolContext, args: m.GetResource) -> str:
     obj = ctx.kube.get(args.kind, args.name, _ns(ctx, args.namespace))
     obj.get("metadata", {}).pop("managedFields", None)
     obj = {key: obj[key] for key in ("apiVersion", "kind", "metadata") if key in obj} | obj  # kubectl's order
     note = ""
-    if args.kind == "secret" and obj.get("data"):
+    if args.kind == "secret" and obj.get("type") == DOCKER_CONFIG_JSON:
+        obj["data"] = {key: _registries(value) for key, value in (obj.get("data") or {}).items()}
+        note = "# registry credentials redacted: the registries they are for are shown\n"
+    elif args.kind == "secret" and obj.get("data"):
         obj["data"] = _decoded(obj["data"])
         note = "# secret data shown base64-decoded\n"
     return clip(note + clean(yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=120)), ctx.max_chars)
