@@ -184,8 +184,9 @@ def test_a_swapped_pull_secret_is_rolled_back_not_retagged(sim: Simulator, param
     """The app's own pull secret is still there: a rollback, or naming it again, pulls with it; another tag of the
     same private image, or a restart, pulls with the same refused credentials."""
     scenario = get_fault("image_pull_secret").scenario("test-pull", "shop", "shop", "checkout", params, seed=3)
-    named_again = ToolCall(tool="patch", args={"kind": "deployment", "name": "checkout", "patch_type": "merge", "patch": {
-        "spec": {"template": {"spec": {"imagePullSecrets": [{"name": "acme-registry"}]}}}}})
+    named_again = ToolCall(tool="patch", args={"kind": "deployment", "name": "checkout", "patch_type": "merge",
+                                               "patch": {"spec": {"template": {"spec": {"imagePullSecrets": [
+                                                   {"name": "acme-registry"}]}}}}})
     assert scenario.ground_truth.expected_ending == "finished"
     for calls, outcome in ((scenario.ground_truth.wrong_fix, "unresolved"),
                            ([ToolCall(tool="rollout_restart", args={"deployment": "checkout"})], "unresolved"),
