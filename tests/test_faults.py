@@ -163,9 +163,10 @@ def test_a_renamed_claim_is_rolled_back_and_a_deleted_one_handed_over(sim: Simul
     env.advance(FIX_SETTLE_S)
     assert env.observe(renamed, baseline).outcome == "resolved"
 
-    env, baseline = injected(sim, renamed)  # naming its own claim again is the same fix, through the write rules
-    env.tools([ToolCall(tool="patch", args={"kind": "deployment", "name": "db", "patch": {"spec": {"template": {
-        "spec": {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "db-data"}}]}}}}})])
+    env, baseline = injected(sim, renamed)  # naming its own claim again (the fix under a later rollout) as well
+    direct = fault.direct_fix(fault.context_of(renamed, renamed.faults[0]))
+    assert direct is not None and direct[0].tool == "patch"
+    env.tools(direct)
     env.advance(FIX_SETTLE_S)
     assert env.observe(renamed, baseline).outcome == "resolved"
 
@@ -183,14 +184,14 @@ def test_a_renamed_claim_is_rolled_back_and_a_deleted_one_handed_over(sim: Simul
 def test_a_swapped_pull_secret_is_rolled_back_not_retagged(sim: Simulator, params: dict) -> None:
     """The app's own pull secret is still there: a rollback, or naming it again, pulls with it; another tag of the
     same private image, or a restart, pulls with the same refused credentials."""
-    scenario = get_fault("image_pull_secret").scenario("test-pull", "shop", "shop", "checkout", params, seed=3)
-    named_again = ToolCall(tool="patch", args={"kind": "deployment", "name": "checkout", "patch_type": "merge",
-                                               "patch": {"spec": {"template": {"spec": {"imagePullSecrets": [
-                                                   {"name": "acme-registry"}]}}}}})
+    fault = get_fault("image_pull_secret")
+    scenario = fault.scenario("test-pull", "shop", "shop", "checkout", params, seed=3)
+    named_again = fault.direct_fix(fault.context_of(scenario, scenario.faults[0]))  # the fix under a later rollout
+    assert named_again is not None and [c.tool for c in named_again] == ["patch"]
     assert scenario.ground_truth.expected_ending == "finished"
     for calls, outcome in ((scenario.ground_truth.wrong_fix, "unresolved"),
                            ([ToolCall(tool="rollout_restart", args={"deployment": "checkout"})], "unresolved"),
-                           (scenario.ground_truth.fix, "resolved"), ([named_again], "resolved")):
+                           (scenario.ground_truth.fix, "resolved"), (named_again, "resolved")):
         env, baseline = injected(sim, scenario)
         env.tools(calls)
         env.advance(FIX_SETTLE_S)

@@ -262,6 +262,13 @@ class ImagePullSecret(RolloutFault):
                          f"registry answers 401 and its new pods stay in ImagePullBackOff",
             "summary": "only the registry's owner can issue credentials: restore the pull secret; I changed nothing"})]
 
+    def direct_fix(self, ctx: FaultContext) -> list[ToolCall] | None:
+        """Under a later rollout: name the app's own pull secret again."""
+        if not ctx.params.secret:
+            return self.fix(ctx)
+        return [ToolCall(tool="patch", args={"kind": "deployment", "name": ctx.target, "patch_type": "merge", "patch": {
+            "spec": {"template": {"spec": {"imagePullSecrets": [{"name": PULL_SECRET}]}}}}})]
+
     def wrong_fix(self, ctx: FaultContext) -> list[ToolCall]:
         """Taken for a bad tag: another tag of the same private image pulls with the same credentials."""
         return [ToolCall(tool="set_image", args={"deployment": ctx.target, "container": ctx.svc.container,

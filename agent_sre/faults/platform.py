@@ -216,6 +216,13 @@ class PvcMissing(RolloutFault):
             "summary": "no tool of mine makes storage, and an empty volume would lose the data: restore the claim "
                        "and its volume from backup; I changed nothing"})]
 
+    def direct_fix(self, ctx: FaultContext) -> list[ToolCall] | None:
+        """Under a later rollout: name the store's own claim again."""
+        if not ctx.params.claim:
+            return self.fix(ctx)
+        return [ToolCall(tool="patch", args={"kind": "deployment", "name": ctx.target, "patch": {"spec": {"template": {
+            "spec": {"volumes": [{"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": ctx.svc.claim}}]}}}}})]
+
     def wrong_fix(self, ctx: FaultContext) -> list[ToolCall]:
         """A renamed claim: a restart names the same missing claim. A deleted one: a rollback, claimed as the fix,
         names the same deleted claim."""
