@@ -175,11 +175,14 @@ def test_a_forbidden_write_is_refused_even_when_approved(shop: Shop) -> None:
     assert result.refused and result.needs_approval is None
 
 
-def test_no_write_creates_or_deletes_a_volume_claim() -> None:
-    """Storage is made and removed by its owners: the request-level check refuses both, whatever tool built it."""
-    for verb in ("create", "delete"):
-        with pytest.raises(Refusal):
-            check_write(verb, "persistentvolumeclaim", "postgres-data", NS, {})
+@pytest.mark.parametrize(("verb", "kind", "name"), [
+    ("create", "persistentvolumeclaim", "postgres-data"), ("delete", "persistentvolumeclaim", "postgres-data"),
+    ("create", "secret", "acme-registry"), ("delete", "secret", "acme-registry")])
+def test_no_write_makes_or_removes_storage_or_credentials(verb: str, kind: str, name: str) -> None:
+    """Storage and registry credentials are made and removed by their owners: the request-level check refuses both,
+    whatever tool built the request."""
+    with pytest.raises(Refusal):
+        check_write(verb, kind, name, NS, {})
 
 
 def test_an_approved_high_risk_write_runs(shop: Shop) -> None:
