@@ -99,6 +99,21 @@ def test_every_fix_argument_comes_from_what_was_read(episodes: dict[str, Traject
     assert checked >= 24  # every family but the false alarm wrote its fix
 
 
+@pytest.mark.parametrize("fault", ["pvc_missing", "image_pull_secret"])
+def test_a_family_whose_ending_follows_the_evidence_is_resolved_in_every_suite(simulator: Simulator,
+                                                                               fault: str) -> None:
+    """A missing claim or pull secret is rolled back where the store's own claim or the app's own pull secret is
+    still there, and handed over where it is gone: the expert reads which, in the catalog and both evaluation
+    suites (other targets, apps and names), and ends as each scenario expects."""
+    scenarios = [s for path in (default_catalog(), *evaluation_suites()) for s in load_scenarios(path)
+                 if [f.fault for f in s.faults] == [fault]]
+    endings = Counter(s.ground_truth.expected_ending for s in scenarios)
+    assert endings["finished"] and endings["escalated"]
+    for scenario in scenarios:
+        t = play(ExpertPolicy(), EXPERT, scenario, simulator)
+        assert verified(t) and t.termination == scenario.ground_truth.expected_ending, scenario.name
+
+
 def test_it_labels_states_another_policy_reached(simulator: Simulator) -> None:
     """DAgger needs a teacher that can act from any state: after the runbook's wrong fix (a restart of the caller
     for a Service pointed at the wrong port), the expert still finds and makes the right one."""
