@@ -679,11 +679,9 @@ def test_a_claim_is_bound_by_its_class_or_left_pending_and_its_pods_with_it(sim:
     bound = env.get("persistentvolumeclaims", "postgres-data")
     assert bound["status"]["phase"] == "Bound" and bound["spec"]["volumeName"].startswith("pvc-")
     assert bound["status"]["capacity"] == {"storage": "10Gi"}
-    CoreV1Api(env.api).create_namespaced_persistent_volume_claim(env.ns, {
-        "metadata": {"name": "postgres-fast"}, "spec": {"storageClassName": "fast-ssd", "accessModes": [
-            "ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}}})
+    _inject(env, "pvc_missing", "postgres", claim="postgres-fast", storage_class="fast-ssd")
     assert env.get("persistentvolumeclaims", "postgres-fast")["status"] == {"phase": "Pending"}
-    _inject(env, "pvc_missing", "postgres", claim="postgres-fast")
+    assert "volumeName" not in env.get("persistentvolumeclaims", "postgres-fast")["spec"]
     env.advance(60)
     pending = next(p for p in env.pods("postgres") if p["status"]["phase"] == "Pending")
     assert env.events("FailedScheduling", pending["metadata"]["name"])[0]["message"] == (

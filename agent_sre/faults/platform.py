@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import Field
 
 from agent_sre.apps.catalog import PART_OF, AppSpec, labels, nodes_for
-from agent_sre.apps.manifests import DATA_VOLUME, claim
+from agent_sre.apps.manifests import DATA_VOLUME, STORAGE_CLASS, claim
 from agent_sre.faults.base import (
     FaultContext,
     FaultError,
@@ -154,13 +154,17 @@ class ClaimParams(FaultParams):
     # the claim the redeployed target names instead of its own (a typo, a name from another environment); absent:
     # its own claim, deleted (its data gone with it)
     claim: str | None = Field(None, pattern=NAME_PATTERN, max_length=253)
+    # `claim` is made, of a storage class the cluster lacks: it stays Pending (no volume is ever provisioned for it)
+    storage_class: str | None = Field(None, pattern=NAME_PATTERN, max_length=253)
 
 
 class PvcMissing(RolloutFault):
     """A data store whose pods claim a PersistentVolumeClaim that does not exist: redeployed naming another claim
-    (`claim`), or its own claim deleted and the store restarted (no `claim`). The scheduler's VolumeBinding
-    PreFilter leaves the new pod Pending, `0/3 nodes are available: persistentvolumeclaim "X" not found`
-    (upstream pkg/scheduler/framework/plugins/volumebinding; https://kubernetes.io/docs/concepts/storage/persistent-volumes/),
+    (`claim`; with `storage_class`, a new claim of a class the cluster lacks, which stays Pending), or its own claim
+    deleted and the store restarted (no `claim`). The scheduler's VolumeBinding PreFilter leaves the new pod
+    Pending, `0/3 nodes are available: persistentvolumeclaim "X" not found` (or `pod has unbound immediate
+    PersistentVolumeClaims`; upstream pkg/scheduler/framework/plugins/volumebinding;
+    https://kubernetes.io/docs/concepts/storage/persistent-volumes/),
     and the store's Recreate strategy has already ended the old pod, so its callers fail. (A deleted claim in use is
     kept by the `kubernetes.io/pvc-protection` finalizer until its last pod ends; the restart ends it.)
 
@@ -183,6 +187,9 @@ class PvcMissing(RolloutFault):
         if ctx.params.claim == ctx.svc.claim:
             raise FaultError(f"{ctx.svc.claim} is {ctx.target}'s own claim, which exists; name another, or none to "
                              f"delete it")
+        if ctx.params.storage_class is not None and (not ctx.params.claim or ctx.params.storage_class == STORAGE_CLASS):
+            raise FaultError(f"a Pending claim is a new one (`claim`) of a class the cluster lacks (not "
+                             f"{STORAGE_CLASS})")
 
     def ending(self, ctx: FaultContext) -> ExpectedEnding:
         return "finished" if ctx.params.claim else "escalated"
@@ -192,6 +199,11 @@ class PvcMissing(RolloutFault):
             {"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": name}}]}}}}, cause=cause)
 
     def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
+        if ctx.params.storage_class:
+            pending = claim(ctx.app, ctx.svc, ctx.namespace)
+            pending["metadata"]["name"] = ctx.params.claim
+            k8s.create("persistentvolumeclaim", ctx.namespace,
+                       {**pending, "spec": {**pending["spec"], "storageClassName": ctx.params.storage_class}})
         if ctx.params.claim:
             self._mount(k8s, ctx, ctx.params.claim, restart_cause(ctx, f"move {ctx.target} to volume claim "
                                                                        f"{ctx.params.claim}"))
@@ -203,6 +215,8 @@ class PvcMissing(RolloutFault):
         if k8s.find("persistentvolumeclaim", ctx.svc.claim, ctx.namespace) is None:
             k8s.create("persistentvolumeclaim", ctx.namespace, claim(ctx.app, ctx.svc, ctx.namespace))
         self._mount(k8s, ctx, ctx.svc.claim)
+        if ctx.params.storage_class:
+            k8s.remove("persistentvolumeclaim", ctx.namespace, ctx.params.claim)
 
     def root_cause(self, ctx: FaultContext) -> str:
         return f"deployment/{ctx.target}" if ctx.params.claim else f"persistentvolumeclaim/{ctx.svc.claim}"

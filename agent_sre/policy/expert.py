@@ -78,6 +78,8 @@ SCALED_TO_NOTHING = re.compile(r"deployment/(?P<name>[-a-z0-9]+)\s+Scaled down r
 MISSING_SECRET = re.compile(r'secret "(?P<name>[-a-z0-9.]+)" not found|couldn\'t find key \S+ in Secret '
                             r'[-a-z0-9]+/(?P<of>[-a-z0-9.]+)')
 MISSING_CLAIM = re.compile(r'persistentvolumeclaim "(?P<name>[-a-z0-9.]+)" not found')
+UNBOUND_CLAIMS = "pod has unbound immediate PersistentVolumeClaims"
+CLAIM_NAME = re.compile(r"PersistentVolumeClaim \(ClaimName: (?P<name>[-a-z0-9.]+)\)")  # describe's Volumes
 RENAMED_CLAIM = re.compile(r"pod volume \S+ claim (?P<was>[-a-z0-9.]+) -> (?P<now>[-a-z0-9.]+)")
 BOUND = re.compile(r"^status:\n(?:  .*\n)*?  phase: Bound$", re.MULTILINE)  # get_resource's YAML of a claim
 PULL_DENIED = re.compile(r"Failed to pull image .*: 401 Unauthorized")
@@ -421,7 +423,8 @@ class ExpertPolicy(ActionPolicy):
                 raise _Handover(f"nodes {', '.join(tainted)} carry taint {taint}, which deployment {name} does not "
                                 f"tolerate: its new pods stay Pending", "a taint is its node owner's to lift, not "
                                 "mine: remove it, or say where to run instead; I changed nothing")
-        if (missing := MISSING_CLAIM.search(why)) and (remedy := self._missing_claim(r, name, missing["name"])):
+        claim = MISSING_CLAIM.search(why) or (CLAIM_NAME.search(described) if UNBOUND_CLAIMS in why else None)
+        if claim and (remedy := self._unusable_claim(r, name, claim["name"], "not found" in claim.group(0))):
             return remedy
         if "were unschedulable" in why:
             selectors = NODE_SELECTORS.search(described)
@@ -472,21 +475,23 @@ class ExpertPolicy(ActionPolicy):
         raise _Handover(f"pods of deployment {name} cannot pull their image (401 Unauthorized): {state}",
                         "only the registry's owner can issue credentials: restore the pull secret; I changed nothing")
 
-    def _missing_claim(self, r: Reads, name: str, claim: str) -> Remedy | None:
-        """A pod Pending on a claim that does not exist. Rule: when the last change renamed the claim and the one it
-        named before is Bound, going back mounts that data again; a claim that is simply gone took its data with it,
-        and no tool of mine makes storage (an empty volume would start the store without its data): hand it over."""
+    def _unusable_claim(self, r: Reads, name: str, claim: str, missing: bool) -> Remedy | None:
+        """A pod Pending on a claim that does not exist (`missing`) or is not bound. Rule: when the last change renamed
+        the claim and the one it named before is Bound, going back mounts that data again; a claim that is simply gone
+        took its data with it, and no tool of mine makes storage (an empty volume would start the store without its
+        data): hand it over."""
         change = _last_change(r.read("rollout_history", deployment=name)) or ""
         renamed = next((m for m in RENAMED_CLAIM.finditer(change) if m["now"] == claim), None)
         if renamed and BOUND.search(r.read("get_resource", kind="persistentvolumeclaim", name=renamed["was"])):
             return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),
-                          f"the last change to deployment {name} claims volume {claim}, which does not exist; its "
-                          f"claim before, {renamed['was']}, is Bound", _rollout_check(name))
-        if "not found" in r.read("get_resource", kind="persistentvolumeclaim", name=claim).lower():
+                          f"the last change to deployment {name} claims volume {claim}, which "
+                          f"{'does not exist' if missing else 'is not bound'}; its claim before, {renamed['was']}, is "
+                          f"Bound", _rollout_check(name))
+        if missing and "not found" in r.read("get_resource", kind="persistentvolumeclaim", name=claim).lower():
             raise _Handover(f"persistentvolumeclaim {claim}, which deployment {name} mounts, is gone: its new pods "
                             f"stay Pending", f"no tool of mine makes storage and an empty volume would lose the data: "
                             f"restore claim {claim} and its volume; I changed nothing")
-        return None  # there by now: the scheduler's next try places the pod
+        return None  # there by now, or unbound for a reason of its own: the general rules below
 
     def _config_error(self, r: Reads, name: str, logs: str, deployment: str) -> Remedy | None:
         """A crash whose last words name a bad setting, or a database that refuses the password."""
