@@ -688,6 +688,10 @@ def test_a_claim_is_bound_by_its_class_or_left_pending_and_its_pods_with_it(sim:
         "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/3 nodes are "
         "available: 3 Preemption is not helpful for scheduling.")
     assert golden_signals(env.cluster)[("shop", "checkout")].error_ratio > 0.99
+    provisioning = env.events("ProvisioningFailed", "postgres-fast")[0]
+    assert provisioning["message"] == 'storageclass.storage.k8s.io "fast-ssd" not found'
+    assert provisioning["type"] == "Warning" and provisioning["source"]["component"] == "persistentvolume-controller"
+    assert provisioning["count"] >= 4  # one a sync, every 15 s
 
 
 def test_a_cordoned_node_carries_the_unschedulable_taint(sim: Simulator) -> None:
