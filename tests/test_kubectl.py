@@ -323,6 +323,8 @@ def test_claims_and_pull_secrets_read_as_on_a_cluster(served: Served) -> None:
     assert [(r[0], r[1], r[2][:4], r[3:6]) for r in rows[1:]] == [
         ("postgres-data", "Bound", "pvc-", ["10Gi", "RWO", "standard"]),
         ("redis-data", "Bound", "pvc-", ["10Gi", "RWO", "standard"])]
+    out = served.kubectl("describe", "pvc", "postgres-data", "-n", "shop", kubeconfig=kubeconfig).stdout
+    assert re.search(r"^Status:\s+Bound$", out, re.MULTILINE) and re.search(r"^Used By:\s+postgres-", out, re.MULTILINE)
     out = served.kubectl("get", "secret", "acme-registry", "-n", "shop", kubeconfig=kubeconfig).stdout
     assert _lines(out)[1][:3] == ["acme-registry", "kubernetes.io/dockerconfigjson", "1"]
     spec = FAULTS["pvc_missing"]
