@@ -555,6 +555,7 @@ def test_the_private_registry_refuses_a_pull_without_its_credentials(sim: Simula
             'to pull and unpack image "registry.acme.internal/shop/cart:2.4.1": failed to resolve reference '
             '"registry.acme.internal/shop/cart:2.4.1": unexpected status from HEAD request to '
             'https://registry.acme.internal/v2/shop/cart/manifests/2.4.1: 401 Unauthorized') in failed
+    assert "Error: ErrImagePull" in failed and "Error: ImagePullBackOff" in failed
     warnings = [e["message"] for e in env.events("FailedToRetrieveImagePullSecret", pod["metadata"]["name"])]
     assert warnings == ([f"Unable to retrieve some image pull secrets ({missing}); attempting to pull the image may "
                          f"not succeed."] if missing else [])
