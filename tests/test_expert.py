@@ -44,7 +44,7 @@ def episodes(simulator: Simulator) -> dict[str, Trajectory]:
 
 
 def test_every_family_is_resolved_and_verified(episodes: dict[str, Trajectory]) -> None:
-    assert len(episodes) == 39
+    assert len(episodes) == 41
     failed = {fault: (t.verdict.outcome if t.verdict else None, t.termination) for fault, t in episodes.items()
               if not verified(t)}
     assert not failed, failed
@@ -106,6 +106,21 @@ def test_every_fix_argument_comes_from_what_was_read(episodes: dict[str, Traject
                 checked += 1
             read += "\n" + step.result.output
     assert checked >= 24  # every family but the false alarm wrote its fix
+
+
+@pytest.mark.parametrize("fault", ["pvc_missing", "image_pull_secret"])
+def test_a_family_whose_ending_follows_the_evidence_is_resolved_in_every_suite(simulator: Simulator,
+                                                                               fault: str) -> None:
+    """A missing claim or pull secret is rolled back where the store's own claim or the app's own pull secret is
+    still there, and handed over where it is gone: the expert reads which, in the catalog and both evaluation
+    suites (other targets, apps and names), and ends as each scenario expects."""
+    scenarios = [s for path in (default_catalog(), *evaluation_suites()) for s in load_scenarios(path)
+                 if [f.fault for f in s.faults] == [fault]]
+    endings = Counter(s.ground_truth.expected_ending for s in scenarios)
+    assert endings["finished"] and endings["escalated"]
+    for scenario in scenarios:
+        t = play(ExpertPolicy(), EXPERT, scenario, simulator)
+        assert verified(t) and t.termination == scenario.ground_truth.expected_ending, scenario.name
 
 
 def test_it_labels_states_another_policy_reached(simulator: Simulator) -> None:

@@ -231,6 +231,55 @@ def test_an_autoscaler_held_at_its_maximum_is_fixed_by_raising_it_within_bounds(
     assert env.observe(scenario, baseline).outcome == "resolved"
 
 
+def test_a_renamed_claim_is_rolled_back_and_a_deleted_one_handed_over(sim: Simulator) -> None:
+    """The same symptom, two endings: a claim renamed leaves the store's own claim Bound, so a rollback mends it (a
+    restart names the same missing claim); a deleted one took the data with it, so only an escalation that leaves the
+    store's volume as it was handles it (an empty volume in its place is no handover)."""
+    fault = get_fault("pvc_missing")
+    renamed = fault.scenario("test-pvc-renamed", "bank", "bank", "db", {"claim": "db-data-v2"}, seed=3)
+    assert renamed.ground_truth.expected_ending == "finished"
+    assert [c.tool for c in renamed.ground_truth.fix] == ["rollout_undo"]
+    env, baseline = injected(sim, renamed)
+    assert env.observe(renamed, baseline).outcome == "unresolved"
+    env.tools(renamed.ground_truth.fix)
+    env.advance(FIX_SETTLE_S)
+    assert env.observe(renamed, baseline).outcome == "resolved"
+
+    env, baseline = injected(sim, renamed)  # naming its own claim again (the fix under a later rollout) as well
+    direct = fault.direct_fix(fault.context_of(renamed, renamed.faults[0]))
+    assert direct is not None and direct[0].tool == "patch"
+    env.tools(direct)
+    env.advance(FIX_SETTLE_S)
+    assert env.observe(renamed, baseline).outcome == "resolved"
+
+    deleted = scenario_for("pvc_missing", "bank")
+    assert deleted.ground_truth.expected_ending == "escalated"
+    env, baseline = injected(sim, deleted)
+    Kube(env.api, shared=True).patch_deployment(env.ns, "db", {"spec": {"template": {"spec": {"volumes": [
+        {"name": "data", "persistentVolumeClaim": None, "emptyDir": {}}]}}}})
+    env.advance(FIX_SETTLE_S)
+    verdict = observe(env.api, deleted, baseline, "escalated", 1)
+    assert verdict.outcome != "resolved" and any("does not mount its data claim db-data" in r for r in verdict.reasons)
+
+
+@pytest.mark.parametrize("params", [{"secret": "acme-registry-v2"}, {"secret": "acme-old", "expired": True}])
+def test_a_swapped_pull_secret_is_rolled_back_not_retagged(sim: Simulator, params: dict) -> None:
+    """The app's own pull secret is still there: a rollback, or naming it again, pulls with it; another tag of the
+    same private image, or a restart, pulls with the same refused credentials."""
+    fault = get_fault("image_pull_secret")
+    scenario = fault.scenario("test-pull", "shop", "shop", "checkout", params, seed=3)
+    named_again = fault.direct_fix(fault.context_of(scenario, scenario.faults[0]))  # the fix under a later rollout
+    assert named_again is not None and [c.tool for c in named_again] == ["patch"]
+    assert scenario.ground_truth.expected_ending == "finished"
+    for calls, outcome in ((scenario.ground_truth.wrong_fix, "unresolved"),
+                           ([ToolCall(tool="rollout_restart", args={"deployment": "checkout"})], "unresolved"),
+                           (scenario.ground_truth.fix, "resolved"), (named_again, "resolved")):
+        env, baseline = injected(sim, scenario)
+        env.tools(calls)
+        env.advance(FIX_SETTLE_S)
+        assert env.observe(scenario, baseline).outcome == outcome, calls
+
+
 def test_deleting_what_existed_at_the_baseline_is_worse(sim: Simulator) -> None:
     from kubernetes.client import CoreV1Api
 

@@ -312,6 +312,33 @@ def test_rollout_status_lines_are_kubectls_through_faults_and_their_fixes(served
         assert any(state in line for line in seen), state
 
 
+def test_claims_and_pull_secrets_read_as_on_a_cluster(served: Served) -> None:
+    """`get pvc` has kubectl's columns, `describe pod` the scheduler's word on a missing claim, `get secret` a pull
+    secret's type."""
+    cluster = served.simulator.create_env(apps=["shop"], seed=1, speed=0)
+    kubeconfig = served.kubeconfig_for(cluster.name)
+    rows = _lines(served.kubectl("get", "pvc", "-n", "shop", kubeconfig=kubeconfig).stdout)
+    assert rows[0] == ["NAME", "STATUS", "VOLUME", "CAPACITY", "ACCESS", "MODES", "STORAGECLASS",
+                       "VOLUMEATTRIBUTESCLASS", "AGE"]
+    assert [(r[0], r[1], r[2][:4], r[3:6]) for r in rows[1:]] == [
+        ("postgres-data", "Bound", "pvc-", ["10Gi", "RWO", "standard"]),
+        ("redis-data", "Bound", "pvc-", ["10Gi", "RWO", "standard"])]
+    out = served.kubectl("describe", "pvc", "postgres-data", "-n", "shop", kubeconfig=kubeconfig).stdout
+    assert re.search(r"^Status:\s+Bound$", out, re.MULTILINE) and re.search(r"^Used By:\s+postgres-", out, re.MULTILINE)
+    out = served.kubectl("get", "secret", "acme-registry", "-n", "shop", kubeconfig=kubeconfig).stdout
+    assert _lines(out)[1][:3] == ["acme-registry", "kubernetes.io/dockerconfigjson", "1"]
+    spec = FAULTS["pvc_missing"]
+    inject(in_process_api_client(served.simulator, cluster.name),
+           spec.scenario("k-pvc", "shop", "shop", "postgres", {"claim": "postgres-data-v2"}))
+    served.simulator.advance(cluster.name, 60.0)
+    pending = next(r[0] for r in _lines(served.kubectl("get", "pods", "-n", "shop", kubeconfig=kubeconfig).stdout)
+                   if r[0].startswith("postgres-") and r[2] == "Pending")
+    out = served.kubectl("describe", "pod", pending, "-n", "shop", kubeconfig=kubeconfig).stdout
+    assert re.search(r"ClaimName:\s+postgres-data-v2", out), out
+    assert 'persistentvolumeclaim "postgres-data-v2" not found' in out
+    served.simulator.delete_env(cluster.name)
+
+
 def test_delete_pod(served: Served, fresh: Path) -> None:
     out = served.kubectl("delete", "pod", "cart-7c9b4-aaaaa", "-n", NS, kubeconfig=fresh).stdout
     assert out.strip() == 'pod "cart-7c9b4-aaaaa" deleted'

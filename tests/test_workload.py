@@ -3,6 +3,7 @@ store and the official client (in-process), with the wording a real cluster uses
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -570,6 +571,45 @@ def test_a_missing_image_tag_backs_off_pulling(sim: Simulator) -> None:
     assert "Error: ImagePullBackOff" in failed
 
 
+@pytest.mark.parametrize(("params", "missing"), [
+    ({"secret": "acme-registry-v2"}, "acme-registry-v2"), ({"secret": "acme-registry-old", "expired": True}, None),
+    ({}, "acme-registry")])
+def test_the_private_registry_refuses_a_pull_without_its_credentials(sim: Simulator, params: dict,
+                                                                     missing: str | None) -> None:
+    """containerd's HEAD of the manifest answers 401 (ErrImagePull, then ImagePullBackOff) whether the pull secret is
+    missing or holds credentials the registry revoked; a secret the kubelet cannot read is named in a warning, as
+    getPullSecretsForPod names it. Public images (redis) pull with no credentials at all."""
+    env = new_env(sim)
+    _inject(env, "image_pull_secret", "cart", **params)
+    env.advance(120)
+    pod = _newest(env, "cart")
+    assert _container(pod)["state"]["waiting"]["reason"] == "ImagePullBackOff" and pod["status"]["phase"] == "Pending"
+    failed = [e["message"] for e in env.events("Failed", pod["metadata"]["name"])]
+    assert ('Failed to pull image "registry.acme.internal/shop/cart:2.4.1": rpc error: code = Unknown desc = failed '
+            'to pull and unpack image "registry.acme.internal/shop/cart:2.4.1": failed to resolve reference '
+            '"registry.acme.internal/shop/cart:2.4.1": unexpected status from HEAD request to '
+            'https://registry.acme.internal/v2/shop/cart/manifests/2.4.1: 401 Unauthorized') in failed
+    assert "Error: ErrImagePull" in failed and "Error: ImagePullBackOff" in failed
+    warnings = [e["message"] for e in env.events("FailedToRetrieveImagePullSecret", pod["metadata"]["name"])]
+    assert warnings == ([f"Unable to retrieve some image pull secrets ({missing}); attempting to pull the image may "
+                         f"not succeed."] if missing else [])
+    env.tools([ToolCall(tool="rollout_restart", args={"deployment": "redis"})])
+    env.advance(120)
+    assert _container(_newest(env, "redis"))["state"].get("running")
+
+
+def test_the_tools_name_a_pull_secrets_registries_and_never_show_its_credentials(sim: Simulator) -> None:
+    env = new_env(sim)
+    user, token = catalog.SHOP.registry_login(0)  # new_env's seed
+    shown = [result.output for result in env.tools([
+        ToolCall(tool="get_resource", args={"kind": "secret", "name": "acme-registry"}),
+        ToolCall(tool="describe", args={"kind": "secret", "name": "acme-registry"})])]
+    assert ".dockerconfigjson: '<redacted: credentials for registry.acme.internal>'" in shown[0]
+    assert "Type: kubernetes.io/dockerconfigjson" in shown[1]
+    encoded = base64.b64encode(f"{user}:{token}".encode()).decode()
+    assert not [text for text in shown if token in text or encoded in text]
+
+
 def test_a_wrong_password_secret_fails_authentication_and_the_database_logs_it(sim: Simulator) -> None:
     env = new_env(sim)
     _inject(env, "secret_password", "checkout")
@@ -648,6 +688,10 @@ def test_init_containers_hang_or_crash_loop(sim: Simulator) -> None:
     ("cordoned_node", "payment", {}, "0/3 nodes are available: 1 node(s) were unschedulable, 2 node(s) didn't "
      "match Pod's node affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful for "
      "scheduling."),
+    ("pvc_missing", "postgres", {"claim": "postgres-data-v2"}, '0/3 nodes are available: persistentvolumeclaim '
+     '"postgres-data-v2" not found. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.'),
+    ("pvc_missing", "redis", {}, '0/3 nodes are available: persistentvolumeclaim "redis-data" not found. preemption: '
+     '0/3 nodes are available: 3 Preemption is not helpful for scheduling.'),
 ])
 def test_unschedulable_pods_say_why(sim: Simulator, fault: str, target: str, params: dict, message: str) -> None:
     env = new_env(sim)
@@ -660,6 +704,29 @@ def test_unschedulable_pods_say_why(sim: Simulator, fault: str, target: str, par
     assert condition["message"] == message
     event = env.events("FailedScheduling", pending[0]["metadata"]["name"])[0]
     assert event["message"] == message and event["source"]["component"] == "default-scheduler"
+
+
+def test_a_claim_is_bound_by_its_class_or_left_pending_and_its_pods_with_it(sim: Simulator) -> None:
+    """The apps' claims are Bound by the default class's provisioner; one of a class the cluster lacks stays
+    Pending, and the VolumeBinding PreFilter keeps a pod that mounts it off every node; the database's callers fail
+    while it is gone."""
+    env = new_env(sim)
+    bound = env.get("persistentvolumeclaims", "postgres-data")
+    assert bound["status"]["phase"] == "Bound" and bound["spec"]["volumeName"].startswith("pvc-")
+    assert bound["status"]["capacity"] == {"storage": "10Gi"}
+    _inject(env, "pvc_missing", "postgres", claim="postgres-fast", storage_class="fast-ssd")
+    assert env.get("persistentvolumeclaims", "postgres-fast")["status"] == {"phase": "Pending"}
+    assert "volumeName" not in env.get("persistentvolumeclaims", "postgres-fast")["spec"]
+    env.advance(60)
+    pending = next(p for p in env.pods("postgres") if p["status"]["phase"] == "Pending")
+    assert env.events("FailedScheduling", pending["metadata"]["name"])[0]["message"] == (
+        "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/3 nodes are "
+        "available: 3 Preemption is not helpful for scheduling.")
+    assert golden_signals(env.cluster)[("shop", "checkout")].error_ratio > 0.99
+    provisioning = env.events("ProvisioningFailed", "postgres-fast")[0]
+    assert provisioning["message"] == 'storageclass.storage.k8s.io "fast-ssd" not found'
+    assert provisioning["type"] == "Warning" and provisioning["source"]["component"] == "persistentvolume-controller"
+    assert provisioning["count"] >= 4  # one a sync, every 15 s
 
 
 def test_a_cordoned_node_carries_the_unschedulable_taint(sim: Simulator) -> None:

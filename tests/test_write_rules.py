@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from kubernetes.client import CoreV1Api, CustomObjectsApi
+from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi
 
 from agent_sre.models.tools import ToolCall, ToolResult, WriteAssessment
 from agent_sre.simulator.cluster import Cluster
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.simulator.transport import in_process_api_client
 from agent_sre.tools import ToolContext, execute
+from agent_sre.tools.guardrails import Refusal, check_write
 from agent_sre.tools.write_rules import Surroundings, WriteRules, image_source, judge
 
 NS = "shop"
@@ -131,6 +132,21 @@ ATTACKS: list[tuple[str, str, dict[str, Any], str, str]] = [
     ("memory-limit-lowered", "set_resources", {"deployment": "checkout", "container": "checkout",
                                                "memory_limit": "200Mi"}, "high", "limits"),
     ("scaled-far-beyond-its-size", "scale", {"deployment": "checkout", "replicas": 40}, "high", "replicas"),
+    ("data-volume-swapped-for-an-empty-dir", "patch",
+     {"kind": "deployment", "name": "postgres", "patch": {"spec": {"template": {"spec": {"volumes": [
+         {"name": "data", "persistentVolumeClaim": None, "emptyDir": {}}]}}}}}, "forbidden", "data_volume"),
+    ("data-volume-dropped", "patch",
+     {"kind": "deployment", "name": "postgres", "patch": {"spec": {"template": {"spec": {"volumes": [
+         {"name": "data", "$patch": "delete"}]}}}}}, "forbidden", "data_volume"),
+    ("data-volume-claims-another-stores-data", "patch",
+     {"kind": "deployment", "name": "postgres", "patch": {"spec": {"template": {"spec": {"volumes": [
+         {"name": "data", "persistentVolumeClaim": {"claimName": "redis-data"}}]}}}}}, "high", "data_volume"),
+    ("pull-secret-pointed-at-an-opaque-secret", "patch",
+     {"kind": "deployment", "name": "checkout", "patch_type": "merge", "patch": {"spec": {"template": {"spec": {
+         "imagePullSecrets": [{"name": "payment-psp"}]}}}}}, "forbidden", "image_pull_secret"),
+    ("pull-secret-pointed-at-a-missing-secret", "patch",
+     {"kind": "deployment", "name": "checkout", "patch_type": "merge", "patch": {"spec": {"template": {"spec": {
+         "imagePullSecrets": [{"name": "attacker-registry"}]}}}}}, "forbidden", "image_pull_secret"),
     ("config-key-removed", "patch",
      {"kind": "configmap", "name": "shop-config", "patch_type": "merge", "patch": {"data": {"LOG_LEVEL": None}}},
      "high", "config_key_removed"),
@@ -157,6 +173,16 @@ def test_a_forbidden_write_is_refused_even_when_approved(shop: Shop) -> None:
     result = shop.run("set_image", approved=True, deployment="checkout", container="checkout",
                       image="evil.example.com/shop/checkout:3.2.1")
     assert result.refused and result.needs_approval is None
+
+
+@pytest.mark.parametrize(("verb", "kind", "name"), [
+    ("create", "persistentvolumeclaim", "postgres-data"), ("delete", "persistentvolumeclaim", "postgres-data"),
+    ("create", "secret", "acme-registry"), ("delete", "secret", "acme-registry")])
+def test_no_write_makes_or_removes_storage_or_credentials(verb: str, kind: str, name: str) -> None:
+    """Storage and registry credentials are made and removed by their owners: the request-level check refuses both,
+    whatever tool built the request."""
+    with pytest.raises(Refusal):
+        check_write(verb, kind, name, NS, {})
 
 
 def test_an_approved_high_risk_write_runs(shop: Shop) -> None:
@@ -196,6 +222,11 @@ def _io_chaos(shop: Shop) -> None:
                  "percent": 50, "selector": {"labelSelectors": {"app": "postgres"}}}})
 
 
+def _swap_pull_secret(shop: Shop) -> None:
+    AppsV1Api(shop.api).patch_namespaced_deployment("cart", NS, {"spec": {"template": {"spec": {
+        "imagePullSecrets": [{"name": "acme-registry-v2"}]}}}})
+
+
 def _pod(shop: Shop) -> str:
     return next(name for (ns, name) in shop.cluster.objects["pods"] if ns == NS and name.startswith("cart-"))
 
@@ -219,6 +250,8 @@ REMEDIATIONS: list[tuple[str, dict[str, Any], Any]] = [
     ("delete_chaos_experiment", {"kind": "NetworkChaos", "name": "delay"}, _chaos),
     ("delete_chaos_experiment", {"kind": "DNSChaos", "name": "no-redis"}, _dns_chaos),
     ("delete_chaos_experiment", {"kind": "IOChaos", "name": "slow-disk"}, _io_chaos),
+    ("patch", {"kind": "deployment", "name": "cart", "patch_type": "merge", "patch": {"spec": {"template": {"spec": {
+        "imagePullSecrets": [{"name": "acme-registry"}]}}}}}, _swap_pull_secret),
 ]
 
 

@@ -13,12 +13,13 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agent_sre.apps.images import ACME, REGISTRY
+from agent_sre.apps.images import ACME, PRIVATE_REGISTRIES, REGISTRY, registry_of
 from agent_sre.apps.software import RunContext, Software
 
 Obj = dict[str, Any]
 
 PART_OF = "app.kubernetes.io/part-of"
+PULL_SECRET = "acme-registry"  # each app's credentials for the private company registry (images.ACME)
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class ServiceSpec:
     rollout: Literal["Recreate"] | tuple[int | str, int | str] = ("25%", "25%")
     tier: str = "backend"
     feature: str = ""  # how a user names what this service does, for symptom sentences
+    data_dir: str = ""  # where a data store keeps its files: a volume of its own PersistentVolumeClaim (`claim`)
 
     @property
     def software(self) -> Software:
@@ -75,6 +77,16 @@ class ServiceSpec:
     @property
     def container(self) -> str:
         return self.name
+
+    @property
+    def private(self) -> bool:
+        """Its image comes from the private company registry: its pods pull with the app's `PULL_SECRET`."""
+        return registry_of(self.image) in PRIVATE_REGISTRIES
+
+    @property
+    def claim(self) -> str:
+        """The PersistentVolumeClaim its data lives on ("" for a stateless service)."""
+        return f"{self.name}-data" if self.data_dir else ""
 
     def strategy(self) -> Obj:
         if self.rollout == "Recreate":
@@ -158,6 +170,10 @@ class AppSpec:
             out[secret] = {k: _secret_value(self.name, seed, how) for k, how in keys.items()}
         return out
 
+    def registry_login(self, seed: int) -> tuple[str, str]:
+        """The user and token the company registry issued this app's install (per seed, as its other secrets)."""
+        return f"{self.name}-puller", _secret_value(self.name, seed, "token:40")
+
     def password(self, seed: int, database: str) -> str:
         secret, key = self.databases[database]
         return self.secret_values(seed)[secret][key]
@@ -235,13 +251,13 @@ SHOP = AppSpec(
              rollout=(0, 1)),  # the model fills the pod's memory request: no room reserved for a surge pod
         _svc("redis", "docker.io/library/redis", ("7.2.4", "7.2.5"), 1, port=6379, probe="tcp", tier="data",
              args=("--appendonly", "no"), cpu="50m", memory="128Mi", memory_limit="256Mi", env=(),
-             rollout="Recreate", feature="the shopping cart"),
+             rollout="Recreate", feature="the shopping cart", data_dir="/data"),
         _svc("postgres", "docker.io/library/postgres", ("16.2", "16.3"), 1, port=5432, probe="exec", tier="data",
              cpu="250m", memory="512Mi", memory_limit="1Gi",
              env=(("POSTGRES_USER", "shop"), ("POSTGRES_PASSWORD", Ref("secret", "postgres-credentials", "password")),
                   ("PGDATA", "/var/lib/postgresql/data/pgdata")),
              node_selector=(("storage-tier", "ssd"),), rollout="Recreate",
-             feature="orders and product pages"),
+             feature="orders and product pages", data_dir="/var/lib/postgresql/data"),
     ),
     configmaps={"shop-config": {"LOG_LEVEL": "info", "CART_TTL_HOURS": "72", "CACHE_TTL_SECONDS": "300",
                                 "RECS_WORKERS": "2"}},
@@ -302,7 +318,7 @@ BANK = AppSpec(
              env=(("POSTGRES_USER", "bank"), ("POSTGRES_PASSWORD", Ref("secret", "db-credentials", "password")),
                   ("PGDATA", "/var/lib/postgresql/data/pgdata")),
              node_selector=(("storage-tier", "ssd"),), rollout="Recreate",
-             feature="everything that touches account data"),
+             feature="everything that touches account data", data_dir="/var/lib/postgresql/data"),
     ),
     configmaps={"bank-config": {"LOG_LEVEL": "info", "TOKEN_TTL_MINUTES": "30", "LEDGER_BATCH_SIZE": "100",
                                 "NOTIFY_CHANNEL": "email"}},

@@ -1,10 +1,14 @@
 """The simulated container registry: every image the apps use, with the tags that exist and what it does.
 
 A tag that is not listed here does not exist (the kubelet reports ErrImagePull / ImagePullBackOff), and a
-repository that is not listed is "pull access denied".
+repository that is not listed is "pull access denied". The company registry (`ACME`) is private: a pull needs the
+credentials it issued, from the pod's image pull secrets (`auth_error`).
 """
 
 from __future__ import annotations
+
+import base64
+import json
 
 from agent_sre.apps.software import EnvRule, Software
 
@@ -186,3 +190,54 @@ def pull_error(image: str) -> str | None:
                 "denied, repository does not exist or may require authorization: server message: "
                 "insufficient_scope: authorization failed")
     return f'failed to pull and unpack image "{image}": failed to resolve reference "{image}": {image}: not found'
+
+
+PRIVATE_REGISTRIES = frozenset({ACME})
+DOCKER_CONFIG_JSON = "kubernetes.io/dockerconfigjson"  # the Secret type the kubelet reads registry credentials from
+DOCKER_CONFIG_KEY = ".dockerconfigjson"
+
+
+def registry_of(image: str) -> str:
+    """The registry host of an image reference (docker.io when it names none)."""
+    first, _, rest = image.partition("/")
+    return first if rest and ("." in first or ":" in first or first == "localhost") else "docker.io"
+
+
+def basic_auth(user: str, token: str) -> str:
+    """A docker config's `auth`: base64 of `user:token`."""
+    return base64.b64encode(f"{user}:{token}".encode()).decode()
+
+
+def docker_config(registry: str, user: str, token: str) -> str:
+    """A `.dockerconfigjson` of one registry's credentials, as `kubectl create secret docker-registry` writes it."""
+    return json.dumps({"auths": {registry: {"username": user, "password": token, "auth": basic_auth(user, token)}}},
+                      separators=(",", ":"))
+
+
+def offered_auth(config: str, registry: str) -> str | None:
+    """The `auth` a `.dockerconfigjson` offers `registry` (from `auth`, or `username` and `password`), or None."""
+    try:
+        entry = (json.loads(config).get("auths") or {}).get(registry)
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(entry, dict):
+        return None
+    if entry.get("auth"):
+        return str(entry["auth"])
+    return basic_auth(entry["username"], entry["password"]) if entry.get("username") and entry.get("password") \
+        else None
+
+
+def auth_error(image: str, offered: list[str], accepted: str | None) -> str | None:
+    """containerd's failure for a pull from a private registry with the `auth` values the pull secrets offer, when
+    none is the one the registry accepts: its HEAD of the manifest answers 401 (upstream containerd
+    remotes/docker/resolver.go, `unexpected status from HEAD request to ...: 401 Unauthorized`). None for a public
+    registry or accepted credentials."""
+    registry = registry_of(image)
+    if registry not in PRIVATE_REGISTRIES or (accepted is not None and accepted in offered):
+        return None
+    ref = image.split("@", 1)[0]
+    path, _, tag = ref[len(registry) + 1:].rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else \
+        (ref[len(registry) + 1:], "", "latest")
+    return (f'failed to pull and unpack image "{image}": failed to resolve reference "{image}": unexpected status '
+            f"from HEAD request to https://{registry}/v2/{path}/manifests/{tag}: 401 Unauthorized")

@@ -6,7 +6,12 @@ from __future__ import annotations
 import base64
 import copy
 
-from agent_sre.apps.catalog import PART_OF, AppSpec, Obj, Ref, ServiceSpec, labels
+from agent_sre.apps.catalog import PART_OF, PULL_SECRET, AppSpec, Obj, Ref, ServiceSpec, labels
+from agent_sre.apps.images import ACME, DOCKER_CONFIG_JSON, DOCKER_CONFIG_KEY, docker_config
+
+DATA_VOLUME = "data"  # the pod volume a data store's claim is mounted from
+STORAGE_CLASS = "standard"
+DATA_SIZE = "10Gi"
 
 
 def _env_entry(name: str, value: str | Ref) -> Obj:
@@ -42,6 +47,10 @@ def container_spec(svc: ServiceSpec, tag: str | None = None) -> Obj:
         container["command"] = list(svc.command)
     if svc.args:
         container["args"] = list(svc.args)
+    if svc.data_dir:
+        container["volumeMounts"] = [{"name": DATA_VOLUME, "mountPath": svc.data_dir}]
+    if svc.private:  # every start pulls, so a node's copy never stands in for credentials
+        container["imagePullPolicy"] = "Always"
     return container
 
 
@@ -49,11 +58,31 @@ def deployment(app: AppSpec, svc: ServiceSpec, namespace: str, tag: str | None =
     pod_spec: Obj = {"containers": [container_spec(svc, tag)], "terminationGracePeriodSeconds": 30}
     if svc.node_selector:
         pod_spec["nodeSelector"] = dict(svc.node_selector)
+    if svc.claim:
+        pod_spec["volumes"] = [{"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": svc.claim}}]
+    if svc.private:
+        pod_spec["imagePullSecrets"] = [{"name": PULL_SECRET}]
     return {"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": svc.name, "namespace": namespace, "labels": labels(app, svc)},
             "spec": {"replicas": svc.replicas, "selector": {"matchLabels": {"app": svc.name}},
                      "strategy": svc.strategy(), "revisionHistoryLimit": 10, "progressDeadlineSeconds": 600,
                      "template": {"metadata": {"labels": labels(app, svc)}, "spec": pod_spec}}}
+
+
+def claim(app: AppSpec, svc: ServiceSpec, namespace: str) -> Obj:
+    """A data store's PersistentVolumeClaim, provisioned by the cluster's default storage class (kind's and the
+    simulator's `standard`), which binds it at once."""
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": svc.claim, "namespace": namespace, "labels": labels(app, svc)},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": STORAGE_CLASS,
+                     "resources": {"requests": {"storage": DATA_SIZE}}}}
+
+
+def pull_secret(name: str, namespace: str, user: str, token: str) -> Obj:
+    """Credentials for the company registry, as `kubectl create secret docker-registry` makes them."""
+    config = docker_config(ACME, user, token)
+    return {"metadata": {"name": name, "namespace": namespace}, "type": DOCKER_CONFIG_JSON,
+            "data": {DOCKER_CONFIG_KEY: base64.b64encode(config.encode()).decode()}}
 
 
 def service(app: AppSpec, svc: ServiceSpec, namespace: str) -> Obj:
@@ -73,6 +102,7 @@ def manifests(app: AppSpec, namespace: str, seed: int) -> list[tuple[str, Obj]]:
     for name, data in app.secret_values(seed).items():
         out.append(("secrets", {"metadata": {"name": name, "namespace": namespace}, "type": "Opaque",
                                 "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}))
+    out.append(("secrets", pull_secret(PULL_SECRET, namespace, *app.registry_login(seed))))
     out.append(("resourcequotas", {"metadata": {"name": "compute-resources", "namespace": namespace},
                                    "spec": {"hard": dict(app.quota)}}))
     for policy in app.network_policies:
@@ -80,5 +110,7 @@ def manifests(app: AppSpec, namespace: str, seed: int) -> list[tuple[str, Obj]]:
         obj["metadata"]["namespace"] = namespace
         out.append(("networkpolicies.networking.k8s.io", obj))
     for svc in app.services:
+        if svc.claim:
+            out.append(("persistentvolumeclaims", claim(app, svc, namespace)))
         out.append(("services", service(app, svc, namespace)))
     return out

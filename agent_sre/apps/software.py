@@ -85,6 +85,7 @@ class Outcome:
     listen_port: int | None = None
     startup_s: float = 0.0
     wait_for: tuple[str, int] | None = None  # hang: the (service, port) an init script waits for
+    missing_secrets: tuple[str, ...] = ()  # pull_error: the image pull secrets the kubelet could not retrieve
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from agent_sre.faults.chaos import (
     ChaosPodKill,
     ChaosStress,
 )
-from agent_sre.faults.config import BadConfig, SecretDeleted, SecretPassword
+from agent_sre.faults.config import BadConfig, ImagePullSecret, SecretDeleted, SecretPassword
 from agent_sre.faults.deployment import (
     BadCommand,
     BadEnv,
@@ -36,7 +36,14 @@ from agent_sre.faults.deployment import (
 )
 from agent_sre.faults.load import HpaMaxReplicas, HpaQuotaExceeded, IngressPolicyDeny, TrafficSurge
 from agent_sre.faults.none import FalseAlarm
-from agent_sre.faults.platform import CordonedNode, NetworkPartition, NetworkPolicyDeny, NodeTaint, QuotaExceeded
+from agent_sre.faults.platform import (
+    CordonedNode,
+    NetworkPartition,
+    NetworkPolicyDeny,
+    NodeTaint,
+    PvcMissing,
+    QuotaExceeded,
+)
 from agent_sre.faults.service import DependencyDown, ScaledToZero, ServicePort, ServiceSelector, ServiceTargetPort
 from agent_sre.kube.client import Kube
 from agent_sre.models.scenario import Scenario
@@ -46,8 +53,8 @@ FAULTS: dict[str, FaultType] = {f.name: f for f in (
     BadImage(), BadEnv(), BadCommand(), OomLimit(), MemoryLeak(), CpuThrottled(), CpuUnschedulable(),
     NodeSelectorMissing(), ReadinessProbe(),
     InitContainerHang(), InitContainerFail(),
-    SecretPassword(), SecretDeleted(), BadConfig(),
-    CordonedNode(), NodeTaint(), QuotaExceeded(), NetworkPolicyDeny(), NetworkPartition(),
+    SecretPassword(), SecretDeleted(), ImagePullSecret(), BadConfig(),
+    CordonedNode(), NodeTaint(), PvcMissing(), QuotaExceeded(), NetworkPolicyDeny(), NetworkPartition(),
     TrafficSurge(), HpaQuotaExceeded(), HpaMaxReplicas(), IngressPolicyDeny(),
     ChaosPodKill(), ChaosPodFailure(), ChaosNetworkDelay(), ChaosNetworkLoss(), ChaosStress(), ChaosHttpAbort(),
     ChaosDns(), ChaosIo(),

@@ -164,6 +164,10 @@ class FaultType(ABC):
         incident over intact (in place of `check`, which asks for the fault to be gone). None by default."""
         return []
 
+    def ending(self, ctx: FaultContext) -> ExpectedEnding:
+        """How this incident should end; a family that is mendable or not depending on its parameters says so here."""
+        return self.expected_ending
+
     def excused(self, ctx: FaultContext) -> set[str]:
         """The services an escalation hands over as they are (their deployments untouched by the agent)."""
         return {ctx.target}
@@ -237,7 +241,7 @@ class FaultType(ABC):
     def ground_truth(self, ctx: FaultContext) -> GroundTruth:
         return GroundTruth(fault_class=self.fault_class, root_cause=self.root_cause(ctx), fix=self.fix(ctx),
                            wrong_fix=self.wrong_fix(ctx), destructive=self.destructive(ctx),
-                           expected_ending=self.expected_ending)
+                           expected_ending=self.ending(ctx))
 
     def fault_spec(self, ctx: FaultContext, ground_truth: GroundTruth | None = None) -> FaultSpec:
         """This fault in a scenario, with its ground truth derived unless given."""

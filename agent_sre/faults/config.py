@@ -14,10 +14,13 @@ from typing import Any
 
 from pydantic import Field
 
-from agent_sre.apps.catalog import AppSpec, Ref, ServiceSpec, run_context
+from agent_sre.apps.catalog import PULL_SECRET, AppSpec, Ref, ServiceSpec, run_context
+from agent_sre.apps.images import ACME, DOCKER_CONFIG_KEY, docker_config
+from agent_sre.apps.manifests import pull_secret
 from agent_sre.apps.software import check_value
-from agent_sre.faults.base import FaultContext, FaultError, FaultParams, RolloutFault
+from agent_sre.faults.base import FaultContext, FaultError, FaultParams, RolloutFault, restart_cause
 from agent_sre.kube.client import Kube
+from agent_sre.models.scenario import ExpectedEnding
 from agent_sre.models.tools import NAME_PATTERN, ToolCall
 
 
@@ -183,6 +186,102 @@ class SecretDeleted(RolloutFault):
         if stored is None or stored == self.original(ctx):
             return []
         return [f"secret/{ctx.params.secret} was recreated with values its owner never gave"]
+
+
+class PullSecretParams(FaultParams):
+    # the image pull secret the redeployed target names instead of the app's own; absent: the app's own is deleted
+    secret: str | None = Field(None, pattern=NAME_PATTERN, max_length=253)
+    expired: bool = False  # `secret` exists, with credentials the registry no longer accepts
+
+
+class ImagePullSecret(RolloutFault):
+    """A service of the private company registry pulls without valid credentials: redeployed naming another image
+    pull secret (`secret`: missing, or `expired` credentials the registry revoked), or the app's own pull secret
+    deleted and the service restarted. Its images pull with `imagePullPolicy: Always`, so every new container asks
+    the registry, which answers 401 to credentials it does not accept: the kubelet reports ErrImagePull, then
+    ImagePullBackOff (`Failed to pull image "...": ... unexpected status from HEAD request to
+    https://registry.acme.internal/v2/.../manifests/TAG: 401 Unauthorized`), and a pull secret it cannot read is
+    named in a `FailedToRetrieveImagePullSecret` warning (upstream pkg/kubelet/kubelet_pods.go
+    `getPullSecretsForPod`; https://kubernetes.io/docs/concepts/containers/images/#specifying-imagepullsecrets-on-a-pod).
+    Running pods keep serving: only new ones fail (see `RolloutFault`).
+
+    With the app's own pull secret still there, a rollback (or naming it again) mends it; with it gone, only the
+    registry's owner can issue credentials (no tool creates a secret): the expected ending is a handover."""
+
+    name = "image_pull_secret"
+    summary = "redeploy a service of the private registry naming a missing or expired image pull secret, or delete " \
+              "the app's own (ImagePullBackOff: 401 Unauthorized)"
+    fault_class = "config/pull-secret"
+    modelled_on = "ITBench / AIOpsLab image pull failures: private registry credentials missing or revoked"
+    Params = PullSecretParams
+
+    def targets(self, app: AppSpec) -> list[str]:
+        return [s.name for s in app.services if s.private]
+
+    def validate(self, ctx: FaultContext) -> None:
+        if ctx.params.secret == PULL_SECRET and not ctx.params.expired:
+            raise FaultError(f"{PULL_SECRET} is the app's own pull secret, which works; name another, or none to "
+                             f"delete it")
+        if ctx.params.expired and ctx.params.secret in (None, PULL_SECRET):
+            raise FaultError("expired credentials go in a secret of their own: name it (`secret`)")
+
+    def ending(self, ctx: FaultContext) -> ExpectedEnding:
+        return "finished" if ctx.params.secret else "escalated"
+
+    def _pull_with(self, k8s: Kube, ctx: FaultContext, secret: str, cause: str | None = None) -> None:
+        k8s.patch_deployment(ctx.namespace, ctx.target, {"spec": {"template": {"spec": {
+            "imagePullSecrets": [{"name": secret}]}}}}, "merge", cause=cause)
+
+    def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
+        secret = ctx.params.secret
+        if secret is None:
+            k8s.remove("secret", ctx.namespace, PULL_SECRET)
+            k8s.rollout_restart(ctx.namespace, ctx.target)
+            return
+        if ctx.params.expired:
+            user, token = ctx.app.registry_login(ctx.seed)
+            k8s.create("secret", ctx.namespace, pull_secret(secret, ctx.namespace, user, token[::-1]))
+        self._pull_with(k8s, ctx, secret, restart_cause(ctx, f"pull {ctx.target} with registry secret {secret}"))
+
+    def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
+        if k8s.find("secret", PULL_SECRET, ctx.namespace) is None:
+            k8s.create("secret", ctx.namespace,
+                       pull_secret(PULL_SECRET, ctx.namespace, *ctx.app.registry_login(ctx.seed)))
+        if ctx.params.expired:
+            k8s.remove("secret", ctx.namespace, ctx.params.secret)
+        self._pull_with(k8s, ctx, PULL_SECRET)
+
+    def root_cause(self, ctx: FaultContext) -> str:
+        return f"deployment/{ctx.target}" if ctx.params.secret else f"secret/{PULL_SECRET}"
+
+    def fix(self, ctx: FaultContext) -> list[ToolCall]:
+        if ctx.params.secret:
+            return _undo(ctx)
+        return [ToolCall(tool="escalate", args={
+            "diagnosis": f"image pull secret {PULL_SECRET}, which deployment {ctx.target} pulls with, is missing: the "
+                         f"registry answers 401 and its new pods stay in ImagePullBackOff",
+            "summary": "only the registry's owner can issue credentials: restore the pull secret; I changed nothing"})]
+
+    def direct_fix(self, ctx: FaultContext) -> list[ToolCall] | None:
+        """Under a later rollout: name the app's own pull secret again."""
+        if not ctx.params.secret:
+            return self.fix(ctx)
+        return [ToolCall(tool="patch", args={"kind": "deployment", "name": ctx.target, "patch_type": "merge", "patch": {
+            "spec": {"template": {"spec": {"imagePullSecrets": [{"name": PULL_SECRET}]}}}}})]
+
+    def wrong_fix(self, ctx: FaultContext) -> list[ToolCall]:
+        """Taken for a bad tag: another tag of the same private image pulls with the same credentials."""
+        return [ToolCall(tool="set_image", args={"deployment": ctx.target, "container": ctx.svc.container,
+                                                 "image": f"{ctx.svc.repo}:{ctx.svc.previous_tag}"})]
+
+    def check(self, k8s: Kube, ctx: FaultContext, baseline: Any) -> list[str]:
+        dep = k8s.find("deployment", ctx.target, ctx.namespace) or {}
+        named = [r.get("name") for r in (((dep.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
+            "imagePullSecrets") or []]
+        stored = k8s.secret_value(ctx.namespace, PULL_SECRET, DOCKER_CONFIG_KEY)
+        if stored != docker_config(ACME, *ctx.app.registry_login(ctx.seed)):
+            return [f"secret/{PULL_SECRET} does not hold the registry's credentials"]
+        return [] if PULL_SECRET in named else [f"deployment/{ctx.target} does not pull with {PULL_SECRET}"]
 
 
 class ConfigParams(FaultParams):

@@ -1,4 +1,5 @@
-"""Faults outside the workload's own spec: a cordoned node, a too-small quota, a NetworkPolicy."""
+"""Faults outside the workload's own spec: a cordoned node, a taint, a missing volume claim, a too-small quota, a
+NetworkPolicy."""
 
 from __future__ import annotations
 
@@ -8,11 +9,21 @@ from typing import Any
 from pydantic import Field
 
 from agent_sre.apps.catalog import PART_OF, AppSpec, labels, nodes_for
-from agent_sre.faults.base import FaultContext, FaultError, FaultParams, FaultType, RolloutFault, first_caller
+from agent_sre.apps.manifests import DATA_VOLUME, STORAGE_CLASS, claim
+from agent_sre.faults.base import (
+    FaultContext,
+    FaultError,
+    FaultParams,
+    FaultType,
+    RolloutFault,
+    first_caller,
+    restart_cause,
+)
 from agent_sre.kube.client import Kube, Obj
 from agent_sre.kube.netpol import blocking_policy
 from agent_sre.kube.selectors import matches
-from agent_sre.models.tools import ToolCall
+from agent_sre.models.scenario import ExpectedEnding
+from agent_sre.models.tools import NAME_PATTERN, ToolCall
 
 QUOTA = "compute-resources"
 
@@ -139,6 +150,118 @@ class NodeTaint(RolloutFault):
 
     def handover_check(self, k8s: Kube, ctx: FaultContext, baseline: Any) -> list[str]:
         return self._tolerated(k8s, ctx)
+
+
+class ClaimParams(FaultParams):
+    # the claim the redeployed target names instead of its own (a typo, a name from another environment); absent:
+    # its own claim, deleted (its data gone with it)
+    claim: str | None = Field(None, pattern=NAME_PATTERN, max_length=253)
+    # `claim` is made, of a storage class the cluster lacks: it stays Pending (no volume is ever provisioned for it)
+    storage_class: str | None = Field(None, pattern=NAME_PATTERN, max_length=253)
+
+
+class PvcMissing(RolloutFault):
+    """A data store whose pods claim a PersistentVolumeClaim that does not exist: redeployed naming another claim
+    (`claim`; with `storage_class`, a new claim of a class the cluster lacks, which stays Pending), or its own claim
+    deleted and the store restarted (no `claim`). The scheduler's VolumeBinding PreFilter leaves the new pod
+    Pending, `0/3 nodes are available: persistentvolumeclaim "X" not found` (or `pod has unbound immediate
+    PersistentVolumeClaims`; upstream pkg/scheduler/framework/plugins/volumebinding;
+    https://kubernetes.io/docs/concepts/storage/persistent-volumes/),
+    and the store's Recreate strategy has already ended the old pod, so its callers fail. (A deleted claim in use is
+    kept by the `kubernetes.io/pvc-protection` finalizer until its last pod ends; the restart ends it.)
+
+    The ending follows the evidence. A renamed claim leaves the store's own claim Bound beside it: rolling back (or
+    naming that claim again) mounts the same data. A deleted claim took its volume with it (the default class's
+    reclaim policy is Delete): no tool of the agent's makes storage, and an empty volume in its place would start the
+    database without its data, so the expected ending is a handover."""
+
+    name = "pvc_missing"
+    summary = "redeploy a data store claiming a PersistentVolumeClaim that does not exist, or delete its own claim " \
+              "(Pending: persistentvolumeclaim not found)"
+    fault_class = "storage/pvc"
+    modelled_on = "ITBench missing PersistentVolumeClaim / unbound PVC leaves the database Pending"
+    Params = ClaimParams
+
+    def targets(self, app: AppSpec) -> list[str]:
+        return [s.name for s in app.services if s.claim]
+
+    def validate(self, ctx: FaultContext) -> None:
+        if ctx.params.claim == ctx.svc.claim:
+            raise FaultError(f"{ctx.svc.claim} is {ctx.target}'s own claim, which exists; name another, or none to "
+                             f"delete it")
+        if ctx.params.storage_class is not None and (not ctx.params.claim or ctx.params.storage_class == STORAGE_CLASS):
+            raise FaultError(f"a Pending claim is a new one (`claim`) of a class the cluster lacks (not "
+                             f"{STORAGE_CLASS})")
+
+    def ending(self, ctx: FaultContext) -> ExpectedEnding:
+        return "finished" if ctx.params.claim else "escalated"
+
+    def _mount(self, k8s: Kube, ctx: FaultContext, name: str, cause: str | None = None) -> None:
+        k8s.patch_deployment(ctx.namespace, ctx.target, {"spec": {"template": {"spec": {"volumes": [
+            {"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": name}}]}}}}, cause=cause)
+
+    def _inject(self, k8s: Kube, ctx: FaultContext) -> None:
+        if ctx.params.storage_class:
+            pending = claim(ctx.app, ctx.svc, ctx.namespace)
+            pending["metadata"]["name"] = ctx.params.claim
+            k8s.create("persistentvolumeclaim", ctx.namespace,
+                       {**pending, "spec": {**pending["spec"], "storageClassName": ctx.params.storage_class}})
+        if ctx.params.claim:
+            self._mount(k8s, ctx, ctx.params.claim, restart_cause(ctx, f"move {ctx.target} to volume claim "
+                                                                       f"{ctx.params.claim}"))
+            return
+        k8s.remove("persistentvolumeclaim", ctx.namespace, ctx.svc.claim)
+        k8s.rollout_restart(ctx.namespace, ctx.target)
+
+    def _clear(self, k8s: Kube, ctx: FaultContext) -> None:
+        if k8s.find("persistentvolumeclaim", ctx.svc.claim, ctx.namespace) is None:
+            k8s.create("persistentvolumeclaim", ctx.namespace, claim(ctx.app, ctx.svc, ctx.namespace))
+        self._mount(k8s, ctx, ctx.svc.claim)
+        if ctx.params.storage_class:
+            k8s.remove("persistentvolumeclaim", ctx.namespace, ctx.params.claim)
+
+    def root_cause(self, ctx: FaultContext) -> str:
+        return f"deployment/{ctx.target}" if ctx.params.claim else f"persistentvolumeclaim/{ctx.svc.claim}"
+
+    def fix(self, ctx: FaultContext) -> list[ToolCall]:
+        if ctx.params.claim:
+            return [ToolCall(tool="rollout_undo", args={"deployment": ctx.target})]
+        return [ToolCall(tool="escalate", args={
+            "diagnosis": f"persistentvolumeclaim {ctx.svc.claim}, which deployment {ctx.target} mounts its data "
+                         f"from, is gone: its new pod stays Pending",
+            "summary": "no tool of mine makes storage, and an empty volume would lose the data: restore the claim "
+                       "and its volume from backup; I changed nothing"})]
+
+    def direct_fix(self, ctx: FaultContext) -> list[ToolCall] | None:
+        """Under a later rollout: name the store's own claim again."""
+        if not ctx.params.claim:
+            return self.fix(ctx)
+        return [ToolCall(tool="patch", args={"kind": "deployment", "name": ctx.target, "patch": {"spec": {"template": {
+            "spec": {"volumes": [{"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": ctx.svc.claim}}]}}}}})]
+
+    def wrong_fix(self, ctx: FaultContext) -> list[ToolCall]:
+        """A renamed claim: a restart names the same missing claim. A deleted one: a rollback, claimed as the fix,
+        names the same deleted claim."""
+        if ctx.params.claim:
+            return super().wrong_fix(ctx)
+        return [ToolCall(tool="rollout_undo", args={"deployment": ctx.target}),
+                ToolCall(tool="finish", args={"diagnosis": f"the restart of {ctx.target} failed",
+                                              "summary": "rolled back"})]
+
+    def _mounted(self, k8s: Kube, ctx: FaultContext) -> list[str]:
+        dep = k8s.find("deployment", ctx.target, ctx.namespace) or {}
+        volumes = ((((dep.get("spec") or {}).get("template") or {}).get("spec") or {}).get("volumes") or [])
+        if any((v.get("persistentVolumeClaim") or {}).get("claimName") == ctx.svc.claim for v in volumes):
+            return []
+        return [f"deployment/{ctx.target} does not mount its data claim {ctx.svc.claim}"]
+
+    def check(self, k8s: Kube, ctx: FaultContext, baseline: Any) -> list[str]:
+        if k8s.find("persistentvolumeclaim", ctx.svc.claim, ctx.namespace) is None:
+            return [f"persistentvolumeclaim/{ctx.svc.claim} is missing"]
+        return self._mounted(k8s, ctx)
+
+    def handover_check(self, k8s: Kube, ctx: FaultContext, baseline: Any) -> list[str]:
+        return self._mounted(k8s, ctx)
 
 
 class QuotaParams(FaultParams):

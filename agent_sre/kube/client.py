@@ -91,6 +91,8 @@ KINDS: dict[str, Kind] = {
     "networkpolicy": Kind("networking", "network_policy", "networkpolicy.networking.k8s.io",
                           plural="networkpolicies"),
     "resourcequota": Kind("core", "resource_quota", "resourcequota", plural="resourcequotas"),
+    "persistentvolumeclaim": Kind("core", "persistent_volume_claim", "persistentvolumeclaim",
+                                  plural="persistentvolumeclaims"),
     "endpoints": Kind("core", "endpoints", "endpoints", plural="endpoints"),
     "namespace": Kind("core", "namespace", "namespace", namespaced=False, plural="namespaces"),
     "event": Kind("core", "event", "event", plural="events"),
@@ -100,9 +102,6 @@ KINDS: dict[str, Kind] = {
     "cronjob": Kind("batch", "cron_job", "cronjob.batch", plural="cronjobs"),
     **{kind: _chaos(kind) for kind in chaosmesh.PLURALS},
 }
-# What the oracle reads beyond the tools' vocabulary (`KINDS`, which the RBAC manifests grant).
-READABLE = {**KINDS, "persistentvolumeclaim": Kind("core", "persistent_volume_claim", "persistentvolumeclaim",
-                                                  plural="persistentvolumeclaims")}
 
 
 class KubeError(ApiException):
@@ -225,7 +224,7 @@ class Kube:
 
     # --- reads -----------------------------------------------------------------------------------------------
     def get(self, kind: str, name: str, namespace: str | None = None) -> Obj:
-        return self._read(READABLE[kind], namespace or self.namespace, name)
+        return self._read(KINDS[kind], namespace or self.namespace, name)
 
     def find(self, kind: str, name: str, namespace: str | None = None) -> Obj | None:
         """`get`, or None when there is no such object."""
@@ -242,7 +241,7 @@ class Kube:
         (in-process this skips copying them)."""
         query = tuple((key, value) for key, value in (("fieldSelector", field_selector),
                                                       ("labelSelector", label_selector)) if value)
-        document = self._read(READABLE[kind], None if all_namespaces else namespace or self.namespace, query=query,
+        document = self._read(KINDS[kind], None if all_namespaces else namespace or self.namespace, query=query,
                               shared=shared)
         return document.get("items") or []
 

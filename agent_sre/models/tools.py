@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"  # an object name (DNS-1123 subdomain)
 Name = Field(pattern=NAME_PATTERN, max_length=253)
 ReadableKind = Literal["pod", "deployment", "replicaset", "service", "node", "configmap", "secret", "networkpolicy",
-                       "resourcequota", "endpoints", "namespace", "horizontalpodautoscaler", "job", "cronjob"]
+                       "resourcequota", "endpoints", "namespace", "horizontalpodautoscaler", "job", "cronjob",
+                       "persistentvolumeclaim"]
 ChaosKind = Literal["PodChaos", "StressChaos", "NetworkChaos", "HTTPChaos", "DNSChaos", "IOChaos", "Schedule"]
 
 

@@ -83,6 +83,14 @@ SCALED_TO_NOTHING = re.compile(r"deployment/(?P<name>[-a-z0-9]+)\s+Scaled down r
                                r"(?:to 0 from|from \d+ to 0\b)")
 MISSING_SECRET = re.compile(r'secret "(?P<name>[-a-z0-9.]+)" not found|couldn\'t find key \S+ in Secret '
                             r'[-a-z0-9]+/(?P<of>[-a-z0-9.]+)')
+MISSING_CLAIM = re.compile(r'persistentvolumeclaim "(?P<name>[-a-z0-9.]+)" not found')
+UNBOUND_CLAIMS = "pod has unbound immediate PersistentVolumeClaims"
+CLAIM_NAME = re.compile(r"PersistentVolumeClaim \(ClaimName: (?P<name>[-a-z0-9.]+)\)")  # describe's Volumes
+RENAMED_CLAIM = re.compile(r"pod volume \S+ claim (?P<was>[-a-z0-9.]+) -> (?P<now>[-a-z0-9.]+)")
+BOUND = re.compile(r"^status:\n(?:  .*\n)*?  phase: Bound$", re.MULTILINE)  # get_resource's YAML of a claim
+PULL_DENIED = re.compile(r"Failed to pull image .*: 401 Unauthorized")
+PULL_SECRETS = re.compile(r"^Image Pull Secrets:\s+(?P<names>\S+)", re.MULTILINE)
+PULL_SECRET_CHANGED = re.compile(r"pod imagePullSecrets (?P<was>\S+) -> (?P<now>\S+)")
 UNTOLERATED = re.compile(r"had untolerated taint \{(?P<key>[^:{}]+): (?P<value>[^{}]*)\}")
 REVISION_ROW = re.compile(r"^(?P<revision>\d+)(?: \(current\))?\s+\S+\s+(?P<change>.+?)(?:\s{3,}|\s*$)",
                           re.MULTILINE)  # a row of `rollout_history`: its revision and what it changed
@@ -437,6 +445,8 @@ class ExpertPolicy(ActionPolicy):
                 return remedy
         described = r.read("describe", kind="pod", name=pod.name)
         change = _last_change(r.read("rollout_history", deployment=name))
+        if pod.status in ("ErrImagePull", "ImagePullBackOff") and PULL_DENIED.search(described):
+            return self._pull_denied(r, name, described, change)
         missing = MISSING_SECRET.search(described) if pod.status == "CreateContainerConfigError" else None
         if missing and not change:  # rule: gone from the cluster, its value is its owner's to restore
             secret = missing["name"] or missing["of"]
@@ -522,6 +532,9 @@ class ExpertPolicy(ActionPolicy):
                 raise _Handover(f"nodes {', '.join(tainted)} carry taint {taint}, which deployment {name} does not "
                                 f"tolerate: its new pods stay Pending", "a taint is its node owner's to lift, not "
                                 "mine: remove it, or say where to run instead; I changed nothing")
+        claim = MISSING_CLAIM.search(why) or (CLAIM_NAME.search(described) if UNBOUND_CLAIMS in why else None)
+        if claim and (remedy := self._unusable_claim(r, name, claim["name"], "not found" in claim.group(0))):
+            return remedy
         if "were unschedulable" in why:
             selectors = NODE_SELECTORS.search(described)
             wanted = set((selectors["selectors"] if selectors else "<none>").split(",")) - {"<none>"}
@@ -548,6 +561,44 @@ class ExpertPolicy(ActionPolicy):
                                        f"({_clip(change)}): {_scheduler_reason(why)}")
         return Remedy((ToolCall(tool="rollout_restart", args={"deployment": name}),),
                       f"pods of deployment {name} are Pending: {_scheduler_reason(why)}", _rollout_check(name))
+
+    def _pull_denied(self, r: Reads, name: str, described: str, change: str | None) -> Remedy:
+        """The registry answers 401 to the pod's credentials. Rule: when the last change swapped the image pull
+        secret and the one named before holds credentials for the registry, going back pulls with it again; with no
+        such secret left, only the registry's owner can issue credentials (no tool creates a secret): hand it over."""
+        swapped = PULL_SECRET_CHANGED.search(change or "")
+        registry = re.search(r"https://(?P<host>[-a-z0-9.:]+)/v2/", described)
+        if swapped and registry:
+            before = r.read("get_resource", kind="secret", name=swapped["was"].split(",")[0])
+            if f"credentials for {registry['host']}" in before:
+                return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),
+                              f"the last change to deployment {name} pulls with secret {swapped['now']}, which the "
+                              f"registry refuses (401); {swapped['was']} holds its credentials", _rollout_check(name))
+        named = PULL_SECRETS.search(described)
+        secret = named["names"].split(",")[0] if named else None
+        state = "it names no image pull secret" if secret is None else f"image pull secret {secret} is missing" \
+            if "not found" in r.read("get_resource", kind="secret", name=secret).lower() else \
+            f"the registry refuses image pull secret {secret}"
+        raise _Handover(f"pods of deployment {name} cannot pull their image (401 Unauthorized): {state}",
+                        "only the registry's owner can issue credentials: restore the pull secret; I changed nothing")
+
+    def _unusable_claim(self, r: Reads, name: str, claim: str, missing: bool) -> Remedy | None:
+        """A pod Pending on a claim that does not exist (`missing`) or is not bound. Rule: when the last change renamed
+        the claim and the one it named before is Bound, going back mounts that data again; a claim that is simply gone
+        took its data with it, and no tool of mine makes storage (an empty volume would start the store without its
+        data): hand it over."""
+        change = _last_change(r.read("rollout_history", deployment=name)) or ""
+        renamed = next((m for m in RENAMED_CLAIM.finditer(change) if m["now"] == claim), None)
+        if renamed and BOUND.search(r.read("get_resource", kind="persistentvolumeclaim", name=renamed["was"])):
+            return Remedy((ToolCall(tool="rollout_undo", args={"deployment": name}),),
+                          f"the last change to deployment {name} claims volume {claim}, which "
+                          f"{'does not exist' if missing else 'is not bound'}; its claim before, {renamed['was']}, is "
+                          f"Bound", _rollout_check(name))
+        if missing and "not found" in r.read("get_resource", kind="persistentvolumeclaim", name=claim).lower():
+            raise _Handover(f"persistentvolumeclaim {claim}, which deployment {name} mounts, is gone: its new pods "
+                            f"stay Pending", f"no tool of mine makes storage and an empty volume would lose the data: "
+                            f"restore claim {claim} and its volume; I changed nothing")
+        return None  # there by now, or unbound for a reason of its own: the general rules below
 
     def _config_error(self, r: Reads, name: str, logs: str, deployment: str) -> Remedy | None:
         """A crash whose last words name a bad setting, or a database that refuses the password."""

@@ -14,6 +14,7 @@ import re
 import uuid
 from typing import Any
 
+from agent_sre.apps.manifests import STORAGE_CLASS
 from agent_sre.kube.errors import ApiError
 from agent_sre.kube.selectors import parse_label_selector, selector_to_string
 from agent_sre.simulator.cluster import Cluster, Obj
@@ -24,6 +25,7 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 SERVICE_CIDR = ipaddress.ip_network("10.96.0.0/12")
 SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName")
+STORAGE_CLASSES = frozenset({STORAGE_CLASS})  # the simulated cluster's, each with a dynamic provisioner
 
 
 def _invalid(obj: Obj, resource: str, field: str, detail: str) -> ApiError:
@@ -152,6 +154,24 @@ def apply_defaults(cluster: Cluster, resource: str, obj: Obj, old: Obj | None = 
     elif resource == "namespaces":
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
         obj.setdefault("status", {"phase": "Active"})
+    elif resource == "persistentvolumeclaims" and isinstance(spec, dict) and old is None:
+        _provision(obj, spec)
+
+
+def _provision(obj: Obj, spec: dict[str, Any]) -> None:
+    """A new claim as the PV controller leaves it: one of a storage class the cluster has (the default when it names
+    none) is bound at once to a volume its provisioner makes, `pvc-<uuid>` of the size asked for (Immediate binding,
+    as kind's and most clouds' default class); one of a class the cluster lacks stays Pending."""
+    spec.setdefault("storageClassName", STORAGE_CLASS)
+    spec.setdefault("volumeMode", "Filesystem")
+    if spec["storageClassName"] not in STORAGE_CLASSES or spec.get("volumeName"):
+        obj["status"] = {"phase": "Pending"}
+        return
+    meta = obj.get("metadata") or {}
+    where = f"{meta.get('namespace')}/{meta.get('name')}"
+    spec["volumeName"] = f"pvc-{uuid.uuid5(uuid.NAMESPACE_URL, where)}"
+    obj["status"] = {"phase": "Bound", "accessModes": list(spec.get("accessModes") or []),
+                     "capacity": dict((spec.get("resources") or {}).get("requests") or {})}
 
 
 # --- validation -------------------------------------------------------------------------------------------------

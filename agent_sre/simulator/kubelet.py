@@ -21,7 +21,16 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
-from agent_sre.apps.images import PAUSE_IMAGE, lookup, pull_error
+from agent_sre.apps.images import (
+    DOCKER_CONFIG_JSON,
+    DOCKER_CONFIG_KEY,
+    PAUSE_IMAGE,
+    auth_error,
+    lookup,
+    offered_auth,
+    pull_error,
+    registry_of,
+)
 from agent_sre.apps.software import Outcome, RunContext, Software, effective_argv, start
 from agent_sre.kube.quantity import quantity
 from agent_sre.kube.times import rfc3339
@@ -137,6 +146,7 @@ class NamespaceView:
     passwords: dict[str, str]
     secrets: dict[str, Obj]
     configmaps: dict[str, Obj]
+    registries: dict[str, str]  # private registry -> the `auth` it accepts from this namespace's app
 
     def secret_value(self, name: str, key: str) -> str | None:
         data = (self.secrets[name].get("data") or {})
@@ -219,12 +229,31 @@ def cpu_limit_m(container: Obj) -> float | None:
     return quantity(limit) * 1000 if limit is not None else None
 
 
+def _pull_credentials(pod: Obj, view: NamespaceView, registry: str) -> tuple[list[str], tuple[str, ...]]:
+    """The `auth` values the pod's image pull secrets offer `registry`, and the secrets the kubelet could not
+    retrieve (upstream kubelet_pods.go `getPullSecretsForPod`; only `kubernetes.io/dockerconfigjson` secrets hold
+    credentials it reads, credentialprovider/secrets `MakeDockerKeyring`)."""
+    offered, missing = [], []
+    for ref in pod["spec"].get("imagePullSecrets") or []:
+        secret = view.secrets.get(ref.get("name", ""))
+        if secret is None:
+            missing.append(ref.get("name", ""))
+        elif secret.get("type") == DOCKER_CONFIG_JSON:
+            auth = offered_auth(view.secret_value(ref["name"], DOCKER_CONFIG_KEY) or "", registry)
+            if auth is not None:
+                offered.append(auth)
+    return offered, tuple(missing)
+
+
 def evaluate(container: Obj, pod: Obj, view: NamespaceView) -> tuple[Outcome, Software | None]:
-    """What starting `container` does now: pull, resolve configuration, run the image's software."""
+    """What starting `container` does now: pull (with the pod's credentials where the registry is private), resolve
+    configuration, run the image's software."""
     image = container.get("image", "")
-    error = pull_error(image)
+    registry = registry_of(image)
+    offered, missing = _pull_credentials(pod, view, registry)
+    error = auth_error(image, offered, view.registries.get(registry)) or pull_error(image)
     if error is not None:
-        return Outcome("pull_error", message=error), None
+        return Outcome("pull_error", message=error, missing_secrets=missing), None
     sw, tag = lookup(image)
     assert sw is not None
     env, config_error = _resolve_env(container, pod, view)
@@ -330,6 +359,10 @@ def view_container(pod: Obj, ps: PodState, run: Run, container: Obj, now: float,
             message = (f"rpc error: code = {code} desc = {out.message}" if reason == "ErrImagePull"
                        else f'Back-off pulling image "{image}"')
             status["state"] = {"waiting": {"reason": reason, "message": message}}
+            if out.missing_secrets:
+                emit(pod, ps, "FailedToRetrieveImagePullSecret", "Unable to retrieve some image pull secrets "
+                     f"({', '.join(out.missing_secrets)}); attempting to pull the image may not succeed.", "Warning",
+                     k + 1, name)
             emit(pod, ps, "Pulling", f'Pulling image "{image}"', "Normal", k + 1, name)
             emit(pod, ps, "Failed", f'Failed to pull image "{image}": rpc error: code = {code} desc = {out.message}',
                  "Warning", k + 1, name)

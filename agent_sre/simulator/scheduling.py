@@ -1,14 +1,15 @@
 """The scheduler's filters and the ResourceQuota admission check, with the messages the real ones write.
 
-Each node is rejected by the first filter plugin that fails it, in the default profile's order
-(NodeUnschedulable, TaintToleration, NodeAffinity, NodeResourcesFit), and the reasons are counted into
-"0/3 nodes are available: ..." exactly like `FitError`.
+Before any node is looked at, the VolumeBinding plugin's PreFilter fails a pod whose claims are missing or unbound
+(`claim_rejection`). Otherwise each node is rejected by the first filter plugin that fails it, in the default
+profile's order (NodeUnschedulable, TaintToleration, NodeAffinity, NodeResourcesFit), and the reasons are counted
+into "0/3 nodes are available: ..." exactly like `FitError`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from agent_sre.kube.quantity import quantity
@@ -135,6 +136,28 @@ def _node_rejections(pod_spec: Obj, requests: Mapping[str, float], node: Obj, lo
     if load.memory + requests["requests.memory"] > memory:
         reasons.append(("Insufficient memory", True))
     return reasons
+
+
+def claim_rejection(pod_spec: Obj, claim_of: Callable[[str], Obj | None]) -> str | None:
+    """Why the VolumeBinding PreFilter turns the pod away before any node is filtered, or None: a claim it names that
+    does not exist, or one still unbound (upstream pkg/scheduler/framework/plugins/volumebinding/volume_binding.go:
+    `persistentvolumeclaim "X" not found`, `pod has unbound immediate PersistentVolumeClaims`; both
+    UnschedulableAndUnresolvable, so preemption cannot help). `claim_of`: a claim of the pod's namespace by name."""
+    unbound = False
+    for volume in pod_spec.get("volumes") or []:
+        name = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        if name is None:
+            continue
+        claim = claim_of(name)
+        if claim is None:
+            return f'persistentvolumeclaim "{name}" not found'
+        unbound = unbound or (claim.get("status") or {}).get("phase") != "Bound"
+    return "pod has unbound immediate PersistentVolumeClaims" if unbound else None
+
+
+def prefilter_failure(reason: str, total: int) -> str:
+    """`FitError`'s message for a PreFilter verdict: one reason for every node, none of them a preemption victim's."""
+    return f"0/{total} nodes are available: {reason}. preemption: 0/{total} nodes are available: {total} {NOT_HELPFUL}."
 
 
 def schedule(pod_spec: Obj, nodes: Iterable[Obj], loads: Mapping[str, NodeLoad]) -> tuple[str | None, str]:

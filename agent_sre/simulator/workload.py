@@ -2,9 +2,9 @@
 
 `attach(cluster)` registers one reconcile function. Each pass runs, in order, what a real control plane would,
 one module of `controllers/` each: Chaos Mesh (effects, pod kills), the node lifecycle controller (cordon taint),
-the deployment controller (ReplicaSets with revisions, rolling updates, Recreate), the ReplicaSet controller (pods,
-quota admission), the scheduler, the kubelet, then status: ReplicaSets, Deployments, Endpoints, quotas, usage for
-`kubectl top`, golden signals and logs.
+the persistent volume controller (a claim it cannot provision), the deployment controller (ReplicaSets with
+revisions, rolling updates, Recreate), the ReplicaSet controller (pods, quota admission), the scheduler, the
+kubelet, then status: ReplicaSets, Deployments, Endpoints, quotas, usage for `kubectl top`, golden signals and logs.
 
 `sync()` runs before every API request, so a pass is skipped unless something was written since the last one
 or simulated time reached the next moment at which some state changes (a back-off ends, a pod turns ready, a
@@ -34,6 +34,7 @@ from agent_sre.simulator.controllers import (
     replicaset,
     scheduler,
     usage,
+    volumes,
 )
 from agent_sre.simulator.controllers.context import SIGNAL_INPUTS, Pass
 from agent_sre.simulator.controllers.state import Index, WorkloadState
@@ -157,6 +158,7 @@ def _run(p: Pass) -> tuple[float, float]:
     waiting, p.st.waking = p.waiting(), set()
     chaos.reconcile(p)
     nodes.reconcile(p)
+    volumes.reconcile(p)
     scheduler.reconcile(p)
     kubelet.reconcile(p)
     if job.reconcile(p):  # new pods of jobs start in this pass

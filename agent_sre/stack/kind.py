@@ -21,6 +21,7 @@ API_KINDS = {
     "configmaps": ("v1", "ConfigMap"),
     "secrets": ("v1", "Secret"),
     "resourcequotas": ("v1", "ResourceQuota"),
+    "persistentvolumeclaims": ("v1", "PersistentVolumeClaim"),
     "networkpolicies.networking.k8s.io": ("networking.k8s.io/v1", "NetworkPolicy"),
     "services": ("v1", "Service"),
 }

@@ -7,7 +7,10 @@ successful ones. Indented lines (stack frames, a traceback's context) stay as th
 
 Events: routine Normal events (a pod scheduled, its image pulled, its container created and started, a
 ReplicaSet creating or deleting a pod) are counted, not listed; warnings and everything else stay. Pod UIDs in
-messages (`pod cart-x_shop(6f1c...)`) are dropped: the pod's name says which pod.
+messages (`pod cart-x_shop(6f1c...)`) are dropped: the pod's name says which pod; so is containerd's restating of the
+image a pull failed for (`failed to pull and unpack image "X": failed to resolve reference "X": `), which the
+kubelet's `Failed to pull image "X"` already names, so that the registry's answer (`401 Unauthorized`, `not found`)
+fits the line.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ EVIDENCE = re.compile(r"(?i)\b(?:error|err|fatal|panic|exception|traceback|warn(
                       r"timed out|timeout|killed|oom\w*)\b")
 ALIKE_ERRORS_KEPT = 3  # of error and warning lines alike but for their numbers, the newest ones shown
 SHAPES_KEPT = 8192  # log lines whose shape is remembered
+_PULL_RESTATED = re.compile(r'failed to pull and unpack image "[^"]*": failed to resolve reference "[^"]*": ')
 _POD_UID = re.compile(r"_[a-z0-9][-a-z0-9]*\([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\)")
 
 
@@ -70,8 +74,9 @@ def compact_log(text: str) -> str:
 
 
 def event_message(message: Any) -> str:
-    """An event's message on one line, without the pod UIDs the kubelet puts in some."""
-    return _POD_UID.sub("", str(message)).replace("\n", " ")
+    """An event's message on one line, without the pod UIDs the kubelet puts in some or containerd's restated
+    image reference."""
+    return _PULL_RESTATED.sub("", _POD_UID.sub("", str(message))).replace("\n", " ")
 
 
 def routine(event: Mapping[str, Any]) -> bool:

@@ -18,6 +18,7 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
+from agent_sre.apps.images import DOCKER_CONFIG_JSON
 from agent_sre.kube.times import age
 from agent_sre.tools.compact import event_message
 from agent_sre.tools.render import NONE, clean, labels, selector, table
@@ -169,9 +170,30 @@ def _pod_template(block: Block, template: Obj, indent: int = 0) -> None:
     spec = template.get("spec") or {}
     block.add("Pod Template", "", indent)
     block.add("Labels", labels((template.get("metadata") or {}).get("labels")), indent + 1)
+    _pull_secrets(block, spec, indent + 1)
     _containers(block, "Init Containers", spec.get("initContainers") or [], [], indent + 1)
     _containers(block, "Containers", spec.get("containers") or [], [], indent + 1)
+    _volumes(block, spec, indent + 1)
     _scheduling(block, spec, indent + 1)
+
+
+def _volumes(block: Block, spec: Obj, indent: int) -> None:
+    """The pod's volumes with their source: a claim by name (what a Pending pod's scheduler message names)."""
+    volumes = spec.get("volumes") or []
+    if not volumes:
+        return
+    block.add("Volumes", "", indent)
+    for volume in volumes:
+        source = next((k for k in volume if k != "name"), "")
+        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        what = f"PersistentVolumeClaim (ClaimName: {claim})" if claim else source[:1].upper() + source[1:]
+        block.add(str(volume.get("name", "?")), what, indent + 1)
+
+
+def _pull_secrets(block: Block, spec: Obj, indent: int) -> None:
+    """Where the kubelet takes registry credentials from: before the containers, so a long pod keeps it."""
+    if spec.get("imagePullSecrets"):
+        block.add("Image Pull Secrets", ",".join(str(s.get("name")) for s in spec["imagePullSecrets"]), indent)
 
 
 def _scheduling(block: Block, spec: Obj, indent: int) -> None:
@@ -224,10 +246,12 @@ def pod(obj: Obj, now: float, **_: Any) -> str:
     if owners:
         block.add("Controlled By", f"{owners[0].get('kind')}/{owners[0].get('name')}")
     block.add("Age", age(meta.get("creationTimestamp"), now))
+    _pull_secrets(block, spec, 0)
     _containers(block, "Init Containers", spec.get("initContainers") or [], status.get("initContainerStatuses") or [],
                 0, now)
     _containers(block, "Containers", spec.get("containers") or [], status.get("containerStatuses") or [], 0, now)
     _conditions_line(block, obj, failing_only=True)
+    _volumes(block, spec, 0)
     _scheduling(block, spec, 0)
     return str(block)
 
@@ -356,8 +380,31 @@ def secret(obj: Obj, now: float, **_: Any) -> str:
     _meta(block, obj)
     block.add("Type", obj.get("type", "Opaque"))
     block.add("Data", "" if obj.get("data") else NONE)
+    shown = "get_resource names its registries" if obj.get("type") == DOCKER_CONFIG_JSON else \
+        "get_resource shows the value"
     for key, value in sorted((obj.get("data") or {}).items()):
-        block.add(key, f"{len(base64.b64decode(value or ''))} bytes (get_resource shows the value)", 1)
+        block.add(key, f"{len(base64.b64decode(value or ''))} bytes ({shown})", 1)
+    return str(block)
+
+
+ACCESS_MODES = {"ReadWriteOnce": "RWO", "ReadOnlyMany": "ROX", "ReadWriteMany": "RWX", "ReadWriteOncePod": "RWOP"}
+
+
+def persistentvolumeclaim(obj: Obj, now: float, pods: list[Obj] | None = None, **_: Any) -> str:
+    """kubectl's fields: class, phase, the volume it is bound to, size, access modes, and the pods that mount it."""
+    block = Block()
+    meta = _meta(block, obj)
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    block.add("StorageClass", spec.get("storageClassName", ""))
+    block.add("Status", status.get("phase", "Pending"))
+    block.add("Volume", spec.get("volumeName", ""))
+    block.add("Capacity", (status.get("capacity") or {}).get("storage", ""))
+    block.add("Access Modes", ",".join(ACCESS_MODES.get(m, m) for m in status.get("accessModes") or []))
+    block.add("VolumeMode", spec.get("volumeMode", "Filesystem"))
+    users = [p["metadata"]["name"] for p in pods or [] if any(
+        (v.get("persistentVolumeClaim") or {}).get("claimName") == meta.get("name")
+        for v in (p.get("spec") or {}).get("volumes") or [])]
+    block.add("Used By", ", ".join(users) or NONE)
     return str(block)
 
 
@@ -483,4 +530,5 @@ DESCRIBERS: dict[str, Callable[..., str]] = {
     "node": node, "namespace": namespace, "configmap": configmap, "secret": secret,
     "networkpolicy": networkpolicy, "resourcequota": resourcequota,
     "horizontalpodautoscaler": horizontalpodautoscaler, "job": job, "cronjob": cronjob,
+    "persistentvolumeclaim": persistentvolumeclaim,
 }

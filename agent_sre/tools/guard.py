@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_sre.apps.images import DOCKER_CONFIG_JSON
 from agent_sre.kube.client import Kube, Obj
 from agent_sre.tools import guardrails, write_rules
 from agent_sre.tools.write_rules import Surroundings, WriteRules
@@ -33,9 +34,9 @@ class Guard:
 
 
 def _surroundings(kube: Kube, kind: str, before: Obj, after: Obj | None) -> Surroundings:
-    """What the rules must know of the namespace: for a new pod template, the images, services and revisions it may
-    use; for a service, the ports of the pods it selects. Nothing is read for other writes. The lists are only read
-    (`shared`: in-process, the simulator's own objects, not copies)."""
+    """What the rules must know of the namespace: for a new pod template, the images, services, revisions and pull
+    secrets it may use; for a service, the ports of the pods it selects. Nothing is read for other writes. The lists
+    are only read (`shared`: in-process, the simulator's own objects, not copies)."""
     namespace = kube.namespace
     template = (after or {}).get("spec", {}).get("template")
     if kind == "service" and after is not None:
@@ -54,7 +55,9 @@ def _surroundings(kube: Kube, kind: str, before: Obj, after: Obj | None) -> Surr
               for container in write_rules.containers(spec).values() if container.get("image")}
     return Surroundings(namespace=namespace, image_sources=frozenset(map(write_rules.image_source, images)),
                         services=frozenset(s["metadata"]["name"] for s in kube.list("service", shared=True)),
-                        revisions=revisions)
+                        revisions=revisions, pull_secrets=frozenset(
+                            s["metadata"]["name"] for s in kube.list("secret", shared=True)
+                            if s.get("type") == DOCKER_CONFIG_JSON))
 
 
 def _pod_specs(owners: list[Obj], selector: dict[str, str] | None = None) -> list[Obj]:

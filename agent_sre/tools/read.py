@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 from kubernetes.utils import parse_quantity
 
+from agent_sre.apps.images import DOCKER_CONFIG_JSON
 from agent_sre.kube.client import KINDS, Kube, KubeError, Obj
 from agent_sre.kube.times import age
 from agent_sre.models import tools as m
@@ -89,6 +90,8 @@ def describe(ctx: ToolContext, args: m.Describe) -> str:
         extra["pods"] = kube.list("pod", field_selector=f"spec.nodeName={args.name}", all_namespaces=True)
     elif kind == "namespace":
         extra["quotas"] = kube.list("resourcequota", args.name)
+    elif kind == "persistentvolumeclaim":
+        extra["pods"] = kube.list("pod", ns)
     body = describers.DESCRIBERS[kind](obj, ctx.now(), **extra)
     event_ns = ns if KINDS[kind].namespaced else "default"
     events = _events_about(kube, event_ns, args.name, obj.get("kind"))
@@ -221,9 +224,35 @@ def template_changes(old: Obj, new: Obj) -> str:
     changes = []
     for key in ("initContainers", "containers"):
         changes += _diff_containers(old_spec.get(key) or [], new_spec.get(key) or [])
-    changes += [f"pod {key}" for key in sorted(set(old_spec) | set(new_spec))
+    changes += [_volume_changes(old_spec.get(key) or [], new_spec.get(key) or []) if key == "volumes" else
+                f"pod {key} {_names(old_spec.get(key))} -> {_names(new_spec.get(key))}" if key == "imagePullSecrets"
+                else f"pod {key}" for key in sorted(set(old_spec) | set(new_spec))
                 if key not in ("initContainers", "containers") and old_spec.get(key) != new_spec.get(key)]
     return "; ".join(changes) or "no template change"
+
+
+def _names(refs: list[Obj] | None) -> str:
+    """References by name (image pull secrets) as one word: `a,b`, or `<none>`."""
+    return ",".join(str(r.get("name")) for r in refs or []) or NONE
+
+
+def _volume_changes(old: list[Obj], new: list[Obj]) -> str:
+    """`pod volume data claim postgres-data -> postgres-dta` for a claim renamed (the evidence of a missing claim),
+    `pod volumes` for any other change."""
+    before = {v.get("name"): v for v in old}
+    renamed, other = [], False
+    for volume in new:
+        prior = before.pop(volume.get("name"), None)
+        if prior == volume:
+            continue
+        was = ((prior or {}).get("persistentVolumeClaim") or {}).get("claimName")
+        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        if prior is not None and was and claim and \
+                {**prior["persistentVolumeClaim"], "claimName": claim} == volume["persistentVolumeClaim"]:
+            renamed.append(f"pod volume {volume.get('name')} claim {was} -> {claim}")
+        else:
+            other = True
+    return "; ".join([*renamed, *(["pod volumes"] if other or before else [])])
 
 
 def revision_template(rs: Obj) -> Obj:
@@ -420,12 +449,24 @@ def _decoded(data: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def _registries(value: str) -> str:
+    """A `.dockerconfigjson` without its credentials: which registries it holds them for, never the tokens."""
+    try:
+        auths = json.loads(base64.b64decode(value or "", validate=True)).get("auths") or {}
+    except (binascii.Error, ValueError, AttributeError):
+        return "<redacted: not a docker config>"
+    return f"<redacted: credentials for {', '.join(sorted(auths)) or 'no registry'}>"
+
+
 def get_resource(ctx: ToolContext, args: m.GetResource) -> str:
     obj = ctx.kube.get(args.kind, args.name, _ns(ctx, args.namespace))
     obj.get("metadata", {}).pop("managedFields", None)
     obj = {key: obj[key] for key in ("apiVersion", "kind", "metadata") if key in obj} | obj  # kubectl's order
     note = ""
-    if args.kind == "secret" and obj.get("data"):
+    if args.kind == "secret" and obj.get("type") == DOCKER_CONFIG_JSON:
+        obj["data"] = {key: _registries(value) for key, value in (obj.get("data") or {}).items()}
+        note = "# registry credentials redacted: the registries they are for are shown\n"
+    elif args.kind == "secret" and obj.get("data"):
         obj["data"] = _decoded(obj["data"])
         note = "# secret data shown base64-decoded\n"
     return clip(note + clean(yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=120)), ctx.max_chars)

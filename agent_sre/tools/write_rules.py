@@ -52,6 +52,7 @@ class Surroundings:
     services: frozenset[str] = frozenset()  # an env var may point at these hosts
     revisions: tuple[Obj, ...] = ()  # the written deployment's pod templates in its revision history
     container_ports: frozenset[int | str] = frozenset()  # of the pods a written service selects, numbers and names
+    pull_secrets: frozenset[str] = frozenset()  # the namespace's secrets that hold registry credentials
 
 
 def judge(kind: str, before: Obj, after: Obj | None, where: Surroundings | None = None,
@@ -125,7 +126,8 @@ def _same_template(template: Obj, revision: Obj) -> bool:
 
 def _template(old: Obj, new: Obj, where: Surroundings, rules: WriteRules) -> list[Finding]:
     old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
-    findings = [*_security(old_spec, new_spec), *_identity(old_spec, new_spec), *_placement(old_spec, new_spec)]
+    findings = [*_security(old_spec, new_spec), *_identity(old_spec, new_spec), *_placement(old_spec, new_spec),
+                *_claims(old_spec, new_spec), *_pull_secrets(old_spec, new_spec, where)]
     old_containers, new_containers = containers(old_spec), containers(new_spec)
     for name in sorted(set(old_containers) ^ set(new_containers)):
         change = "added" if name in new_containers else "removed"
@@ -304,6 +306,38 @@ def _placement(old: Obj, new: Obj) -> list[Finding]:
         return []
     return [_finding("placement", "high", f"{', '.join(changed)} change: the pods may land on nodes without the "
                                           f"hardware, disks or isolation they were pinned to")]
+
+
+def _claims(old: Obj, new: Obj) -> list[Finding]:
+    """A volume that mounted a PersistentVolumeClaim: taking the claim away (another source, an emptyDir, no volume)
+    starts the pods without the data it holds; naming another claim mounts other data (back to an earlier revision's
+    claim is a rollback, judged as one)."""
+    now = {v.get("name"): v for v in new.get("volumes") or []}
+    findings = []
+    for volume in old.get("volumes") or []:
+        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        if not claim:
+            continue
+        name = volume.get("name")
+        other = (now.get(name, {}).get("persistentVolumeClaim") or {}).get("claimName")
+        if not other:
+            findings.append(_finding("data_volume", "forbidden", f"volume {name} no longer mounts claim {claim}: the "
+                                                                 f"pods would start without the data it holds"))
+        elif other != claim:
+            findings.append(_finding("data_volume", "high", f"volume {name} mounts claim {other} instead of {claim}: "
+                                                            f"the pods would read and write other data"))
+    return findings
+
+
+def _pull_secrets(old: Obj, new: Obj, where: Surroundings) -> list[Finding]:
+    """A pod may pull with a secret the namespace holds as registry credentials (`kubernetes.io/dockerconfigjson`):
+    naming any other secret (missing, or one of another type) hands the kubelet nothing valid, or another secret's
+    data to send a registry."""
+    before = {r.get("name") for r in old.get("imagePullSecrets") or []}
+    return [_finding("image_pull_secret", "forbidden", f"image pull secret {name} is not a registry credential of "
+                                                       f"the namespace (type kubernetes.io/dockerconfigjson)")
+            for name in (r.get("name") for r in new.get("imagePullSecrets") or [])
+            if name not in before and name not in where.pull_secrets]
 
 
 # --- services --------------------------------------------------------------------------------------------------

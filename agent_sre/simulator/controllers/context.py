@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from agent_sre.apps.images import ACME, basic_auth
 from agent_sre.apps.traffic import LOADGEN_NAMESPACE
 from agent_sre.simulator import chaos, kubelet, signals
 from agent_sre.simulator.cluster import Cluster, Obj
@@ -151,7 +152,8 @@ class Pass:
             instance = self.c.model.get("apps", {}).get(ns)
             view = NamespaceView(ns, services, svc_ports, dict(instance.passwords) if instance else {},
                                  {s["metadata"]["name"]: s for s in self.c.list("secrets", ns)},
-                                 {m["metadata"]["name"]: m for m in self.c.list("configmaps", ns)})
+                                 {m["metadata"]["name"]: m for m in self.c.list("configmaps", ns)},
+                                 {ACME: basic_auth(*instance.spec.registry_login(instance.seed))} if instance else {})
             self.views[ns] = view
         return view
 

@@ -4,6 +4,7 @@ does and retries."""
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import partial
 
 from agent_sre.simulator import kubelet, scheduling
 from agent_sre.simulator.controllers.context import Pass
@@ -27,8 +28,10 @@ def reconcile(p: Pass) -> None:
             load.memory += req["requests.memory"]
             load.pods += 1
     for pod in pending:
-        node, message = scheduling.schedule(pod["spec"], nodes, loads)
         meta = pod["metadata"]
+        refused = scheduling.claim_rejection(pod["spec"], partial(p.c.get, "persistentvolumeclaims", meta["namespace"]))
+        node, message = (None, scheduling.prefilter_failure(refused, len(nodes))) if refused else \
+            scheduling.schedule(pod["spec"], nodes, loads)
         key = (meta["namespace"], meta["name"])
         if node is None:
             since = p.st.first_failure.setdefault((meta["uid"], "FailedScheduling"), p.now)
