@@ -188,6 +188,13 @@ def _dependency_names(deployment: str) -> set[str]:
     return {m["host"] for m in (DEPENDENCY_VALUE.match(v["value"]) for v in ENV_LINE.finditer(deployment)) if m}
 
 
+def _idle(top: str, pods: list[Pod], names: set[str]) -> list[str]:
+    """The deployments among `names` whose running pods all use no CPU (`top`): nothing reaches them."""
+    cpu = {m["pod"]: int(m["cpu"]) for m in TOP_ROW.finditer(top)}
+    running = {d: [p.name for p in pods if p.deployment == d and p.status == "Running"] for d in sorted(names)}
+    return [d for d, own in running.items() if own and all(cpu.get(p) == 0 for p in own)]
+
+
 def _scaled_to_nothing(deployment: str) -> bool:
     """`describe deployment` says it wants 0 replicas."""
     replicas = REPLICAS.search(deployment)
@@ -654,12 +661,14 @@ class ExpertPolicy(ActionPolicy):
             if counts and counts.most_common(1)[0][1] >= MIN_UPSTREAM_SCORE:
                 upstream = counts.most_common(1)[0][0]
                 break
-        else:  # quiet logs: a dependency the events show scaled to nothing is still a suspect
+        else:  # quiet logs: a dependency the events show scaled to nothing is still a suspect, and so is one whose
+            # pods all idle at no CPU while this service serves: none of its callers' requests reaches them
             gone = [d for d in sorted(names) if re.search(rf"deployment/{re.escape(d)}\s+Scaled down replica set \S+ "
                                                           r"(?:to 0 from|from \d+ to 0\b)", events)]
-            if not gone:
+            suspects = gone or _idle(r.read("top"), pods, names)
+            if not suspects:
                 return None
-            upstream = gone[0]
+            upstream = suspects[0]
         return self._upstream(r, name, upstream, logs, pods, events)
 
     def _upstream(self, r: Reads, name: str, upstream: str, logs: str, pods: list[Pod], events: str) -> Remedy | None:
