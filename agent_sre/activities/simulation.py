@@ -37,12 +37,12 @@ class SimulationActivities:
     def _fresh_environment(self, req: InjectRequest) -> SimEnvironment:
         sim, scenario = self._simulator, req.scenario
         try:
-            env = sim.create_env(name=req.environment, apps=[scenario.app], seed=scenario.seed)
+            env = sim.create_env(name=req.environment, apps=scenario.apps, seed=scenario.seed)
         except SimulatorError as e:
             if e.status != 409:
                 raise
             sim.delete_env(req.environment)  # an earlier attempt's: it may be half injected
-            env = sim.create_env(name=req.environment, apps=[scenario.app], seed=scenario.seed)
+            env = sim.create_env(name=req.environment, apps=scenario.apps, seed=scenario.seed)
         return SimEnvironment(name=env["name"], server=env["server"])
 
     @activity.defn
@@ -52,15 +52,18 @@ class SimulationActivities:
         snapshot that saw it is the remediation's baseline: the namespace as the alert fired, before anyone acted.
 
         A false alarm (nothing to fix: `none`, a transient or benign event) fires at once. A fault that never shows
-        is a broken scenario, not a retryable error.
+        is a broken scenario, not a retryable error. The faults that arrive later are handed to the simulator, which
+        applies each when its clock passes the delay (`agent_sre.simulator.later`): nothing here waits for them.
         """
         environment = self._fresh_environment(req)
         client = api_client(environment.server)
         scenario = req.scenario
         faults.inject(client, scenario)
+        if scenario.held:
+            self._simulator.hold(environment.name, scenario)
         deadline = time.monotonic() + MANIFEST_TIMEOUT_S
         while True:
-            health = oracle.snapshot(client, scenario.namespace, scenario.app)
+            health = oracle.snapshot(client, scenario.namespace, scenario.app, neighbours=scenario.neighbours)
             if health.unhealthy or scenario.false_alarm:
                 break
             if time.monotonic() > deadline:

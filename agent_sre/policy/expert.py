@@ -230,7 +230,8 @@ class ExpertPolicy(ActionPolicy):
     def choose(self, ref: PolicyRef, trajectory: Trajectory) -> ToolCall:
         """Round after round: diagnose, fix, check; once a fix checks out, list the pods again and take the next
         deployment still failing, until nothing observable is (`next_fault`). Each round diagnoses from the reads
-        made since the last one ended, the first answer to each (a check after the fix does not re-diagnose)."""
+        made since the last one ended, the first answer to each (a check after the fix does not re-diagnose); its fix
+        and its check are their first calls since then (the same fix later, for a later fault, is the next round's)."""
         steps = [(s.action, s.result) for s in trajectory.steps if s.action is not None and s.result is not None]
         room = trajectory.incident.limits.max_steps - len(trajectory.steps)
         service = object_name(trajectory.incident.service)
@@ -260,7 +261,9 @@ class ExpertPolicy(ActionPolicy):
                     return _finished(done, "list_pods shows nothing else failing")
                 return _finish("no fault found: the alerted service's pods are running and ready, and its logs show "
                                "no failing dependency", "false alarm; nothing needs changing")
-            if any(remedy.calls == earlier.calls for earlier in done):
+            # The same fix for the same fault again: the first did not hold. The same fix for another fault (a later
+            # rollout of a deployment already rolled back, its history's current change another) is a new round.
+            if any(remedy.calls == earlier.calls and remedy.diagnosis == earlier.diagnosis for earlier in done):
                 return ToolCall(tool="escalate", args={"diagnosis": _diagnoses(done), "summary": (
                     f"{remedy.check.command_line()} checked out, yet {', '.join(sorted(remedy.targets))} fails again")})
             fixed_at = start - 1
@@ -268,24 +271,24 @@ class ExpertPolicy(ActionPolicy):
                 applied = [i for i, (action, _) in enumerate(steps) if i >= start and action == call]
                 if not applied:
                     return call
-                result = steps[applied[-1]][1]
+                result = steps[applied[0]][1]
                 if not result.ok:
                     error = next((line for line in result.output.splitlines() if line.strip()), "no answer")
                     return ToolCall(tool="escalate", args={"diagnosis": _diagnoses([*done, remedy]), "summary":
                                                            f"{call.tool} failed: {error[:MAX_ERROR_CHARS]}"})
-                fixed_at = max(fixed_at, applied[-1])
+                fixed_at = max(fixed_at, applied[0])
             after = [i for i, (action, _) in enumerate(steps) if i > fixed_at and action == remedy.check]
             if not after:
                 if room < 2:
                     return _finish(_diagnoses([*done, remedy]), "applied the fix; no step left to check it")
                 return remedy.check
-            output = steps[after[-1]][1].output
+            output = steps[after[0]][1].output
             if not remedy.worked(output):
                 last = (output.strip().splitlines() or ["no answer"])[-1]
                 return ToolCall(tool="escalate", args={"diagnosis": _diagnoses([*done, remedy]),
                                                        "summary": f"the fix did not work: {last[:MAX_ERROR_CHARS]}"})
             done.append(remedy)
-            start = after[-1] + 1
+            start = after[0] + 1
 
     # --- triage -------------------------------------------------------------------------------------------------
 
