@@ -42,12 +42,13 @@ class RemediationLimits(BaseModel):
     def namespace_lease_seconds(self) -> float:
         return self.namespace_lease_s if self.namespace_lease_s is not None else LEASE_CHECK_S
 
-    def for_scenario(self, scenario: Scenario) -> RemediationLimits:
-        """These limits for a simulated incident of `scenario`: its settle window when it asks for a longer one (a
-        slow starter whose fix shows only later); the limits' own is the default, and never shortened."""
-        if scenario.settle_s is None or scenario.settle_s <= self.settle_s:
+    def settling(self, seconds: float | None) -> RemediationLimits:
+        """These limits with a settle window of at least `seconds` (a scenario's `settle_s`, for a slow starter
+        whose fix shows only later, on the clock the incident's timers run on); the limits' own is the default, never
+        shortened. None: as they are."""
+        if seconds is None or seconds <= self.settle_s:
             return self
-        return self.model_copy(update={"settle_s": scenario.settle_s})
+        return self.model_copy(update={"settle_s": seconds})
 
 
 class Incident(BaseModel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent_sre.models.alert import Alert
 from agent_sre.models.tools import ToolCall
@@ -19,12 +19,6 @@ ExpectedEnding = Literal["finished", "escalated"]
 MAX_DELAY_S = 1800.0
 # The longest settle window a scenario may ask for: a slow starter's probes act within minutes, not hours.
 MAX_SETTLE_S = 900.0
-
-
-def _unset(data: dict[str, Any], **defaults: object) -> dict[str, Any]:
-    """`data` without the fields still at these defaults: a scenario that uses none of them serialises as it did
-    before they existed (an evaluation suite's digest, stored episodes, workflow histories stay the same)."""
-    return {k: v for k, v in data.items() if k not in defaults or v != defaults[k]}
 
 
 class GroundTruth(BaseModel):
@@ -50,13 +44,13 @@ class FaultSpec(BaseModel):
     target: str = ""  # usually a service / deployment name
     params: dict[str, Any] = Field(default_factory=dict)
     ground_truth: GroundTruth
-    delay_s: float = Field(0.0, ge=0, le=MAX_DELAY_S, description="seconds after injection that it arrives")
-    app: str | None = Field(None, description="another app the fault breaks, in that app's own namespace (a "
-                                              "shared platform fault hitting another team); None: the incident's")
-
-    @model_serializer(mode="wrap")
-    def _without_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _unset(handler(self), delay_s=0.0, app=None)
+    # Left out of the serialised form while unused (`exclude_if`), as are the scenario's `settle_s`: a scenario that
+    # uses none of them serialises as before they existed (suites' digests, stored episodes, workflow histories).
+    delay_s: float = Field(0.0, ge=0, le=MAX_DELAY_S, exclude_if=lambda v: not v,
+                           description="seconds after injection that it arrives")
+    app: str | None = Field(None, exclude_if=lambda v: v is None,
+                            description="another app the fault breaks, in that app's own namespace (a shared "
+                                        "platform fault hitting another team); None: the incident's")
 
 
 SINGLE_FAULT_KEYS = ("fault", "target", "params", "ground_truth")
@@ -77,12 +71,9 @@ class Scenario(BaseModel):
     alert: Alert
     symptom: str = Field(default="", description="how a user would phrase the problem in words")
     tags: list[str] = Field(default_factory=list)
-    settle_s: float | None = Field(None, gt=0, le=MAX_SETTLE_S, description="the least settle window before the "
-                                   "verdict (a slow starter's); None: the incident limits' alone")
-
-    @model_serializer(mode="wrap")
-    def _without_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _unset(handler(self), settle_s=None)
+    settle_s: float | None = Field(None, gt=0, le=MAX_SETTLE_S, exclude_if=lambda v: v is None,
+                                   description="the least settle window before the verdict (a slow starter's); None: "
+                                               "the incident limits' alone")
 
     @model_validator(mode="after")
     def _arrivals(self) -> Scenario:

@@ -72,6 +72,7 @@ ALLOWED_VALUES = re.compile(r"(?:one of:|choice|is not valid \()\s*(?P<choices>[
 PASSWORD_REJECTED = re.compile(r"password authentication failed|Access denied for user|authentication failed",
                                re.IGNORECASE)
 DB_PASSWORD_ENV = re.compile(r"PASSWORD", re.IGNORECASE)
+CURRENT_REVISION = re.compile(r"^(?P<revision>\d+) \(current\)", re.MULTILINE)
 TEMPLATE_CHANGED = re.compile(r"^\d+ \(current\)\s+\S+\s+(?P<change>.+?)\s{3,}", re.MULTILINE)
 SCALED_TO_NOTHING = re.compile(r"deployment/(?P<name>[-a-z0-9]+)\s+Scaled down replica set \S+ "
                                r"(?:to 0 from|from \d+ to 0\b)")
@@ -184,6 +185,18 @@ def _last_change(history: str) -> str | None:
                             else f"{key}={inner}" for key, inner in parsed.items())
 
 
+def _undo(remedy: Remedy) -> ToolCall | None:
+    return next((call for call in remedy.calls if call.tool == "rollout_undo"), None)
+
+
+def _rolled_out_since(before: str, now: str) -> bool:
+    """Whether `rollout_history` read `now` shows a rollout after the rollback that followed the read `before`: a
+    rollback adds exactly one revision (the one before becomes the newest), so a current revision further on is
+    another change made since."""
+    was, current = CURRENT_REVISION.search(before), CURRENT_REVISION.search(now)
+    return was is not None and current is not None and int(current["revision"]) > int(was["revision"]) + 1
+
+
 def _scheduler_reason(message: str) -> str:
     """The scheduler's verdict, its first sentence (`0/3 nodes are available: 3 Insufficient cpu`): what follows
     it (preemption) says nothing more and would not fit one action."""
@@ -283,6 +296,17 @@ class ExpertPolicy(ActionPolicy):
                     return _finish(_diagnoses([*done, remedy]), "applied the fix; no step left to check it")
                 return remedy.check
             output = steps[after[0]][1].output
+            if not remedy.worked(output) and room >= 2 and (undo := _undo(remedy)) is not None:
+                # Did someone else roll the deployment out on top of the rollback (a fault that arrived later)? The
+                # history, read again, says so: the rollback added one revision, a later rollout another.
+                history = ToolCall(tool="rollout_history", args=undo.args)
+                reread = next((i for i, (action, _) in enumerate(steps) if i > after[0] and action == history), None)
+                if reread is None:
+                    return history
+                if _rolled_out_since(reads.outputs.get(_key(history.tool, history.args), ""), steps[reread][1].output):
+                    done.append(remedy)  # the rollback did its part; the later rollout is the next round's fault
+                    start = reread
+                    continue
             if not remedy.worked(output):
                 last = (output.strip().splitlines() or ["no answer"])[-1]
                 return ToolCall(tool="escalate", args={"diagnosis": _diagnoses([*done, remedy]),
@@ -309,17 +333,18 @@ class ExpertPolicy(ActionPolicy):
     def next_fault(self, r: Reads, first: Reads, done: list[Remedy], service: str | None) -> Remedy | None:
         """After a fix checked out: the pods listed again, and the first deployment that still fails and was not fixed
         yet, diagnosed as its own incident; else a deployment the first round's events showed scaled to nothing, if
-        it still is; else, when the alerted service itself was mended, the dependency its new pod's logs blame.
-        None: nothing observable is failing any more."""
+        it still is; else, when the alerted service itself was mended, the dependency its new pod's logs blame; else,
+        the last look before finishing, a deployment the events show scaled to nothing since (a fault that arrived
+        while the agent worked: a deployment without pods is missing from the listing, its events say it). None:
+        nothing observable is failing any more."""
         fixed = set().union(*(remedy.targets for remedy in done))
         pods = _pods(r.read("list_pods"))
         events = first.outputs.get(_key("get_events", {}), "")
         failing = next((p.deployment for p in pods if p.sick and p.status != "Completed"), None)
         if failing is not None:
             return self._service(r, failing, pods, events, caller=failing)
-        for m in SCALED_TO_NOTHING.finditer(events):
-            if m["name"] not in fixed and not any(p.deployment == m["name"] for p in pods):
-                return self._service(r, m["name"], pods, events, caller=m["name"])
+        if found := self._scaled_since(r, events, pods, fixed):
+            return found
         if service in fixed:  # the alerted service was mended: do its calls now fail further down?
             own = [p for p in pods if p.deployment == service and p.status == "Running"]
             described = first.outputs.get(_key("describe", {"kind": "deployment", "name": service}))
@@ -328,6 +353,13 @@ class ExpertPolicy(ActionPolicy):
                 counts = _blame(logs, _dependency_names(described) - fixed - {service})
                 if counts and counts.most_common(1)[0][1] >= MIN_UPSTREAM_SCORE:
                     return self._upstream(r, service, counts.most_common(1)[0][0], logs, pods, events)
+        return self._scaled_since(r, r.read("get_events"), pods, fixed)
+
+    def _scaled_since(self, r: Reads, events: str, pods: list[Pod], fixed: set[str]) -> Remedy | None:
+        """A deployment `events` show scaled to nothing that is not fixed and still has no pod."""
+        for m in SCALED_TO_NOTHING.finditer(events):
+            if m["name"] not in fixed and not any(p.deployment == m["name"] for p in pods):
+                return self._service(r, m["name"], pods, events, caller=m["name"])
         return None
 
     def _service(self, r: Reads, name: str, pods: list[Pod], events: str, caller: str | None) -> Remedy | None:

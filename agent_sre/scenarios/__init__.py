@@ -148,6 +148,8 @@ def _single(doc: dict[str, Any]) -> Scenario:
     if doc.get("alert_on", "target") not in ("target", "caller"):
         raise FaultError(f"alert_on must be target or caller, not {doc['alert_on']!r}")
     items = _fault_docs(doc)
+    if items[0].get("app") not in (None, app.name):
+        raise FaultError(f"the first fault is the incident's own, in {app.name}: a fault of another app comes after it")
     delays = [_seconds(item.get("delay_s", 0), f"faults[{i}].delay_s", MAX_DELAY_S) for i, item in enumerate(items)]
     settle = doc.get("settle_s")
     settle_s = None if settle is None else _seconds(settle, "settle_s", MAX_SETTLE_S, zero=False)

@@ -48,8 +48,9 @@ class SimulatorClient:
         return documents
 
     def create_env(self, name: str | None = None, apps: list[str] | tuple[str, ...] = ("shop",), seed: int = 0,
-                   speed: float | None = None) -> dict[str, str]:
-        """Returns {"name", "server"}: `server` is the Kubernetes API URL for a kubeconfig."""
+                   speed: float | None = None) -> dict[str, Any]:
+        """Returns {"name", "server", "speed"}: `server` is the Kubernetes API URL for a kubeconfig, `speed` its
+        clock's simulated seconds per real second."""
         body: dict[str, Any] = {"apps": list(apps), "seed": seed}
         if name is not None:
             body["name"] = name

@@ -110,7 +110,8 @@ async def create_env(request: web.Request) -> web.Response:
     except Exception as exc:  # the workload model failed to build the environment: say why, not just "500"
         log.exception("creating environment %r failed", name)
         return _error(500, f"creating the environment failed: {type(exc).__name__}: {exc}")
-    return web.json_response({"name": cluster.name, "server": _env_url(request, cluster.name)}, status=201)
+    return web.json_response({"name": cluster.name, "server": _env_url(request, cluster.name),
+                              "speed": cluster.clock.speed}, status=201)
 
 
 def _env_or_404(request: web.Request) -> tuple[Simulator, str]:

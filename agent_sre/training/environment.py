@@ -77,7 +77,7 @@ class IncidentEnvironment:
         self.simulator.advance(cluster.name, FAULT_DEVELOP_S)
         self._baseline = oracle.snapshot(api, s.namespace, s.app, neighbours=s.neighbours)
         self._arrived = 0
-        self.limits = self._base_limits.for_scenario(s).model_copy(update={"max_steps": self._budget()})
+        self.limits = self._base_limits.settling(s.settle_s).model_copy(update={"max_steps": self._budget()})
         incident = Incident(id=uuid.uuid4().hex[:16], source="simulation", alert=s.alert, namespace=s.namespace,
                             report=s.symptom if self.with_user_report and s.symptom else None, scenario=s,
                             limits=self.limits)
