@@ -20,6 +20,7 @@ from agent_sre.models.incident import RemediationLimits
 from agent_sre.models.policy import PolicyDecision
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.tools import ToolCall
+from agent_sre.policy.expert import ExpertPolicy
 from agent_sre.scenarios import ScenarioError, default_catalog, evaluation_suites, load_scenarios
 from agent_sre.simulator import later
 from agent_sre.simulator.client import SimulatorClient
@@ -27,7 +28,9 @@ from agent_sre.simulator.server import SimulatorServer
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.simulator.transport import in_process_api_client
 from agent_sre.tools.client import api_client
+from agent_sre.training.demonstrations import EXPERT, verified
 from agent_sre.training.environment import FAULT_DEVELOP_S, IncidentEnvironment
+from agent_sre.training.evaluate import play
 
 LATER = """
 name: later
@@ -256,6 +259,21 @@ def test_every_suite_has_unfolding_scenarios_and_evaluation_uses_other_targets()
     assert not seen & {(s.app, f.app, f.fault, f.target, f.delay_s) for s in evaluation for f in s.faults}
     assert not {s.namespace_of(s.faults[0]) + s.target for s in catalog if s.settle_s} & \
         {s.namespace_of(s.faults[0]) + s.target for s in evaluation if s.settle_s}
+
+
+def test_the_expert_resolves_every_unfolding_scenario_from_what_it_read() -> None:
+    """Catalog, held-out and variants: resolved and verified, each later fault mended too, nothing written to the
+    other team's namespace. The later rollout of a deployment it rolled back is a new round (the history shows a new
+    change, or a revision past its rollback's), the deployment scaled to nothing meanwhile shows in the events it
+    reads again before finishing."""
+    scenarios = [s for suite in (default_catalog(), *evaluation_suites()) for s in load_scenarios(suite)
+                 if "unfolding" in s.tags]
+    simulator = Simulator(speed=0)
+    for scenario in scenarios:
+        t = play(ExpertPolicy(), EXPERT, scenario, simulator)
+        assert verified(t), (scenario.name, t.termination, t.verdict)
+        fixed = {str(v) for s in t.writes if s.action for k, v in s.action.args.items() if k == "deployment"}
+        assert {f.target for f in scenario.held} <= fixed | {f.target for f in scenario.faults[:1]}, scenario.name
 
 
 def _decision(call: ToolCall) -> PolicyDecision:

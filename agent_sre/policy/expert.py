@@ -74,6 +74,7 @@ PASSWORD_REJECTED = re.compile(r"password authentication failed|Access denied fo
 DB_PASSWORD_ENV = re.compile(r"PASSWORD", re.IGNORECASE)
 CURRENT_REVISION = re.compile(r"^(?P<revision>\d+) \(current\)", re.MULTILINE)
 TEMPLATE_CHANGED = re.compile(r"^\d+ \(current\)\s+\S+\s+(?P<change>.+?)\s{3,}", re.MULTILINE)
+SCALED_UP = re.compile(r"deployment/(?P<name>[-a-z0-9]+)\s+Scaled up replica set (?P<replicaset>\S+)")
 SCALED_TO_NOTHING = re.compile(r"deployment/(?P<name>[-a-z0-9]+)\s+Scaled down replica set \S+ "
                                r"(?:to 0 from|from \d+ to 0\b)")
 MISSING_SECRET = re.compile(r'secret "(?P<name>[-a-z0-9.]+)" not found|couldn\'t find key \S+ in Secret '
@@ -183,6 +184,14 @@ def _last_change(history: str) -> str | None:
         return str(change["change"])
     return head + "; ".join(f"{key} " + " ".join(f"{k}={v}" for k, v in inner.items()) if isinstance(inner, dict)
                             else f"{key}={inner}" for key, inner in parsed.items())
+
+
+def _rolled_out_meanwhile(first: str, now: str, fixed: set[str]) -> list[str]:
+    """The deployments, not fixed by the agent, whose events `now` show a replica set scaled up that the first
+    round's events did not: someone rolled them out since (a later fault), and their rollout must finish before
+    the incident does."""
+    return list(dict.fromkeys(m["name"] for m in SCALED_UP.finditer(now)
+                              if m["name"] not in fixed and m["replicaset"] not in first))
 
 
 def _undo(remedy: Remedy) -> ToolCall | None:
@@ -334,9 +343,10 @@ class ExpertPolicy(ActionPolicy):
         """After a fix checked out: the pods listed again, and the first deployment that still fails and was not fixed
         yet, diagnosed as its own incident; else a deployment the first round's events showed scaled to nothing, if
         it still is; else, when the alerted service itself was mended, the dependency its new pod's logs blame; else,
-        the last look before finishing, a deployment the events show scaled to nothing since (a fault that arrived
-        while the agent worked: a deployment without pods is missing from the listing, its events say it). None:
-        nothing observable is failing any more."""
+        the last look before finishing, the events again: a deployment they show scaled to nothing since (a fault that
+        arrived while the agent worked: a deployment without pods is missing from the listing), or one they show
+        rolled out since whose rollout does not finish (its new pods may not fail yet at the listing). None: nothing
+        observable is failing any more."""
         fixed = set().union(*(remedy.targets for remedy in done))
         pods = _pods(r.read("list_pods"))
         events = first.outputs.get(_key("get_events", {}), "")
@@ -353,7 +363,16 @@ class ExpertPolicy(ActionPolicy):
                 counts = _blame(logs, _dependency_names(described) - fixed - {service})
                 if counts and counts.most_common(1)[0][1] >= MIN_UPSTREAM_SCORE:
                     return self._upstream(r, service, counts.most_common(1)[0][0], logs, pods, events)
-        return self._scaled_since(r, r.read("get_events"), pods, fixed)
+        now = r.read("get_events")
+        if found := self._scaled_since(r, now, pods, fixed):
+            return found
+        for name in _rolled_out_meanwhile(events, now, fixed):  # a rollout that began while the agent worked
+            if not ROLLED_OUT.search(r.read("rollout_status", deployment=name)):  # its pods listed afresh, by selector
+                selector = SELECTOR.search(r.read("describe", kind="deployment", name=name))
+                if selector is not None:
+                    return self._service(r, name, _pods(r.read("list_pods", selector=selector["selector"])), now,
+                                         caller=name)
+        return None
 
     def _scaled_since(self, r: Reads, events: str, pods: list[Pod], fixed: set[str]) -> Remedy | None:
         """A deployment `events` show scaled to nothing that is not fixed and still has no pod."""
