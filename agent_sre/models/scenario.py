@@ -119,7 +119,7 @@ class Scenario(BaseModel):
     @property
     def neighbours(self) -> list[str]:
         """The other apps' namespaces: the agent must not write there."""
-        return [self.namespace_of(f) for f in self.faults if not self.own(f)]
+        return list(dict.fromkeys(self.namespace_of(f) for f in self.faults if not self.own(f)))
 
     @property
     def held(self) -> list[FaultSpec]:
@@ -150,7 +150,7 @@ class Scenario(BaseModel):
         faults' composition sees that each rollback undoes its deployment's latest fault); the others follow in
         fault order. A handover (`escalate`) ends the episode: it goes last, once, after every fix. Only this
         incident's faults count: another app's is its own team's to mend. A fault that arrives later composes as if
-        it were there from the start (its fix follows the others'): the observer judges the state at the end."""
+        it were there from the start: the observer judges the state at the end, once it has arrived."""
         own = self.own_faults
         if len(own) == 1:
             return own[0].ground_truth

@@ -4,13 +4,18 @@ A file holds one or more YAML documents; each is either a single scenario (it ha
 family (it has `family`). A family's `matrix` maps `target` and fault parameters to lists of values; every
 combination times every seed is one scenario, named `FAMILY-TARGET-VALUES-sSEED`. Whatever a document leaves
 out - the namespace (the app's), the alert, the user's symptom, the ground truth - is derived from the fault
-type, so a new scenario needs no code. The training catalog lives in `catalog/`, the held-out suite (fixed
-seeds, targets and values the catalog never uses, false alarms) in `heldout/`, and a second evaluation suite in
-`variants/`: the held-out families again, with new seeds, other targets and other values. A success rate near
-55 % on the 46 held-out scenarios has a 95 % interval of ±14 points; on both suites (110 episodes), ±9.
-Neither evaluation suite repeats a catalog scenario, even with another seed. Two kinds of variant repeat held-out
-scenarios with a new seed only: the cordoned nodes (their only other targets are the catalog's) and the false
-alarms (every target one can have is in the catalog or the held-out suite).
+type, so a new scenario needs no code. An entry of `faults` may add `delay_s` (it arrives that many simulated
+seconds later: the environment holds it) and `app` (it breaks that other app, installed in its own namespace: a
+shared fault the incident must leave to the other team); a scenario may add `settle_s`, the least settle window
+its verdict needs (docs/architecture.md, "Scenarios that unfold").
+
+The training catalog lives in `catalog/`, the held-out suite (fixed seeds, targets and values the catalog never
+uses, false alarms) in `heldout/`, and a second evaluation suite in `variants/`: the held-out families again, with
+new seeds, other targets and other values. A success rate near 55 % on the 46 held-out scenarios has a 95 % interval
+of ±14 points; on both suites (110 episodes), ±9. Neither evaluation suite repeats a catalog scenario, even with
+another seed. Two kinds of variant repeat held-out scenarios with a new seed only: the cordoned nodes (their only
+other targets are the catalog's) and the false alarms (every target one can have is in the catalog or the held-out
+suite).
 """
 
 from __future__ import annotations
