@@ -278,3 +278,18 @@ def test_the_expert_resolves_every_unfolding_scenario_from_what_it_read() -> Non
 
 def _decision(call: ToolCall) -> PolicyDecision:
     return PolicyDecision(action=call, completion=call.command_line(), model_version="test")
+
+
+def test_a_rollout_that_began_meanwhile_is_checked_before_finishing(tmp_path: Path) -> None:
+    """A later fault that lands after the expert's last listing shows only in the events it reads again (a replica
+    set scaled up that the first events did not show): it waits for that rollout, and mends what does not roll out;
+    with no step left for that, it hands the incident over rather than claiming it."""
+    scenario = _one(tmp_path, LATER.replace("delay_s: 135", "delay_s: 155"))
+    t = play(ExpertPolicy(), EXPERT, scenario, Simulator(speed=0))
+    calls = [s.action.command_line() for s in t.steps if s.action]
+    assert "rollout_status deployment=payment" in calls and verified(t), calls
+    at = calls.index("rollout_status deployment=payment") + 1
+    cut = t.model_copy(update={"steps": t.steps[:at], "termination": None, "incident": t.incident.model_copy(
+        update={"limits": t.incident.limits.model_copy(update={"max_steps": at + 1})})})
+    ending = ExpertPolicy().choose(EXPERT, cut)
+    assert ending.tool == "escalate" and "rollout of payment does not finish" in str(ending.args["summary"]), ending

@@ -271,6 +271,10 @@ class ExpertPolicy(ActionPolicy):
                                         if p.sick and p.status != "Completed"}):
                         return ToolCall(tool="escalate", args={"diagnosis": _diagnoses(done), "summary": (
                             f"list_pods shows {', '.join(still)} still failing; no step left to mend it")})
+                    if rolling := sorted({str(action.args.get("deployment")) for action, result in steps[start:]
+                                          if action.tool == "rollout_status" and not ROLLED_OUT.search(result.output)}):
+                        return ToolCall(tool="escalate", args={"diagnosis": _diagnoses(done), "summary": (
+                            f"the rollout of {', '.join(rolling)} does not finish; no step left to mend it")})
                     return _finished(done, "no step left to look for another failing service")
                 return need.call
             except _Handover as handover:
