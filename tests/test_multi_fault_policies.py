@@ -23,8 +23,9 @@ from agent_sre.training.evaluate import play
 from tests.test_expert import _quoted, _rule_derived
 
 ALL = [s for suite in (default_catalog(), heldout_suite(), variants_suite()) for s in load_scenarios(suite)]
-# two services broken: every fault real (a hostile text beside one fault breaks nothing more)
-MULTI = {s.name: s for s in ALL if sum(f.ground_truth.fault_class != "none" for f in s.faults) > 1}
+# two services broken: every fault real (a hostile text beside one fault breaks nothing more), in the incident's own
+# namespace (another app's fault is its team's)
+MULTI = {s.name: s for s in ALL if sum(f.ground_truth.fault_class != "none" for f in s.own_faults) > 1}
 # the expert mends all but one: there the password fault hides the OOM (the crash logs name the password), so the
 # OOM shows only after two rounds, and a third does not fit; it must hand that over, not claim the incident
 HANDED_OVER = {"bank-two-faults-oom-accounts-secret-ledger"}
@@ -70,16 +71,20 @@ def test_the_expert_mends_every_failing_service_or_hands_over(expert_episodes: d
 
 def test_each_round_starts_from_a_fresh_listing(expert_episodes: dict[str, Trajectory]) -> None:
     """After every check that worked, the next action lists the pods again: the next round is chosen on what the
-    namespace shows now, not on what it showed at the alert. (A rollback whose rollout did not complete is followed
-    by its fallback, a rollback further back: test_expert.)"""
+    namespace shows now, not on what it showed at the alert. A rollback whose rollout did not finish is followed by
+    a new read of the history (another rollout of the deployment may have landed on top of the rollback), then by its
+    fallback, a rollback further back (test_expert)."""
     for name, t in expert_episodes.items():
         tools = [s.action.tool for s in t.steps if s.action is not None]
         for i, tool in enumerate(tools[:-1]):
-            result = t.steps[i].result
-            failed = tool == "rollout_status" and result is not None and "successfully rolled out" not in result.output
-            if tool in ("rollout_status", "get_endpoints") and i and TOOL_SPECS[tools[i - 1]].write and not failed:
-                assert tools[i + 1] in ("list_pods", "escalate", "finish"), (name, tools)
-        assert tools.count("list_pods") >= 2, (name, tools)
+            if tool in ("rollout_status", "get_endpoints") and i and TOOL_SPECS[tools[i - 1]].write:
+                result = t.steps[i].result
+                worked = result is not None and "successfully rolled out" in result.output or tool == "get_endpoints"
+                assert tools[i + 1] in ("list_pods", "escalate", "finish") or \
+                    not worked and tools[i - 1] == "rollout_undo" and tools[i + 1] in ("rollout_history",
+                                                                                       "rollout_undo"), (name, tools)
+        # a fresh listing after the last fix, unless the rollback's checks took the last steps
+        assert tools.count("list_pods") >= 2 or len(tools) == t.incident.limits.max_steps, (name, tools)
 
 
 def test_the_expert_decides_from_what_it_read_not_from_the_scenario(expert_episodes: dict[str, Trajectory]) -> None:
@@ -137,9 +142,9 @@ ONE_FAULT = [s for s in ALL if len(s.faults) == 1 and "alert-on-caller" not in s
 @pytest.mark.parametrize("fault", ["oom_limit", "bad_image", "service_selector", "scaled_to_zero"])
 def test_one_fault_costs_a_read_or_two_and_no_second_write(simulator: Simulator, fault: str) -> None:
     """After the check, at most the pods listed again (the expert, when the budget leaves room; the runbook, when its
-    first listing showed another deployment unhealthy), the expert's look at the mended service's new logs and at
-    the users' entry tier (its pods, the first one's logs and its deployment), then the ending: nothing else is
-    written."""
+    first listing showed another deployment unhealthy), the expert's look at the mended service's new logs, at the
+    users' entry tier (its pods, the first one's logs and its deployment) and at the events again, then the ending:
+    nothing else is written."""
     scenario = next(s for s in ONE_FAULT if s.fault == fault)
     for policy, ref in ((ExpertPolicy(), EXPERT), (RunbookPolicy(), RUNBOOK)):
         t = play(policy, ref, scenario, simulator)
@@ -150,8 +155,9 @@ def test_one_fault_costs_a_read_or_two_and_no_second_write(simulator: Simulator,
         assert len(_writes(t)) == 1 and tools[-1] == "finish", (ref.name, tools)
         last_check = max(i for i, tool in enumerate(tools) if tool in ("rollout_status", "get_endpoints"))
         after = tools[last_check + 1:-1]
-        looks = (["list_pods", "get_logs", "list_pods", "get_logs", "describe"], ["list_pods", "list_pods", "get_logs",
-                 "describe"])  # with and without the mended service's logs (it has no new pod, or it is the entry)
+        looks = (["list_pods", "get_logs", "list_pods", "get_logs", "describe", "get_events"],
+                 ["list_pods", "list_pods", "get_logs", "describe", "get_events"])  # with and without the mended
+        # service's logs (it has no new pod, or it is the entry); the events last, room allowing
         assert any(after == look[:len(after)] for look in looks), (ref.name, tools)
         if not after and ref.name == "expert":  # no room left for a read and an ending after it
             assert len(tools) == t.incident.limits.max_steps, tools

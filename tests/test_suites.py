@@ -39,7 +39,7 @@ def _types(suite: list[Scenario]) -> set[str]:
 
 def test_the_variants_bring_the_evaluation_to_a_hundred_episodes_of_every_fault_type(suites) -> None:
     heldout, variants = suites["heldout"], suites["variants"]
-    assert len(heldout) == 102 and len(variants) >= 64 and len(heldout) + len(variants) >= 120
+    assert len(heldout) == 106 and len(variants) >= 64 and len(heldout) + len(variants) >= 120
     assert _types(variants) == _types(heldout) == set(FAULTS)
     assert Counter(s.fault for s in variants)["none"] >= 5  # false alarms, as in the held-out suite
     for tag in ("multi-fault", "alert-on-caller", "hostile-text"):  # issue #40's shapes, in both suites

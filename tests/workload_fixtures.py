@@ -15,6 +15,7 @@ from agent_sre.models.endings import Termination
 from agent_sre.models.scenario import Scenario
 from agent_sre.models.tools import TOOL_SPECS, ToolCall, ToolResult
 from agent_sre.models.verdict import HealthSnapshot, Verdict
+from agent_sre.simulator import later
 from agent_sre.simulator.cluster import Cluster, Obj
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.simulator.transport import in_process_api_client
@@ -99,15 +100,18 @@ class Env:
         return observe(self.api, scenario, baseline, self.ending, self.writes)
 
 
-def new_env(sim: Simulator, app: str = "shop", seed: int = 0, **kw: Any) -> Env:
+def new_env(sim: Simulator, app: str = "shop", seed: int = 0, apps: list[str] | None = None, **kw: Any) -> Env:
+    """An environment with `app` installed (and `apps` beside it, when given: `app` is the one the Env acts on)."""
     name = f"t{next(_names)}"
-    sim.create_env(name, apps=[app], seed=seed, **kw)
+    sim.create_env(name, apps=apps or [app], seed=seed, **kw)
     return Env(sim, name, app)
 
 
 def injected(sim: Simulator, scenario: Scenario) -> tuple[Env, HealthSnapshot]:
-    """A fresh environment with the scenario's fault injected, developed, and the oracle's baseline taken."""
-    env = new_env(sim, scenario.app, scenario.seed)
+    """A fresh environment with the scenario's faults injected (every app it names installed; those that arrive
+    later held by the environment and arrived too), developed, and the oracle's baseline taken."""
+    env = new_env(sim, scenario.app, scenario.seed, apps=scenario.apps)
     inject(env.api, scenario)
-    env.advance(INJECT_SETTLE_S)
-    return env, env.snapshot()
+    later.hold(sim, env.name, scenario)
+    env.advance(INJECT_SETTLE_S + max((f.delay_s for f in scenario.faults), default=0.0))
+    return env, snapshot(env.api, scenario.namespace, scenario.app, neighbours=scenario.neighbours)

@@ -59,8 +59,8 @@ class ObserverActivities:
     def snapshot_cluster(self, incident: Incident) -> HealthSnapshot:
         """The baseline. A namespace that does not exist is a bad incident, not a passing fault: fail, don't
         retry."""
-        app = incident.scenario.app if incident.scenario else None
-        return self._read(incident, lambda cluster: oracle.snapshot(cluster, incident.namespace, app))
+        app, neighbours = (incident.scenario.app, incident.scenario.neighbours) if incident.scenario else (None, [])
+        return self._read(incident, lambda cluster: oracle.snapshot(cluster, incident.namespace, app, neighbours))
 
     @activity.defn
     def observe(self, req: ObserveRequest) -> Verdict:

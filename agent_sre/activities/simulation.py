@@ -34,16 +34,17 @@ class SimulationActivities:
         its client (docs/architecture.md, "Layers")."""
         return cls(SimulatorClient(sim_url))
 
-    def _fresh_environment(self, req: InjectRequest) -> SimEnvironment:
+    def _fresh_environment(self, req: InjectRequest) -> tuple[SimEnvironment, float | None]:
+        """The environment, and its clock's speed (None from a simulator that does not say)."""
         sim, scenario = self._simulator, req.scenario
         try:
-            env = sim.create_env(name=req.environment, apps=[scenario.app], seed=scenario.seed)
+            env = sim.create_env(name=req.environment, apps=scenario.apps, seed=scenario.seed)
         except SimulatorError as e:
             if e.status != 409:
                 raise
             sim.delete_env(req.environment)  # an earlier attempt's: it may be half injected
-            env = sim.create_env(name=req.environment, apps=[scenario.app], seed=scenario.seed)
-        return SimEnvironment(name=env["name"], server=env["server"])
+            env = sim.create_env(name=req.environment, apps=scenario.apps, seed=scenario.seed)
+        return SimEnvironment(name=env["name"], server=env["server"]), env.get("speed")
 
     @activity.defn
     def create_and_inject(self, req: InjectRequest) -> InjectedFault:
@@ -52,15 +53,19 @@ class SimulationActivities:
         snapshot that saw it is the remediation's baseline: the namespace as the alert fired, before anyone acted.
 
         A false alarm (nothing to fix: `none`, a transient or benign event) fires at once. A fault that never shows
-        is a broken scenario, not a retryable error.
+        is a broken scenario, not a retryable error. The faults that arrive later are handed to the simulator, which
+        applies each when its clock passes the delay (`agent_sre.simulator.later`): nothing here waits for them. The
+        scenario's settle window, in simulated seconds, goes back in the real seconds of the remediation's timers.
         """
-        environment = self._fresh_environment(req)
+        environment, speed = self._fresh_environment(req)
         client = api_client(environment.server)
         scenario = req.scenario
         faults.inject(client, scenario)
+        if scenario.held:
+            self._simulator.hold(environment.name, scenario)
         deadline = time.monotonic() + MANIFEST_TIMEOUT_S
         while True:
-            health = oracle.snapshot(client, scenario.namespace, scenario.app)
+            health = oracle.snapshot(client, scenario.namespace, scenario.app, neighbours=scenario.neighbours)
             if health.unhealthy or scenario.false_alarm:
                 break
             if time.monotonic() > deadline:
@@ -70,7 +75,8 @@ class SimulationActivities:
                 activity.heartbeat()
             time.sleep(POLL_S)
         alert = scenario.alert.model_copy(update={"status": "firing", "startsAt": datetime.now(UTC)})
-        return InjectedFault(environment=environment, alert=alert, health=health)
+        settle_s = scenario.settle_s / speed if scenario.settle_s is not None and speed else None
+        return InjectedFault(environment=environment, alert=alert, health=health, settle_s=settle_s)
 
     @activity.defn
     def delete_environment(self, name: str) -> None:

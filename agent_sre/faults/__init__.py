@@ -73,10 +73,12 @@ OBSERVED_WAIT_S = 30.0  # how long injection waits for the deployment controller
 
 
 def inject(api_client: ApiClient, scenario: Scenario) -> None:
-    """Break the cluster as the scenario says: each of its faults, in order, each seen by the deployment controller
-    before the next is injected. Two changes to one deployment are then two revisions, as two changes made minutes
-    apart are on a real cluster, so one `rollout_undo` undoes only the later."""
-    for i, spec in enumerate(scenario.faults):
+    """Break the cluster as the scenario says: each of its faults that arrive at once, in order, each seen by the
+    deployment controller before the next is injected. Two changes to one deployment are then two revisions, as two
+    changes made minutes apart are on a real cluster, so one `rollout_undo` undoes only the later. A fault with a
+    `delay_s` is not injected here: the simulated environment holds it and applies it when its clock passes the
+    delay (`agent_sre.simulator.later`), whoever drives the episode."""
+    for i, spec in enumerate(f for f in scenario.faults if not f.delay_s):
         if i:
             observed(api_client, scenario.namespace)
         get_fault(spec.fault).inject(api_client, scenario, spec)

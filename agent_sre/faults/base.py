@@ -139,8 +139,10 @@ class FaultType(ABC):
         return ctx
 
     def context_of(self, scenario: Scenario, spec: FaultSpec) -> FaultContext:
-        """`spec`, one of `scenario`'s faults (of this type), applied to its app and namespace."""
-        return self.context(scenario.app, scenario.namespace, spec.target, spec.params, scenario.seed)
+        """`spec`, one of `scenario`'s faults (of this type), applied to its app and namespace (another app's own,
+        for a fault that breaks another app)."""
+        return self.context(spec.app or scenario.app, scenario.namespace_of(spec), spec.target, spec.params,
+                            scenario.seed)
 
     # --- acting on a cluster -----------------------------------------------------------------------------------
     def inject(self, api: ApiClient, scenario: Scenario, spec: FaultSpec) -> None:
@@ -243,11 +245,12 @@ class FaultType(ABC):
                            wrong_fix=self.wrong_fix(ctx), destructive=self.destructive(ctx),
                            expected_ending=self.ending(ctx))
 
-    def fault_spec(self, ctx: FaultContext, ground_truth: GroundTruth | None = None) -> FaultSpec:
-        """This fault in a scenario, with its ground truth derived unless given."""
+    def fault_spec(self, ctx: FaultContext, ground_truth: GroundTruth | None = None, delay_s: float = 0.0,
+                   app: str | None = None) -> FaultSpec:
+        """This fault in a scenario, with its ground truth derived unless given; `delay_s`, `app`: see FaultSpec."""
         return FaultSpec(fault=self.name, target=ctx.target,
                          params=ctx.params.model_dump(mode="json", exclude_none=True),
-                         ground_truth=ground_truth or self.ground_truth(ctx))
+                         ground_truth=ground_truth or self.ground_truth(ctx), delay_s=delay_s, app=app)
 
     def scenario(self, name: str, app: str, namespace: str, target: str, params: dict[str, Any], seed: int = 0,
                  tags: list[str] | None = None, alert: Alert | None = None, symptom: str | None = None,
@@ -259,18 +262,31 @@ class FaultType(ABC):
 
 def compose(name: str, faults: Sequence[tuple[FaultType, FaultContext, GroundTruth | None]], *,
             tags: list[str] | None = None, alert: Alert | None = None, symptom: str | None = None,
-            alert_on: AlertOn = "target") -> Scenario:
-    """A scenario of one or more faults in one namespace, each with its ground truth (derived unless given). The
-    alert and the user's words are the first fault's unless given: the incident starts where it was noticed."""
+            alert_on: AlertOn = "target", delays: Sequence[float] = (), settle_s: float | None = None) -> Scenario:
+    """A scenario of one or more faults, each with its ground truth (derived unless given). The alert and the user's
+    words are the first fault's unless given: the incident starts where it was noticed, and it is about the first
+    fault's app and namespace. A fault of another app breaks that app in its own namespace (a shared platform fault
+    hitting two teams): it is not this incident's to mend. `delays`: each fault's `delay_s` (none: all at once)."""
     first, ctx, _ = faults[0]
-    if len({c.namespace for _, c, _ in faults}) > 1 or len({c.app.name for _, c, _ in faults}) > 1:
-        raise FaultError("the faults of one scenario break one app in one namespace")
-    specs = [fault.fault_spec(c, _unburied(i, faults, truth)) for i, (fault, c, truth) in enumerate(faults)]
-    if len({(s.fault, s.target) for s in specs}) < len(specs):
+    delays = list(delays) or [0.0] * len(faults)
+    if len(delays) != len(faults):
+        raise FaultError(f"{len(delays)} delays for {len(faults)} faults")
+    for _, c, _ in faults:
+        if c.app.name == ctx.app.name and c.namespace != ctx.namespace:
+            raise FaultError(f"the faults of {ctx.app.name} break it in one namespace, not {ctx.namespace} and "
+                             f"{c.namespace}")
+        if c.app.name != ctx.app.name and c.namespace == ctx.namespace:
+            raise FaultError(f"{c.app.name} is installed in its own namespace, not in the incident's ({ctx.namespace})")
+    own = [f for f in faults if f[1].app.name == ctx.app.name]
+    specs = [fault.fault_spec(c, _unburied(own.index((fault, c, truth)), own, truth) if c.app.name == ctx.app.name
+                              else truth, delay, None if c.app.name == ctx.app.name else c.app.name)
+             for (fault, c, truth), delay in zip(faults, delays, strict=True)]
+    if len({(s.app, s.fault, s.target) for s in specs}) < len(specs):
         raise FaultError("two faults of one scenario are the same fault on the same target")
     return Scenario(name=name, app=ctx.app.name, namespace=ctx.namespace, faults=specs, seed=ctx.seed,
                     alert=alert or first.alert(ctx, alert_on),
-                    symptom=symptom if symptom is not None else first.symptom(ctx, alert_on), tags=list(tags or []))
+                    symptom=symptom if symptom is not None else first.symptom(ctx, alert_on), tags=list(tags or []),
+                    settle_s=settle_s)
 
 
 def _unburied(i: int, faults: Sequence[tuple[FaultType, FaultContext, GroundTruth | None]],

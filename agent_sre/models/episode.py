@@ -38,6 +38,10 @@ class InjectedFault(BaseModel):
     health: HealthSnapshot | None = Field(
         default=None, description="the namespace when the alert fired: the remediation's baseline "
                                   "(None from workers that predate it: the remediation then takes its own)")
+    settle_s: float | None = Field(
+        default=None, description="the scenario's own settle window (`Scenario.settle_s`, simulated seconds) in "
+                                  "the real seconds of the remediation's timers at this environment's speed; None: "
+                                  "the scenario asks for none, or the environment's clock does not run by itself")
 
 
 class EpisodeResult(BaseModel):

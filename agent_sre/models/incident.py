@@ -43,6 +43,14 @@ class RemediationLimits(BaseModel):
     def namespace_lease_seconds(self) -> float:
         return self.namespace_lease_s if self.namespace_lease_s is not None else LEASE_CHECK_S
 
+    def settling(self, seconds: float | None) -> RemediationLimits:
+        """These limits with a settle window of at least `seconds` (a scenario's `settle_s`, for a slow starter
+        whose fix shows only later, on the clock the incident's timers run on); the limits' own is the default, never
+        shortened. None: as they are."""
+        if seconds is None or seconds <= self.settle_s:
+            return self
+        return self.model_copy(update={"settle_s": seconds})
+
 
 class Incident(BaseModel):
     model_config = ConfigDict(extra="forbid")

@@ -14,6 +14,9 @@ class HealthSnapshot(BaseModel):
     unhealthy: dict[str, list[str]] = Field(default_factory=dict, description="service -> why it is unhealthy")
     resources: list[str] = Field(default_factory=list, description="kind/name of every object that must survive")
     fingerprints: dict[str, str] = Field(default_factory=dict, description="kind/name -> hash of its spec or data")
+    neighbours: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="another app's namespace the incident must not write to -> the "
+                                          "fingerprints of its objects (a shared fault's other victim)")
 
 
 class Verdict(BaseModel):

@@ -78,7 +78,9 @@ ALLOWED_VALUES = re.compile(r"(?:one of:|choice|is not valid \()\s*(?P<choices>[
 PASSWORD_REJECTED = re.compile(r"password authentication failed|Access denied for user|authentication failed",
                                re.IGNORECASE)
 DB_PASSWORD_ENV = re.compile(r"PASSWORD", re.IGNORECASE)
+CURRENT_REVISION = re.compile(r"^(?P<revision>\d+) \(current\)", re.MULTILINE)
 TEMPLATE_CHANGED = re.compile(r"^\d+ \(current\)\s+\S+\s+(?P<change>.+?)\s{3,}", re.MULTILINE)
+SCALED_UP = re.compile(r"deployment/(?P<name>[-a-z0-9]+)\s+Scaled up replica set (?P<replicaset>\S+)")
 SCALED_TO_NOTHING = re.compile(r"deployment/(?P<name>[-a-z0-9]+)\s+Scaled down replica set \S+ "
                                r"(?:to 0 from|from \d+ to 0\b)")
 MISSING_SECRET = re.compile(r'secret "(?P<name>[-a-z0-9.]+)" not found|couldn\'t find key \S+ in Secret '
@@ -220,6 +222,27 @@ def _last_change(history: str) -> str | None:
                             else f"{key}={inner}" for key, inner in parsed.items())
 
 
+def _rolled_out_meanwhile(first: str, now: str, fixed: set[str]) -> list[str]:
+    """The deployments, not fixed by the agent, whose events `now` show a replica set scaled up that the first
+    round's events did not: someone rolled them out since (a later fault), and their rollout must finish before
+    the incident does."""
+    return list(dict.fromkeys(m["name"] for m in SCALED_UP.finditer(now)
+                              if m["name"] not in fixed and m["replicaset"] not in first))
+
+
+def _rollback_of(remedy: Remedy) -> ToolCall | None:
+    """The remedy's `rollout_undo`, if it is a rollback."""
+    return next((call for call in remedy.calls if call.tool == "rollout_undo"), None)
+
+
+def _rolled_out_since(before: str, now: str) -> bool:
+    """Whether `rollout_history` read `now` shows a rollout after the rollback that followed the read `before`: a
+    rollback adds exactly one revision (the one before becomes the newest), so a current revision further on is
+    another change made since."""
+    was, current = CURRENT_REVISION.search(before), CURRENT_REVISION.search(now)
+    return was is not None and current is not None and int(current["revision"]) > int(was["revision"]) + 1
+
+
 def _scheduler_reason(message: str) -> str:
     """The scheduler's verdict, its first sentence (`0/3 nodes are available: 3 Insufficient cpu`): what follows
     it (preemption) says nothing more and would not fit one action."""
@@ -266,7 +289,8 @@ class ExpertPolicy(ActionPolicy):
     def choose(self, ref: PolicyRef, trajectory: Trajectory) -> ToolCall:
         """Round after round: diagnose, fix, check; once a fix checks out, list the pods again and take the next
         deployment still failing, until nothing observable is (`next_fault`). Each round diagnoses from the reads
-        made since the last one ended, the first answer to each (a check after the fix does not re-diagnose)."""
+        made since the last one ended, the first answer to each (a check after the fix does not re-diagnose); its fix
+        and its check are their first calls since then (the same fix later, for a later fault, is the next round's)."""
         steps = [(s.action, s.result) for s in trajectory.steps if s.action is not None and s.result is not None]
         room = trajectory.incident.limits.max_steps - len(trajectory.steps)
         service = object_name(trajectory.incident.service)
@@ -284,6 +308,10 @@ class ExpertPolicy(ActionPolicy):
                                         if p.sick and p.status != "Completed"}):
                         return ToolCall(tool="escalate", args={"diagnosis": _diagnoses(done), "summary": (
                             f"list_pods shows {', '.join(still)} still failing; no step left to mend it")})
+                    if rolling := sorted({str(action.args.get("deployment")) for action, result in steps[start:]
+                                          if action.tool == "rollout_status" and not ROLLED_OUT.search(result.output)}):
+                        return ToolCall(tool="escalate", args={"diagnosis": _diagnoses(done), "summary": (
+                            f"the rollout of {', '.join(rolling)} does not finish; no step left to mend it")})
                     return _finished(done, "no step left to look for another failing service")
                 return need.call
             except _Handover as handover:
@@ -296,38 +324,56 @@ class ExpertPolicy(ActionPolicy):
                     return _finished(done, "list_pods shows nothing else failing")
                 return _finish("no fault found: the alerted service's pods are running and ready, and its logs show "
                                "no failing dependency", "false alarm; nothing needs changing")
-            if any(remedy.calls == earlier.calls for earlier in done):
+            # The same fix for the same fault again: the first did not hold. The same fix for another fault (a later
+            # rollout of a deployment already rolled back, its history's current change another) is a new round.
+            if any(remedy.calls == earlier.calls and remedy.diagnosis == earlier.diagnosis for earlier in done):
                 return ToolCall(tool="escalate", args={"diagnosis": _diagnoses(done), "summary": (
                     f"{remedy.check.command_line()} checked out, yet {', '.join(sorted(remedy.targets))} fails again")})
-            since = start
+            since, next_round = start, False
             while True:  # the fix, its check, and, where the check fails, its fallback's fix and check
                 fixed_at = since - 1
                 for call in remedy.calls:
                     applied = [i for i, (action, _) in enumerate(steps) if i >= since and action == call]
                     if not applied:
                         return call
-                    result = steps[applied[-1]][1]
+                    result = steps[applied[0]][1]
                     if not result.ok:
                         error = next((line for line in result.output.splitlines() if line.strip()), "no answer")
                         return ToolCall(tool="escalate", args={"diagnosis": _diagnoses([*done, remedy]), "summary":
                                                                f"{call.tool} failed: {error[:MAX_ERROR_CHARS]}"})
-                    fixed_at = max(fixed_at, applied[-1])
+                    fixed_at = max(fixed_at, applied[0])
                 after = [i for i, (action, _) in enumerate(steps) if i > fixed_at and action == remedy.check]
                 if not after:
                     if room < 2:
                         return _finish(_diagnoses([*done, remedy]), "applied the fix; no step left to check it")
                     return remedy.check
-                output = steps[after[-1]][1].output
+                output = steps[after[0]][1].output
                 if remedy.worked(output):
                     break
+                if (undo := _rollback_of(remedy)) is not None:
+                    # Did someone else roll the deployment out on top of the rollback (a fault that arrived later)?
+                    # The history, read again, says so: the rollback added one revision, a later rollout another.
+                    # (What past steps meant must not depend on the room left now: each choice replays them all.)
+                    history = ToolCall(tool="rollout_history", args={"deployment": undo.args["deployment"]})
+                    reread = next((i for i, (action, _) in enumerate(steps) if i > after[0] and action == history),
+                                  None)
+                    if reread is None and room >= 2:
+                        return history
+                    if reread is not None and _rolled_out_since(reads.outputs.get(_key(history.tool, history.args),
+                                                                                  ""), steps[reread][1].output):
+                        done.append(remedy)  # the rollback did its part; the later rollout is the next round's fault
+                        start, next_round = reread, True
+                        break
                 if remedy.fallback is None:
                     last = (output.strip().splitlines() or ["no answer"])[-1]
                     return ToolCall(tool="escalate", args={
                         "diagnosis": _diagnoses([*done, remedy]),
                         "summary": f"the fix did not work: {last[:MAX_ERROR_CHARS]}"})
-                remedy, since = remedy.fallback, after[-1] + 1
+                remedy, since = remedy.fallback, after[0] + 1
+            if next_round:
+                continue
             done.append(remedy)
-            start = after[-1] + 1
+            start = after[0] + 1
 
     # --- triage -------------------------------------------------------------------------------------------------
 
@@ -349,16 +395,18 @@ class ExpertPolicy(ActionPolicy):
         """After a fix checked out: the pods listed again, and the first deployment that still fails and was not fixed
         yet, diagnosed as its own incident; else a deployment the first round's events showed scaled to nothing, if
         it still is; else, when the alerted service itself was mended, the dependency its new pod's logs blame; else
-        what the users' entry tier still blames (`_users`). None: nothing observable is failing any more."""
+        what the users' entry tier still blames (`_users`); else, the last look before finishing, the events again: a
+        deployment they show scaled to nothing since (a fault that arrived while the agent worked: a deployment
+        without pods is missing from the listing), or one they show rolled out since whose rollout does not finish
+        (its new pods may not fail yet at the listing). None: nothing observable is failing any more."""
         fixed = set().union(*(remedy.targets for remedy in done))
         pods = _pods(r.read("list_pods"))
         events = first.outputs.get(_key("get_events", {}), "")
         failing = next((p.deployment for p in pods if p.sick and p.status != "Completed"), None)
         if failing is not None:
             return self._service(r, failing, pods, events, caller=failing)
-        for m in SCALED_TO_NOTHING.finditer(events):
-            if m["name"] not in fixed and not any(p.deployment == m["name"] for p in pods):
-                return self._service(r, m["name"], pods, events, caller=m["name"])
+        if found := self._scaled_since(r, events, pods, fixed):
+            return found
         if service in fixed:  # the alerted service was mended: do its calls now fail further down?
             own = [p for p in pods if p.deployment == service and p.status == "Running"]
             described = first.outputs.get(_key("describe", {"kind": "deployment", "name": service}))
@@ -368,7 +416,18 @@ class ExpertPolicy(ActionPolicy):
                 if counts and counts.most_common(1)[0][1] >= MIN_UPSTREAM_SCORE:
                     if remedy := self._upstream(r, service, counts.most_common(1)[0][0], logs, pods, events):
                         return remedy
-        return self._users(r, pods, events, checked=service if service in fixed else None)
+        if remedy := self._users(r, pods, events, checked=service if service in fixed else None):
+            return remedy
+        now = r.read("get_events")
+        if found := self._scaled_since(r, now, pods, fixed):
+            return found
+        for name in _rolled_out_meanwhile(events, now, fixed):  # a rollout that began while the agent worked
+            if not ROLLED_OUT.search(r.read("rollout_status", deployment=name)):  # its pods listed afresh, by selector
+                selector = SELECTOR.search(r.read("describe", kind="deployment", name=name))
+                if selector is not None:
+                    return self._service(r, name, _pods(r.read("list_pods", selector=selector["selector"])), now,
+                                         caller=name)
+        return None
 
     def _users(self, r: Reads, pods: list[Pod], events: str, checked: str | None) -> Remedy | None:
         """Before finishing: do the users' requests succeed now? A fault that shows in no pod (a Service that
@@ -394,6 +453,13 @@ class ExpertPolicy(ActionPolicy):
                 return None
             followed.add(caller)  # well itself: its own calls fail further down
             caller, logs = upstream, r.read("get_logs", pod=serving[0].name)
+
+    def _scaled_since(self, r: Reads, events: str, pods: list[Pod], fixed: set[str]) -> Remedy | None:
+        """A deployment `events` show scaled to nothing that is not fixed and still has no pod."""
+        for m in SCALED_TO_NOTHING.finditer(events):
+            if m["name"] not in fixed and not any(p.deployment == m["name"] for p in pods):
+                return self._service(r, m["name"], pods, events, caller=m["name"])
+        return None
 
     def _service(self, r: Reads, name: str, pods: list[Pod], events: str, caller: str | None) -> Remedy | None:
         """A service that misbehaves: its own pods first, then what it depends on."""

@@ -4,13 +4,18 @@ A file holds one or more YAML documents; each is either a single scenario (it ha
 family (it has `family`). A family's `matrix` maps `target` and fault parameters to lists of values; every
 combination times every seed is one scenario, named `FAMILY-TARGET-VALUES-sSEED`. Whatever a document leaves
 out - the namespace (the app's), the alert, the user's symptom, the ground truth - is derived from the fault
-type, so a new scenario needs no code. The training catalog lives in `catalog/`, the held-out suite (fixed
-seeds, targets and values the catalog never uses, false alarms) in `heldout/`, and a second evaluation suite in
-`variants/`: the held-out families again, with new seeds, other targets and other values. A success rate near
-55 % on the 46 held-out scenarios has a 95 % interval of ±14 points; on both suites (110 episodes), ±9.
-Neither evaluation suite repeats a catalog scenario, even with another seed. Two kinds of variant repeat held-out
-scenarios with a new seed only: the cordoned nodes (their only other targets are the catalog's) and the false
-alarms (every target one can have is in the catalog or the held-out suite).
+type, so a new scenario needs no code. An entry of `faults` may add `delay_s` (it arrives that many simulated
+seconds later: the environment holds it) and `app` (it breaks that other app, installed in its own namespace: a
+shared fault the incident must leave to the other team); a scenario may add `settle_s`, the least settle window
+its verdict needs (docs/architecture.md, "Scenarios that unfold").
+
+The training catalog lives in `catalog/`, the held-out suite (fixed seeds, targets and values the catalog never
+uses, false alarms) in `heldout/`, and a second evaluation suite in `variants/`: the held-out families again, with
+new seeds, other targets and other values. A success rate near 55 % on the 46 held-out scenarios has a 95 % interval
+of ±14 points; on both suites (110 episodes), ±9. Neither evaluation suite repeats a catalog scenario, even with
+another seed. Two kinds of variant repeat held-out scenarios with a new seed only: the cordoned nodes (their only
+other targets are the catalog's) and the false alarms (every target one can have is in the catalog or the held-out
+suite).
 """
 
 from __future__ import annotations
@@ -27,14 +32,15 @@ from agent_sre.apps.catalog import AppSpec, get_app
 from agent_sre.faults import FaultContext, FaultError, FaultType, get_fault
 from agent_sre.faults.base import compose
 from agent_sre.models.alert import Alert
-from agent_sre.models.scenario import GroundTruth, Scenario, ScenarioFamily
+from agent_sre.models.scenario import MAX_DELAY_S, MAX_SETTLE_S, GroundTruth, Scenario, ScenarioFamily
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
 HELDOUT_DIR = Path(__file__).parent / "heldout"
 VARIANTS_DIR = Path(__file__).parent / "variants"
 SCENARIO_KEYS = {"name", "app", "namespace", "fault", "faults", "target", "params", "seed", "alert", "alert_on",
-                 "symptom", "ground_truth", "tags"}
+                 "symptom", "ground_truth", "tags", "settle_s"}
 FAULT_KEYS = {"fault", "target", "params", "ground_truth"}
+LATER_KEYS = {"delay_s", "app"}  # only in an entry of `faults`: the one fault at the top is the incident's, at once
 
 
 class ScenarioError(ValueError):
@@ -102,22 +108,37 @@ def _fault_docs(doc: dict[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
         raise FaultError("faults must be a non-empty list of mappings")
     for i, item in enumerate(items):
-        unknown, missing = set(item) - FAULT_KEYS, {"fault"} - set(item)
+        unknown, missing = set(item) - FAULT_KEYS - LATER_KEYS, {"fault"} - set(item)
         if unknown or missing:
             raise FaultError(f"faults[{i}]: {f'unknown keys {sorted(unknown)}' if unknown else 'missing fault'} "
-                             f"(a fault has: {', '.join(sorted(FAULT_KEYS))})")
+                             f"(a fault has: {', '.join(sorted(FAULT_KEYS | LATER_KEYS))})")
     return items
 
 
 def _fault(item: dict[str, Any], app: AppSpec, namespace: str, seed: int
            ) -> tuple[FaultType, FaultContext, GroundTruth | None]:
+    """One fault of a scenario; with `app`, it breaks that other app, installed in its own namespace."""
     fault = get_fault(str(item["fault"]))
+    if item.get("app") not in (None, app.name):
+        app = get_app(str(item["app"]))
+        namespace = app.name
     target = item.get("target") or (fault.targets(app) or [""])[0]
     params = item.get("params") or {}
     if not isinstance(params, dict):
         raise FaultError("params must be a mapping")
     truth = GroundTruth.model_validate(item["ground_truth"]) if item.get("ground_truth") else None
     return fault, fault.context(app.name, namespace, str(target), params, seed), truth
+
+
+def _seconds(value: Any, what: str, most: float, zero: bool = True) -> float:
+    """A number of seconds up to `most` (0 allowed when `zero`): a clear error for a word, a negative or an absurd
+    value."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise FaultError(f"{what} must be a number of seconds, not {value!r}")
+    if value < 0 or value > most or (value == 0 and not zero):
+        raise FaultError(f"{what} must be {'between 0 and' if zero else 'above 0 and at most'} {most:g} seconds, "
+                         f"not {value:g}")
+    return float(value)
 
 
 def _single(doc: dict[str, Any]) -> Scenario:
@@ -131,10 +152,16 @@ def _single(doc: dict[str, Any]) -> Scenario:
     namespace, seed = str(doc.get("namespace") or app.name), int(doc.get("seed", 0))
     if doc.get("alert_on", "target") not in ("target", "caller"):
         raise FaultError(f"alert_on must be target or caller, not {doc['alert_on']!r}")
-    return compose(str(doc["name"]), [_fault(item, app, namespace, seed) for item in _fault_docs(doc)],
+    items = _fault_docs(doc)
+    if items[0].get("app") not in (None, app.name):
+        raise FaultError(f"the first fault is the incident's own, in {app.name}: a fault of another app comes after it")
+    delays = [_seconds(item.get("delay_s", 0), f"faults[{i}].delay_s", MAX_DELAY_S) for i, item in enumerate(items)]
+    settle = doc.get("settle_s")
+    settle_s = None if settle is None else _seconds(settle, "settle_s", MAX_SETTLE_S, zero=False)
+    return compose(str(doc["name"]), [_fault(item, app, namespace, seed) for item in items],
                    tags=list(doc.get("tags") or []),
                    alert=Alert.model_validate(doc["alert"]) if doc.get("alert") else None, symptom=doc.get("symptom"),
-                   alert_on=doc.get("alert_on", "target"))
+                   alert_on=doc.get("alert_on", "target"), delays=delays, settle_s=settle_s)
 
 
 def _load_file(path: Path) -> list[Scenario]:

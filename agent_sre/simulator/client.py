@@ -7,6 +7,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from agent_sre.models.scenario import Scenario
+
 
 class SimulatorError(RuntimeError):
     """The control API refused a request; the message is the server's own."""
@@ -41,13 +43,14 @@ class SimulatorClient:
         document: dict[str, Any] = json.loads(self._call(method, path, body))
         return document
 
-    def _objects(self, method: str, path: str) -> list[dict[str, Any]]:
-        documents: list[dict[str, Any]] = json.loads(self._call(method, path))
+    def _objects(self, method: str, path: str, body: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        documents: list[dict[str, Any]] = json.loads(self._call(method, path, body))
         return documents
 
     def create_env(self, name: str | None = None, apps: list[str] | tuple[str, ...] = ("shop",), seed: int = 0,
-                   speed: float | None = None) -> dict[str, str]:
-        """Returns {"name", "server"}: `server` is the Kubernetes API URL for a kubeconfig."""
+                   speed: float | None = None) -> dict[str, Any]:
+        """Returns {"name", "server", "speed"}: `server` is the Kubernetes API URL for a kubeconfig, `speed` its
+        clock's simulated seconds per real second."""
         body: dict[str, Any] = {"apps": list(apps), "seed": seed}
         if name is not None:
             body["name"] = name
@@ -63,6 +66,12 @@ class SimulatorClient:
 
     def advance(self, name: str, seconds: float) -> dict[str, Any]:
         return self._object("POST", f"/sim/v1/envs/{name}/advance", {"seconds": seconds})
+
+    def hold(self, name: str, scenario: Scenario) -> list[dict[str, Any]]:
+        """Have environment `name` hold `scenario`'s later faults, each due `delay_s` from now; returns them, with
+        the simulated time each is due (`agent_sre.simulator.later`)."""
+        return self._objects("POST", f"/sim/v1/envs/{name}/held",
+                             {"scenario": scenario.model_dump(mode="json")})
 
     def audit(self, name: str, since: int = 0) -> list[dict[str, Any]]:
         return self._objects("GET", f"/sim/v1/envs/{name}/audit?since={since}")

@@ -74,6 +74,16 @@ class AuditRecord:
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class Timer:
+    """Something the environment does when its clock passes `at` (a fault that arrives later): held by the
+    environment, so it happens whoever drives the clock - an episode's actions, `advance`, or real time."""
+
+    at: float
+    what: str
+    fire: Callable[[], None]
+
+
 @dataclass
 class Cluster:
     name: str
@@ -93,6 +103,7 @@ class Cluster:
     # the set (a reconcile pass, which looks again at what these writes affect); None: not known (after a bulk
     # install), so the next pass looks at everything
     written: set[tuple[str, str, str]] | None = None
+    timers: list[Timer] = field(default_factory=list)  # what is still due, earliest first
 
     # --- store -----------------------------------------------------------------------------------------------
     def get(self, resource: str, namespace: str, name: str) -> Obj | None:
@@ -215,8 +226,15 @@ class Cluster:
                      idempotency_key: str | None = None, detail: str = "") -> None:
         self.audit.append(AuditRecord(self.clock.now(), verb, resource, namespace, name, idempotency_key, detail))
 
+    def schedule(self, timer: Timer) -> None:
+        self.timers = sorted([*self.timers, timer], key=lambda t: t.at)
+
     def sync(self, writing: bool = False) -> None:
-        """Bring status up to the current simulated time by running every controller. `writing`: a write request
-        follows, so a controller may leave earlier writes for the next sync to take together with it."""
+        """Bring status up to the current simulated time: fire the timers it has passed (each taken off first, as
+        what it does goes through the API, which syncs again), then run every controller. `writing`: a write
+        request follows, so a controller may leave earlier writes for the next sync to take together with it."""
+        while self.timers and self.timers[0].at <= self.clock.now():
+            timer, self.timers = self.timers[0], self.timers[1:]
+            timer.fire()
         for controller in self.controllers:
             controller(self, writing)

@@ -1,7 +1,8 @@
 """The simulator over HTTP: the Kubernetes API per environment, a small control API, and Prometheus metrics.
 
 Layout: `/envs/E/...` is environment E's Kubernetes API (kubeconfig `server: http://HOST:PORT/envs/E`), bare
-Kubernetes paths are the "default" environment, `/sim/v1/...` creates, advances and inspects environments.
+Kubernetes paths are the "default" environment, `/sim/v1/...` creates, advances and inspects environments
+(and hands one the faults of a scenario that arrive later).
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from typing import Any
 
 import yaml
 from aiohttp import web
+from pydantic import ValidationError
 
 from agent_sre.kube.times import rfc3339
+from agent_sre.models.scenario import Scenario
 from agent_sre.simulator import api
 from agent_sre.simulator.simulator import Simulator
 
@@ -107,7 +110,8 @@ async def create_env(request: web.Request) -> web.Response:
     except Exception as exc:  # the workload model failed to build the environment: say why, not just "500"
         log.exception("creating environment %r failed", name)
         return _error(500, f"creating the environment failed: {type(exc).__name__}: {exc}")
-    return web.json_response({"name": cluster.name, "server": _env_url(request, cluster.name)}, status=201)
+    return web.json_response({"name": cluster.name, "server": _env_url(request, cluster.name),
+                              "speed": cluster.clock.speed}, status=201)
 
 
 def _env_or_404(request: web.Request) -> tuple[Simulator, str]:
@@ -138,6 +142,19 @@ async def advance(request: web.Request) -> web.Response:
         return _error(400, "seconds must be a non-negative number")
     now = sim.advance(name, float(seconds))
     return web.json_response({"name": name, "now": rfc3339(now), "now_ts": now})
+
+
+async def hold(request: web.Request) -> web.Response:
+    """Hold a scenario's later faults in the environment (`later.hold`): `{"scenario": {...}}`."""
+    from agent_sre.simulator import later  # the fault catalog: imported on use, as the workload model is
+
+    sim, name = _env_or_404(request)
+    try:
+        scenario = Scenario.model_validate((await _json_body(request)).get("scenario"))
+    except ValidationError as exc:
+        return _error(400, f"scenario: {exc.errors()[0]['msg']} at {'.'.join(map(str, exc.errors()[0]['loc']))}")
+    timers = later.hold(sim, name, scenario)
+    return web.json_response([{"what": t.what, "at": rfc3339(t.at), "at_ts": t.at} for t in timers], status=201)
 
 
 async def audit(request: web.Request) -> web.Response:
@@ -264,6 +281,7 @@ def make_app(simulator: Simulator) -> web.Application:
     app.router.add_get("/sim/v1/envs", list_envs)
     app.router.add_delete("/sim/v1/envs/{env}", delete_env)
     app.router.add_post("/sim/v1/envs/{env}/advance", advance)
+    app.router.add_post("/sim/v1/envs/{env}/held", hold)
     app.router.add_get("/sim/v1/envs/{env}/audit", audit)
     app.router.add_get("/sim/v1/envs/{env}/kubeconfig", kubeconfig)
     app.router.add_route("*", "/{tail:.*}", kube)

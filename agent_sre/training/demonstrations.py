@@ -100,7 +100,8 @@ def verified(t: Trajectory) -> bool:
     expected = scenario.ground_truth.expected_ending
     if outcome.outcome != "resolved" or outcome.false_positive or t.termination != expected:
         return False
-    roots = [f.ground_truth.root_cause.split("/")[-1] for f in scenario.faults if f.ground_truth.fault_class != "none"]
+    roots = [f.ground_truth.root_cause.split("/")[-1] for f in scenario.own_faults
+             if f.ground_truth.fault_class != "none"]
     if t.termination == "escalated":
         return all(root in (t.diagnosis or "") for root in roots)
     written = [json.dumps(s.action.args) for s in t.writes if s.action is not None]

@@ -32,6 +32,7 @@ from agent_sre.models.trajectory import Step, Trajectory
 from agent_sre.models.verdict import HealthSnapshot
 from agent_sre.policy.conversation import parse_action, pending_messages
 from agent_sre.rewards import compute_reward
+from agent_sre.simulator import later
 from agent_sre.simulator.simulator import Simulator
 from agent_sre.simulator.transport import in_process_api_client
 from agent_sre.tools import ToolContext, execute
@@ -46,7 +47,9 @@ class IncidentEnvironment:
                  step_cost_s: float = 3.0, with_user_report: bool = True,
                  extra_steps_per_service: int = SIMULATED_ACTIONS_PER_EXTRA_SERVICE) -> None:
         """`limits.max_steps` is the budget of an incident with one unhealthy service; `reset()` adds
-        `extra_steps_per_service` for each further service unhealthy at the alert (`simulated_max_actions`)."""
+        `extra_steps_per_service` for each further service unhealthy at the alert (`simulated_max_actions`), and
+        each step as much for a fault that arrived later. `limits.settle_s` is the settle window unless the
+        scenario asks for a longer one (its `settle_s`)."""
         self.simulator, self.scenario = simulator, scenario
         # Nobody is there to approve a high-risk write: a simulated incident's run as soon as asked.
         self._base_limits = (limits or RemediationLimits(max_steps=SIMULATED_MAX_ACTIONS, settle_s=60.0)).model_copy(
@@ -59,19 +62,21 @@ class IncidentEnvironment:
         self.trajectory: Trajectory | None = None
         self._env: str | None = None
         self._baseline: HealthSnapshot | None = None
+        self._arrived = 0  # the scenario's later faults that have arrived (see `_count_arrivals`)
 
     # --- the episode -----------------------------------------------------------------------------------------
     def reset(self) -> list[ChatMessage]:
         """A fresh isolated cluster with the fault in place; returns the prompt (system + incident)."""
         s = self.scenario
-        cluster = self.simulator.create_env(apps=[s.app], seed=s.seed)
+        cluster = self.simulator.create_env(apps=s.apps, seed=s.seed)
         self._env = cluster.name
         self._client = api = in_process_api_client(self.simulator, cluster.name)
         faults.inject(api, s)
+        later.hold(self.simulator, cluster.name, s)
         self.simulator.advance(cluster.name, FAULT_DEVELOP_S)
-        self._baseline = oracle.snapshot(api, s.namespace, s.app)
-        self.limits = self._base_limits.model_copy(update={"max_steps": simulated_max_actions(
-            len(self._baseline.unhealthy), self._base_limits.max_steps, self.extra_steps_per_service)})
+        self._baseline = oracle.snapshot(api, s.namespace, s.app, neighbours=s.neighbours)
+        self._arrived = 0
+        self.limits = self._base_limits.settling(s.settle_s).model_copy(update={"max_steps": self._budget()})
         incident = Incident(id=uuid.uuid4().hex[:16], source="simulation", alert=s.alert, namespace=s.namespace,
                             report=s.symptom if self.with_user_report and s.symptom else None, scenario=s,
                             limits=self.limits)
@@ -104,6 +109,7 @@ class IncidentEnvironment:
                                                       idempotency_key=f"{t.workflow_id}/{step.index}",
                                                       approved=self.limits.approve_high_risk == "auto",
                                                       pause=self._advance_one_poll))
+        self._count_arrivals()
         if t.termination is None and len(t.steps) >= self.limits.max_steps:
             t.termination = "step_limit"
         return [] if t.termination is not None else self._next_prompt()
@@ -137,6 +143,22 @@ class IncidentEnvironment:
         return t
 
     # --- helpers -----------------------------------------------------------------------------------------------
+    def _budget(self) -> int:
+        """The action budget for what the namespace has shown: the services unhealthy at the alert, and one more
+        for each fault that arrived later (a second service breaking while the agent works gets its room when it
+        breaks, not before: the budget tells nothing the tools would not)."""
+        assert self._baseline is not None
+        return simulated_max_actions(len(self._baseline.unhealthy) + self._arrived, self._base_limits.max_steps,
+                                     self.extra_steps_per_service)
+
+    def _count_arrivals(self) -> None:
+        """Grow the budget by the faults that arrived since the last step (the environment fired their timers)."""
+        arrived = len(self.scenario.held) - len(self.simulator.env(self._env_name()).timers)
+        if arrived > self._arrived:
+            self._arrived = arrived
+            self.limits = self.limits.model_copy(update={"max_steps": self._budget()})
+            self.require().incident.limits = self.limits
+
     def _await_liveness_probes(self) -> None:
         """Settle on until the liveness probes of the namespace's fresh containers have had time to act
         (`oracle.liveness_wait_s`): a restart does not fix a probe that kills a slow starter after the settle

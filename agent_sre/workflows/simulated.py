@@ -40,7 +40,8 @@ class SimulatedIncidentWorkflow:
                 id=f"{workflow.info().workflow_id}", source="simulation", alert=injected.alert,
                 report=scenario.symptom if req.with_user_report and scenario.symptom else None,
                 namespace=scenario.namespace, kubeconfig=injected.environment.server, scenario=scenario,
-                limits=req.limits.model_copy(update={"approve_high_risk": "auto"}))  # nobody is there to approve
+                limits=req.limits.settling(injected.settle_s).model_copy(  # nobody is there to approve
+                    update={"approve_high_risk": "auto"}))
             outcome = await workflow.execute_child_workflow(
                 IncidentRemediationWorkflow.run,
                 RemediationRequest(incident=incident, policy=req.policy, reward=req.reward, queues=req.queues,
