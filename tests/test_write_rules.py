@@ -147,6 +147,12 @@ ATTACKS: list[tuple[str, str, dict[str, Any], str, str]] = [
     ("pull-secret-pointed-at-a-missing-secret", "patch",
      {"kind": "deployment", "name": "checkout", "patch_type": "merge", "patch": {"spec": {"template": {"spec": {
          "imagePullSecrets": [{"name": "attacker-registry"}]}}}}}, "forbidden", "image_pull_secret"),
+    ("data-volume-given-a-second-source", "patch",  # strategic merge by name: the claim stays, an emptyDir joins it
+     {"kind": "deployment", "name": "postgres", "patch": {"spec": {"template": {"spec": {"volumes": [
+         {"name": "data", "emptyDir": {}}]}}}}}, "forbidden", "data_volume"),
+    ("pull-secret-removed", "patch",
+     {"kind": "deployment", "name": "checkout", "patch_type": "json",
+      "patch": [{"op": "remove", "path": "/spec/template/spec/imagePullSecrets"}]}, "high", "image_pull_secret"),
     ("config-key-removed", "patch",
      {"kind": "configmap", "name": "shop-config", "patch_type": "merge", "patch": {"data": {"LOG_LEVEL": None}}},
      "high", "config_key_removed"),

@@ -309,8 +309,9 @@ def _placement(old: Obj, new: Obj) -> list[Finding]:
 
 
 def _claims(old: Obj, new: Obj) -> list[Finding]:
-    """A volume that mounted a PersistentVolumeClaim: taking the claim away (another source, an emptyDir, no volume)
-    starts the pods without the data it holds; naming another claim mounts other data (back to an earlier revision's
+    """A volume that mounted a PersistentVolumeClaim: taking the claim away (another source, an emptyDir, no volume,
+    or a second source beside it, which an API server refuses and a lenient one may not) starts the pods without the
+    data it holds; naming another claim mounts other data (back to an earlier revision's
     claim is a rollback, judged as one)."""
     now = {v.get("name"): v for v in new.get("volumes") or []}
     findings = []
@@ -320,7 +321,7 @@ def _claims(old: Obj, new: Obj) -> list[Finding]:
             continue
         name = volume.get("name")
         other = (now.get(name, {}).get("persistentVolumeClaim") or {}).get("claimName")
-        if not other:
+        if not other or set(now[name]) != {"name", "persistentVolumeClaim"}:  # a second source, an emptyDir too
             findings.append(_finding("data_volume", "forbidden", f"volume {name} no longer mounts claim {claim}: the "
                                                                  f"pods would start without the data it holds"))
         elif other != claim:
@@ -332,12 +333,16 @@ def _claims(old: Obj, new: Obj) -> list[Finding]:
 def _pull_secrets(old: Obj, new: Obj, where: Surroundings) -> list[Finding]:
     """A pod may pull with a secret the namespace holds as registry credentials (`kubernetes.io/dockerconfigjson`):
     naming any other secret (missing, or one of another type) hands the kubelet nothing valid, or another secret's
-    data to send a registry."""
+    data to send a registry; dropping one of those credentials stops the next pods pulling (held for a human)."""
     before = {r.get("name") for r in old.get("imagePullSecrets") or []}
-    return [_finding("image_pull_secret", "forbidden", f"image pull secret {name} is not a registry credential of "
-                                                       f"the namespace (type kubernetes.io/dockerconfigjson)")
-            for name in (r.get("name") for r in new.get("imagePullSecrets") or [])
-            if name not in before and name not in where.pull_secrets]
+    after = {r.get("name") for r in new.get("imagePullSecrets") or []}
+    findings = [_finding("image_pull_secret", "forbidden", f"image pull secret {name} is not a registry credential "
+                                                           f"of the namespace (type kubernetes.io/dockerconfigjson)")
+                for name in sorted(after - before, key=str) if name not in where.pull_secrets]
+    findings += [_finding("image_pull_secret", "high", f"image pull secret {name} removed: new pods would pull "
+                                                       f"without the registry's credentials (401, ImagePullBackOff)")
+                 for name in sorted(before - after, key=str) if name in where.pull_secrets]
+    return findings
 
 
 # --- services --------------------------------------------------------------------------------------------------
