@@ -88,9 +88,27 @@ def test_a_model_directory_on_a_suite_of_its_own(tiny_model_dir: Path, suite_dir
     assert row.tokens_per_episode is not None and row.tokens_per_episode > 0
 
 
+def test_a_rule_based_policy_on_a_suite_of_its_own(suite_dir: Path) -> None:
+    """The baseline and the teacher, played here on any directory of scenarios (an incident set kept outside the
+    repository), with nothing stored."""
+    result = invoke("--policy", "expert", "--suite", str(suite_dir), "--per-scenario")
+    assert result.exit_code == 0, result.output
+    assert "expert on my-suite-2-" in result.output and "· 2 scenarios · not stored (a rule-based policy)" in \
+        result.output
+    assert "success 2/2 = 100 %" in result.output
+    assert "mine-bad-image" in result.output and "mine-false-alarm" in result.output
+    document = EvaluationComparison.model_validate_json(invoke("--policy", "runbook", "--suite", str(suite_dir),
+                                                               "-o", "json").output)
+    [runbook] = document.results
+    assert runbook.policy == "runbook" and [s.scenario for s in runbook.scenarios] == ["mine-bad-image",
+                                                                                      "mine-false-alarm"]
+
+
 def test_bad_invocations_say_what_is_wrong(tmp_path: Path, suite_dir: Path) -> None:
-    for args, message in ((("--suite", str(suite_dir)), "give either --version"),
-                          (("--version", "base", "--model", str(tmp_path)), "give either --version"),
+    for args, message in ((("--suite", str(suite_dir)), "give one of --version"),
+                          (("--version", "base", "--model", str(tmp_path)), "give one of --version"),
+                          (("--policy", "expert", "--model", str(tmp_path)), "give one of --version"),
+                          (("--policy", "scripted"), "unknown policy 'scripted'; rule-based policies: runbook, expert"),
                           (("--model", str(tmp_path)), "not a Hugging Face model directory")):
         result = invoke(*args)
         assert result.exit_code == 1 and message in one_line(result.output), (args, result.output)

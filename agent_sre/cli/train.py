@@ -41,6 +41,8 @@ if TYPE_CHECKING:  # the commands import what they use when they run: `--help` s
     from agent_sre.models.training import EvalReport, EvaluationConfig, TrainingRequest, TrainingStatus
     from agent_sre.workflows.training import TrainingCycleWorkflow
 
+RULE_BASED = ("runbook", "expert")  # what `eval --policy` plays: the baseline and the teacher
+
 app = typer.Typer(help="Train a model version: collect data, train, evaluate, gate (a Temporal workflow).",
                   invoke_without_command=True, no_args_is_help=False)
 FOLLOW_EVERY_S = 2.0
@@ -336,6 +338,9 @@ def evaluate(
     version: str = typer.Option(None, "--version", help="a registered version, or 'base'"),
     model: Path = typer.Option(None, "--model", help="instead of --version: a Hugging Face causal LM directory, "
                                                      "evaluated here; nothing is stored"),
+    policy: str = typer.Option(None, "--policy", help="instead of --version: a rule-based policy (runbook, the "
+                                                      "baseline; expert, the teacher), played here; nothing is "
+                                                      "stored"),
     suite: str = typer.Option(None, "--suite", help="heldout, variants, or a scenario file or directory anywhere "
                                                     "(default: the held-out suite)"),
     limit: int = typer.Option(None, "--limit", min=1, help="only N scenarios of the suite, across its fault types"),
@@ -348,8 +353,8 @@ def evaluate(
         "table, or evaluation.v1 as json or yaml, with each scenario (plays the suite again where results are "
         "stored)")),
 ) -> None:
-    """Evaluate a version, or a model directory, on a scenario suite here (in-process) and print the outcome table
-    and the success rate with its 95 % interval."""
+    """Evaluate a version, a model directory or a rule-based policy on a scenario suite here (in-process) and print
+    the outcome table and the success rate with its 95 % interval."""
     from pydantic import ValidationError
 
     from agent_sre.activities.training import evaluate_with_episodes
@@ -357,8 +362,11 @@ def evaluate(
     from agent_sre.scenarios import ScenarioError
     from agent_sre.training.comparison import compare
 
-    if (version is None) == (model is None):
-        _fail("give either --version V (a registered version, or 'base') or --model DIR (a model directory)")
+    if sum(x is not None for x in (version, model, policy)) != 1:
+        _fail("give one of --version V (a registered version, or 'base'), --model DIR (a model directory) or "
+              f"--policy NAME (a rule-based policy: {', '.join(RULE_BASED)})")
+    if policy is not None and policy not in RULE_BASED:
+        _fail(f"unknown policy {policy!r}; rule-based policies: {', '.join(RULE_BASED)}")
     try:
         config = EvaluationConfig(suite=suite, limit=limit, max_turns=max_turns or SIMULATED_MAX_ACTIONS)
         req = EvalRequest(version=version or "model-dir", store=store, evaluation=config)
@@ -369,6 +377,8 @@ def evaluate(
         try:
             if model is not None:
                 report, episodes = evaluate_model_dir(model, config)
+            elif policy is not None:
+                report, episodes = evaluate_rule_based(policy, config)
             else:
                 report, episodes = registry_call(lambda r: evaluate_with_episodes(
                     req, r, get_settings(), reuse=not (per_scenario or quiet)))
@@ -378,8 +388,8 @@ def evaluate(
         assert episodes is not None
         dump(output, compare({report.version: {report.suite: episodes}}))
         return
-    print_report(report, unstored="a model directory" if model is not None else
-                 "--no-store" if not store else "not a registered version")
+    print_report(report, unstored="a model directory" if model is not None else "a rule-based policy"
+                 if policy is not None else "--no-store" if not store else "not a registered version")
     console.print(success_line(report, episodes))
     if per_scenario and episodes is not None:
         console.print(scenario_table(episodes, f"{report.version} on {report.suite}: each scenario"))
@@ -403,6 +413,26 @@ def evaluate_model_dir(model: Path, config: EvaluationConfig) -> tuple[EvalRepor
                              device=get_settings().llm_device)
     except OSError as exc:  # weights or tokenizer files missing or unreadable
         raise ValueError(f"{model}: cannot load the model: {exc}") from None
+    return EvalReport(version=name, suite=suite, scenarios=len(scenarios), rows=summarize(episodes),
+                      stored=False), episodes
+
+
+def evaluate_rule_based(name: str, config: EvaluationConfig) -> tuple[EvalReport, list[EpisodeResult]]:
+    """A rule-based policy on the suite, in-process, each episode on a manual clock with the environment's own step
+    budget (as bench/policies.py plays them)."""
+    from agent_sre.episodes import summarize
+    from agent_sre.models.remediation import PolicyRef
+    from agent_sre.models.training import EvalReport
+    from agent_sre.policy.expert import ExpertPolicy
+    from agent_sre.policy.runbook import RunbookPolicy
+    from agent_sre.training.evaluate import run_policy
+    from agent_sre.training.gate import load_suite
+
+    suite, scenarios = load_suite(config)
+    if name == "runbook":
+        episodes = run_policy(RunbookPolicy(), PolicyRef(name="runbook", version=name), scenarios)
+    else:
+        episodes = run_policy(ExpertPolicy(), PolicyRef(name="expert", version=name), scenarios)
     return EvalReport(version=name, suite=suite, scenarios=len(scenarios), rows=summarize(episodes),
                       stored=False), episodes
 
