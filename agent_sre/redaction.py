@@ -29,7 +29,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, NamedTuple, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from agent_sre.models.trajectory import Trajectory
 
@@ -48,8 +48,10 @@ _SECRET_WORD = r"(?:password|passwd|secret|token|api[_-]?key|access[_-]?key|priv
 _SECRET_KEY = (rf"[A-Za-z0-9_.-]*(?:{_SECRET_WORD}[A-Za-z0-9_.-]*"
                r"|(?<![A-Za-z0-9])(?:pass(?:phrase)?|pwd|pw)(?![A-Za-z0-9]))")
 _SECRET_KEY_RE = re.compile(rf"^{_SECRET_KEY}$", re.IGNORECASE)
-# Keys that only name, point at or count a secret (`secretName`, `secretKeyRef`, `max_tokens`) are not secrets.
-_NOT_A_SECRET_SUFFIX = re.compile(r"(?:name|ref|refs|file|path|seconds|type|tokens|ids|count)$", re.IGNORECASE)
+# Keys that only name, point at or count a secret (`secretName`, `secretKeyRef`, `max_tokens`, the list of names
+# `Image Pull Secrets:` / `imagePullSecrets` / `Mountable secrets:`) are not secrets.
+_NOT_A_SECRET_SUFFIX = re.compile(r"(?:name|ref|refs|file|path|seconds|type|tokens|ids|count|secrets)$",
+                                  re.IGNORECASE)
 
 # Fields of the trajectory that identify it; never rewritten.
 _IDENTITY_KEYS = frozenset({"schema_version", "workflow_id", "run_id", "policy", "model_version", "id",
@@ -420,11 +422,30 @@ def redact_trajectory(t: Trajectory) -> Trajectory:
     incident's alert and report, diagnosis, summary, verdict reasons, feedback comments; then every secret value
     found anywhere in it is removed everywhere else (a password restated in the diagnosis)."""
     walk = _Walk()
-    redacted = walk.value(t.model_dump(mode="python"))
+    ruled = walk.value(t.model_dump(mode="python"))
     known = tracked(walk.found)
-    if known:
-        redacted = _Walk(known, rules=False).value(redacted)
-    return Trajectory.model_validate(redacted)
+    if not known:
+        return Trajectory.model_validate(ruled)
+    redacted = _Walk(known, rules=False).value(ruled)
+    try:
+        return Trajectory.model_validate(redacted)
+    except ValidationError as exc:  # a found value inside an identifier of constrained form (a scenario named after
+        for error in exc.errors():  # the name a rule took for a value): that field as the rules left it
+            try:
+                _put(redacted, error["loc"], _get(ruled, error["loc"]))
+            except (KeyError, IndexError, TypeError):  # a location that is no path into the document (a union's tag)
+                raise exc from None
+        return Trajectory.model_validate(redacted)
+
+
+def _get(document: Any, path: tuple[int | str, ...]) -> Any:
+    for key in path:
+        document = document[key]
+    return document
+
+
+def _put(document: Any, path: tuple[int | str, ...], value: Any) -> None:
+    _get(document, path[:-1])[path[-1]] = value
 
 
 def redact_record(record: logging.LogRecord) -> logging.LogRecord:

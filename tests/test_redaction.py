@@ -172,6 +172,8 @@ def test_leaks_in_free_text(text: str, leaked: str, expected: str) -> None:
     "order 4111111111111112 shipped at 1700000000123, trace 4bf92f3577b34da6a3ce929d0e0e4736",
     "bypass=true compass: north DB_PASSWORD_FILE: /run/secrets/db aGVsbG8gd29ybGQgaGVsbG8=",
     "CrashLoopBackOff ImagePullBackOff",
+    # the names of a pod's pull secrets (kubectl describe), and a service account's: names, not values
+    "Image Pull Secrets: acme-registry-v2\nMountable secrets: default-token-x7k2p\nimagePullSecrets: acme-registry",
 ])
 def test_ordinary_cluster_text_is_untouched(text: str) -> None:
     assert redact(text) == text
@@ -264,6 +266,17 @@ def test_a_secret_read_once_is_removed_where_prose_restates_it() -> None:
     assert "pl41n-w0rds" not in dumped and "sk_test_opaque_Zz9" not in dumped
     assert red.diagnosis == "the app sends <redacted:secret> as its password"
     assert redact_trajectory(red) == red
+
+
+def test_a_known_value_inside_an_identifier_leaves_the_identifier_as_the_rules_did() -> None:
+    """A scenario named after something a rule took for a value (`cart-<value>` is no `^[a-z0-9-]+$` name any more):
+    the trajectory stays valid, the identifier as the rules left it, the value gone from everything else. Without
+    this, storing the trajectory failed validation on every retry and the incident never ended."""
+    t, _ = _read_secret_then_restate("pl41n-w0rds", "sk_test_opaque_Zz9")
+    t.incident.scenario = t.incident.scenario.model_copy(update={"name": "cart-pl41n-w0rds"})
+    red = redact_trajectory(t)
+    assert red.incident.scenario is not None and red.incident.scenario.name == "cart-pl41n-w0rds"
+    assert "pl41n-w0rds" not in red.model_copy(update={"incident": None}).model_dump_json()
 
 
 def test_known_values_leave_placeholders_whole_and_catch_base64() -> None:
