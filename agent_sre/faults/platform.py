@@ -467,8 +467,9 @@ class NetworkPartition(FaultType):
                     if e.get("key") == "app" and e.get("operator") == "In":
                         path = f"/spec/ingress/{i}/from/{j}/podSelector/matchExpressions/{k}/values/-"
                         return [ToolCall(tool="patch", args={
-                            "kind": "networkpolicy", "name": ctx.params.policy, "patch_type": "json",
-                            "patch": [{"op": "add", "path": path, "value": ctx.params.deny_from}]})]
+                            "kind": "networkpolicy", "name": ctx.params.policy,
+                            "patch": [{"op": "add", "path": path, "value": ctx.params.deny_from}],
+                            "patch_type": "json"})]
         raise FaultError(f"network policy {ctx.params.policy} names no callers by `app In`: nothing to add to")
 
     def wrong_fix(self, ctx: FaultContext) -> list[ToolCall]:

@@ -780,9 +780,9 @@ class ExpertPolicy(ActionPolicy):
                 for k, e in enumerate((peer.get("podSelector") or {}).get("matchExpressions") or []):
                     if e.get("key") == "app" and e.get("operator") == "In":
                         path = f"/spec/ingress/{i}/from/{j}/podSelector/matchExpressions/{k}/values/-"
-                        return Remedy((ToolCall(tool="patch", args={
-                            "kind": "networkpolicy", "name": policy, "patch_type": "json",
-                            "patch": [{"op": "add", "path": path, "value": caller}]}),),
+                        return Remedy((ToolCall(tool="patch", args={  # in the schema's order, as the grammar asks
+                            "kind": "networkpolicy", "name": policy,
+                            "patch": [{"op": "add", "path": path, "value": caller}], "patch_type": "json"}),),
                             f"network policy {policy} names the pods that may reach {upstream} ({_clip(allows)}) "
                             f"and leaves out {caller}, whose calls time out", ToolCall(tool="list_network_policies"))
         return None
