@@ -10,7 +10,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -240,7 +240,8 @@ async def test_a_resent_firing_after_its_remediation_finished_starts_nothing(rec
     assert status == 200 and reply["receipts"][0]["handling"] == "started", reply
     handle = receiver.temporal.get_workflow_handle(_workflow_id(a))
     first_run = (await handle.describe()).run_id
-    await handle.terminate(reason="finished, as far as this test goes")
+    with suppress(RPCError):  # the fixture's workers may have ended it already: ended either way
+        await handle.terminate(reason="finished, as far as this test goes")
 
     status, reply = await receiver.post(webhook(a))
     assert status == 200, reply
@@ -248,7 +249,7 @@ async def test_a_resent_firing_after_its_remediation_finished_starts_nothing(rec
     assert again == {**again, "handling": "finished", "workflow_id": _workflow_id(a)}
     assert "a new firing (a new startsAt) starts a new one" in again["detail"]
     described = await handle.describe()
-    assert (described.run_id, described.status) == (first_run, WorkflowExecutionStatus.TERMINATED)
+    assert described.run_id == first_run and described.status != WorkflowExecutionStatus.RUNNING
 
 
 async def test_a_new_firing_of_the_same_alert_starts_a_new_remediation(receiver: Receiver) -> None:
