@@ -24,6 +24,7 @@ from agent_sre.training.evaluate import play
 END_OF_TURN = 1  # <|im_end|>: the model generates it too, within max_new_tokens
 
 
+@pytest.mark.integration  # reads the model's GGUF for its tokenizer and plays ~500 episodes: CI, not the unit loop
 def test_every_expert_action_fits_the_action_token_budget() -> None:
     transformers = pytest.importorskip("transformers")
     gguf = smollm2_gguf()
